@@ -1,0 +1,163 @@
+//! Configuration, read once from the environment.
+//!
+//! LLVM's `LIBOMPTARGET_*` names come first; our own `OFFLOAD_*` names cover
+//! what LLVM has no variable for.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// LLVM's default caching-allocator threshold (bytes).
+pub const DEFAULT_MEMORY_MANAGER_THRESHOLD: usize = 8 * 1024;
+/// LLVM's host plugin pretends to have four devices; so do we by default.
+pub const DEFAULT_HOST_DEVICES: usize = 4;
+
+/// Runtime configuration. Build one with [`Config::from_env`] or take the
+/// process-wide copy with [`Config::get`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `LIBOMPTARGET_DEBUG`: > 0 prints tracing spans to stderr.
+    pub debug: u32,
+    /// `LIBOMPTARGET_INFO`: decimal bit mask (`-1` = all bits), as LLVM parses it.
+    pub info: u32,
+    /// `LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`: largest allocation the caching
+    /// allocator serves; 0 disables it.
+    pub memory_manager_threshold: usize,
+    /// `OFFLOAD_PLUGINS=host,remote,...`: which plugins to load (None = all).
+    pub plugins: Option<Vec<String>>,
+    /// `OFFLOAD_HOST_DEVICES`: number of host devices the host plugin reports.
+    pub host_devices: usize,
+    /// `LIBOMPTARGET_PROFILE`: where to write a trace-event profile.
+    pub profile: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            debug: 0,
+            info: 0,
+            memory_manager_threshold: DEFAULT_MEMORY_MANAGER_THRESHOLD,
+            plugins: None,
+            host_devices: DEFAULT_HOST_DEVICES,
+            profile: None,
+        }
+    }
+}
+
+impl Config {
+    /// The process-wide configuration, read from the environment on first use.
+    pub fn get() -> &'static Config {
+        static CONFIG: OnceLock<Config> = OnceLock::new();
+        CONFIG.get_or_init(|| Config::from_lookup(|k| std::env::var(k).ok()))
+    }
+
+    /// Read the configuration from the process environment now.
+    pub fn from_env() -> Config {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Read the configuration through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Config {
+        let mut c = Config::default();
+        if let Some(v) = lookup("LIBOMPTARGET_DEBUG") {
+            c.debug = parse_flag_int(&v).unwrap_or(0);
+        }
+        if let Some(v) = lookup("LIBOMPTARGET_INFO") {
+            c.info = parse_info_mask(&v);
+        }
+        if let Some(v) = lookup("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD") {
+            if let Ok(n) = v.trim().parse::<usize>() {
+                c.memory_manager_threshold = n;
+            }
+        }
+        if let Some(v) = lookup("OFFLOAD_PLUGINS") {
+            let names: Vec<String> = v
+                .split(',')
+                .map(|s| s.trim().to_ascii_lowercase())
+                .filter(|s| !s.is_empty())
+                .collect();
+            c.plugins = Some(names);
+        }
+        if let Some(v) = lookup("OFFLOAD_HOST_DEVICES") {
+            if let Ok(n) = v.trim().parse::<usize>() {
+                c.host_devices = n;
+            }
+        }
+        if let Some(v) = lookup("LIBOMPTARGET_PROFILE") {
+            if !v.is_empty() {
+                c.profile = Some(PathBuf::from(v));
+            }
+        }
+        c
+    }
+
+    /// Whether plugin `name` may be loaded under `OFFLOAD_PLUGINS`.
+    pub fn plugin_enabled(&self, name: &str) -> bool {
+        match &self.plugins {
+            None => true,
+            Some(list) => list.iter().any(|p| p == name),
+        }
+    }
+}
+
+/// LLVM reads `LIBOMPTARGET_INFO` with `std::stoi`: decimal, leading sign
+/// allowed, trailing junk ignored, so `0x10` reads as 0.
+fn parse_info_mask(v: &str) -> u32 {
+    parse_flag_int(v).map(|n| n as u32).unwrap_or(0)
+}
+
+fn parse_flag_int(v: &str) -> Option<u32> {
+    let v = v.trim();
+    let (neg, digits) = match v.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, v.strip_prefix('+').unwrap_or(v)),
+    };
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    let n: i64 = digits[..end].parse().ok()?;
+    let n = if neg { -n } else { n };
+    Some(n as i32 as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Config {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cfg(&[]);
+        assert_eq!(c.memory_manager_threshold, 8192);
+        assert_eq!(c.host_devices, 4);
+        assert!(c.plugin_enabled("host"));
+    }
+
+    #[test]
+    fn info_is_decimal_like_llvm() {
+        assert_eq!(cfg(&[("LIBOMPTARGET_INFO", "-1")]).info, u32::MAX);
+        assert_eq!(cfg(&[("LIBOMPTARGET_INFO", "32")]).info, 32);
+        assert_eq!(cfg(&[("LIBOMPTARGET_INFO", "0x10")]).info, 0);
+        assert_eq!(cfg(&[("LIBOMPTARGET_INFO", "junk")]).info, 0);
+    }
+
+    #[test]
+    fn plugins_and_threshold() {
+        let c = cfg(&[
+            ("OFFLOAD_PLUGINS", "Remote, host"),
+            ("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD", "0"),
+            ("OFFLOAD_HOST_DEVICES", "1"),
+        ]);
+        assert!(c.plugin_enabled("host") && c.plugin_enabled("remote"));
+        assert!(!c.plugin_enabled("cuda"));
+        assert_eq!(c.memory_manager_threshold, 0);
+        assert_eq!(c.host_devices, 1);
+    }
+}

@@ -1,0 +1,163 @@
+//! One error type for the whole runtime.
+//!
+//! Every [`ErrorCode`] maps one-to-one onto liboffload's `ol_errc_t`
+//! (`OffloadAPI.h`, LLVM 22), so the C faces convert without a table.
+
+use std::fmt;
+
+/// Error codes, numbered exactly as LLVM 22's `ol_errc_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ErrorCode {
+    Success = 0,
+    Unknown = 1,
+    HostIo = 2,
+    InvalidBinary = 3,
+    InvalidNullPointer = 4,
+    InvalidArgument = 5,
+    NotFound = 6,
+    OutOfResources = 7,
+    InvalidSize = 8,
+    InvalidEnumeration = 9,
+    HostToolNotFound = 10,
+    InvalidValue = 11,
+    Unimplemented = 12,
+    Unsupported = 13,
+    AssembleFailure = 14,
+    CompileFailure = 15,
+    LinkFailure = 16,
+    BackendFailure = 17,
+    Uninitialized = 18,
+    InvalidNullHandle = 19,
+    InvalidPlatform = 20,
+    InvalidDevice = 21,
+    InvalidQueue = 22,
+    InvalidEvent = 23,
+    SymbolKind = 24,
+}
+
+impl ErrorCode {
+    /// The `ol_errc_t` value.
+    pub fn as_raw(self) -> u32 {
+        self as u32
+    }
+
+    /// Short lower-case description, as LLVM prints error codes ("invalid value").
+    pub fn description(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            Success => "success",
+            Unknown => "unknown or internal error",
+            HostIo => "I/O error on host",
+            InvalidBinary => "a provided binary image is malformed",
+            InvalidNullPointer => "a pointer argument is null when it should not be",
+            InvalidArgument => "an argument is invalid",
+            NotFound => "requested object was not found in the binary image",
+            OutOfResources => "out of resources",
+            InvalidSize => "invalid size",
+            InvalidEnumeration => "enumerator argument is not valid",
+            HostToolNotFound => "a required binary (linker, etc.) was not found on the host",
+            InvalidValue => "invalid value",
+            Unimplemented => "generic error code for features currently unimplemented",
+            Unsupported => "generic error code for features unsupported by the device/backend",
+            AssembleFailure => "assembler failure while processing binary image",
+            CompileFailure => "compiler failure while processing binary image",
+            LinkFailure => "linker failure while processing binary image",
+            BackendFailure => "the plugin backend is in an invalid or unsupported state",
+            Uninitialized => "not initialized",
+            InvalidNullHandle => "a handle argument is null when it should not be",
+            InvalidPlatform => "invalid platform",
+            InvalidDevice => "invalid device",
+            InvalidQueue => "invalid queue",
+            InvalidEvent => "invalid event",
+            SymbolKind => "the operation does not support this symbol kind",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.description())
+    }
+}
+
+/// A runtime error: a code and a message naming the handle, image or address at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    code: ErrorCode,
+    message: String,
+}
+
+impl Error {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    /// Prefix the message with context, keeping the code.
+    pub fn context(mut self, what: impl fmt::Display) -> Self {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidArgument, message)
+    }
+    pub fn invalid_value(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidValue, message)
+    }
+    pub fn invalid_binary(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidBinary, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+    pub fn out_of_resources(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::OutOfResources, message)
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unsupported, message)
+    }
+    pub fn backend(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BackendFailure, message)
+    }
+    pub fn host_io(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::HostIo, message)
+    }
+}
+
+impl From<offload_image::ImageError> for Error {
+    fn from(e: offload_image::ImageError) -> Self {
+        Error::invalid_binary(e.to_string())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_match_ol_errc_t() {
+        assert_eq!(ErrorCode::InvalidBinary.as_raw(), 3);
+        assert_eq!(ErrorCode::InvalidValue.as_raw(), 11);
+        assert_eq!(ErrorCode::BackendFailure.as_raw(), 17);
+        assert_eq!(ErrorCode::SymbolKind.as_raw(), 24);
+    }
+
+    #[test]
+    fn context_keeps_code() {
+        let e = Error::not_found("kernel 'k'").context("program 0x10");
+        assert_eq!(e.code(), ErrorCode::NotFound);
+        assert_eq!(e.to_string(), "program 0x10: kernel 'k'");
+    }
+}

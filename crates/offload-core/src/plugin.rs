@@ -1,0 +1,297 @@
+//! The plugin traits: everything that differs between targets, and nothing else.
+//!
+//! One trait per object kind ([`Plugin`], [`Device`], [`Program`], [`Kernel`],
+//! [`Queue`], [`Event`]). The core wraps them with the shared parts (caching
+//! allocator, allocation table, image unwrapping, tracing), so a backend stays
+//! small. Pointers into device memory are plain `u64` addresses
+//! ([`DevicePtr`]): on the host plugin they are process addresses, on the
+//! remote plugin addresses in the server process.
+//!
+//! Plugins downcast the core-visible objects they receive back to their own
+//! types with [`AsAny`]; an object of a foreign plugin is an `InvalidArgument`.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use offload_image::DeviceImage;
+
+use crate::binary::BinaryDescriptor;
+use crate::error::Result;
+
+/// An address in a device's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    pub const NULL: DevicePtr = DevicePtr(0);
+    pub fn is_null(self) -> bool {
+        self.0 == 0
+    }
+    pub fn offset(self, bytes: u64) -> DevicePtr {
+        DevicePtr(self.0.wrapping_add(bytes))
+    }
+    pub fn as_ptr<T>(self) -> *mut T {
+        self.0 as usize as *mut T
+    }
+}
+
+impl std::fmt::Display for DevicePtr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "0x{:016x}", self.0)
+    }
+}
+
+/// Which kind of memory an allocation is (liboffload's `ol_alloc_type_t` order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum AllocKind {
+    /// Page-locked host memory the device can reach.
+    Host = 0,
+    /// Device-local memory.
+    Device = 1,
+    /// Shared (managed / unified) memory, reachable from both sides.
+    Shared = 2,
+}
+
+/// What kind of processor a device is (liboffload's `ol_device_type_t` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum DeviceType {
+    Gpu = 2,
+    Cpu = 3,
+    Host = 4,
+}
+
+/// The backend family (liboffload's `ol_platform_backend_t`, plus ours).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    Host,
+    Cuda,
+    Amdgpu,
+    Remote,
+    Other,
+}
+
+impl Backend {
+    /// `ol_platform_backend_t` value; remote devices report the backend they
+    /// proxy elsewhere, so `Remote` alone is UNKNOWN.
+    pub fn ol_value(self) -> u32 {
+        match self {
+            Backend::Cuda => 1,
+            Backend::Amdgpu => 2,
+            Backend::Host => 4,
+            Backend::Remote | Backend::Other => 0,
+        }
+    }
+}
+
+/// Static properties of a device, filled in once by the plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub vendor: String,
+    pub product_name: String,
+    pub device_type: DeviceType,
+    pub backend: Backend,
+    /// Target triple images must have, e.g. `x86_64-unknown-linux-gnu`.
+    pub triple: String,
+    /// Architecture (`sm_80`, `gfx90a`); empty when any arch of the triple runs.
+    pub arch: String,
+    /// Stable unique id, e.g. `x86_64-0` (LLVM's host plugin format).
+    pub uid: String,
+    pub driver_version: String,
+    pub global_memory_bytes: u64,
+    /// Per-group (shared/local) memory.
+    pub group_memory_bytes: u64,
+    pub compute_units: u32,
+    pub max_group_size: u32,
+    pub max_group_size_per_dim: [u32; 3],
+    pub max_num_groups: [u32; 3],
+    pub clock_mhz: u32,
+    pub address_bits: u32,
+}
+
+/// Grid geometry and extras of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub num_groups: [u32; 3],
+    pub group_size: [u32; 3],
+    /// Bytes of dynamic group ("shared") memory per group.
+    pub dyn_group_memory: u32,
+    /// Loop trip count hint (OpenMP), 0 when unknown.
+    pub tripcount: u64,
+}
+
+impl Default for LaunchConfig {
+    fn default() -> Self {
+        LaunchConfig {
+            num_groups: [1, 1, 1],
+            group_size: [1, 1, 1],
+            dyn_group_memory: 0,
+            tripcount: 0,
+        }
+    }
+}
+
+impl LaunchConfig {
+    /// `num_groups` groups of `group_size` work items, one dimension.
+    pub fn linear(num_groups: u32, group_size: u32) -> Self {
+        LaunchConfig {
+            num_groups: [num_groups, 1, 1],
+            group_size: [group_size, 1, 1],
+            ..Default::default()
+        }
+    }
+    pub fn total_groups(&self) -> u64 {
+        self.num_groups.iter().map(|&n| n as u64).product()
+    }
+    pub fn total_items_per_group(&self) -> u64 {
+        self.group_size.iter().map(|&n| n as u64).product()
+    }
+}
+
+/// Kernel arguments, in one of the two conventions the faces use.
+#[derive(Debug, Clone, Copy)]
+pub enum KernelArgs<'a> {
+    /// One pointer-sized word per parameter (OpenMP: `dyn_ptr` first, then
+    /// one word per TARGET_PARAM map entry). The plugin must not keep the slice.
+    Words(&'a [u64]),
+    /// One packed argument buffer (CUDA-style; liboffload and the Rust API).
+    /// The plugin copies it before returning if it launches asynchronously.
+    Packed(&'a [u8]),
+}
+
+/// Lets plugins downcast core-visible objects to their own types.
+pub trait AsAny: Any {
+    fn as_any(&self) -> &dyn Any;
+}
+impl<T: Any> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A plugin: one backend family (host, cuda, amdgpu, remote, ...).
+pub trait Plugin: Send + Sync + AsAny {
+    /// Short lower-case name used by `OFFLOAD_PLUGINS` (`host`, `remote`, ...).
+    fn name(&self) -> &'static str;
+    /// Initialise and enumerate devices. A plugin whose vendor library is
+    /// missing returns an empty list, not an error.
+    fn init(&self) -> Result<Vec<Arc<dyn Device>>>;
+    /// Hook run after the core registered a binary descriptor (e.g. the
+    /// remote plugin ships its images here). Failures are reported, not fatal.
+    fn register_binary(&self, _binary: &BinaryDescriptor) -> Result<()> {
+        Ok(())
+    }
+    /// Hook run before the core tears a binary down (reverse order).
+    fn unregister_binary(&self, _binary: &BinaryDescriptor) -> Result<()> {
+        Ok(())
+    }
+    /// Release everything; called once when the runtime shuts down.
+    fn deinit(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// One device of a plugin.
+///
+/// Memory operations here are synchronous; queued forms live on [`Queue`].
+pub trait Device: Send + Sync + AsAny {
+    fn info(&self) -> &DeviceInfo;
+
+    /// Whether this device can run `image`. The default compares the triple
+    /// and, when both sides name one, the architecture.
+    fn can_run(&self, image: &DeviceImage<'_>) -> bool {
+        crate::image::triple_and_arch_match(self.info(), image)
+    }
+
+    fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;
+    fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()>;
+
+    /// Copy `size` bytes from host memory `src` to device memory `dst`.
+    ///
+    /// # Safety
+    /// `src` must be valid for `size` bytes; `dst` must be a live allocation.
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()>;
+    /// # Safety
+    /// `dst` must be valid for `size` bytes; `src` must be a live allocation.
+    unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()>;
+    /// Copy within this device.
+    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()>;
+    /// Copy to another device of the same plugin, when the plugin can do it
+    /// directly; `Ok(false)` makes the core stage the copy through the host.
+    fn copy_to_peer(
+        &self,
+        _dst_device: &dyn Device,
+        _dst: DevicePtr,
+        _src: DevicePtr,
+        _size: usize,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+    /// Fill `size` bytes with a repeated `pattern` (`size % pattern.len() == 0`).
+    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()>;
+
+    /// Load an (unwrapped) image into a program.
+    fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn Program>>;
+
+    /// A new in-order queue.
+    fn create_queue(&self) -> Result<Arc<dyn Queue>>;
+
+    /// Whether device pointers are ordinary host pointers (host plugin).
+    fn shares_host_memory(&self) -> bool {
+        false
+    }
+}
+
+/// A loaded image.
+pub trait Program: Send + Sync + AsAny {
+    fn kernel(&self, name: &str) -> Result<Arc<dyn Kernel>>;
+    /// Device address and size of a global variable.
+    fn global(&self, name: &str) -> Result<(DevicePtr, u64)>;
+}
+
+/// A kernel of a program.
+pub trait Kernel: Send + Sync + AsAny {
+    fn name(&self) -> &str;
+    /// A group size that fills the device well for this kernel.
+    fn preferred_group_size(&self, _dyn_group_memory: usize) -> u32 {
+        1
+    }
+}
+
+/// An in-order queue. Operations may run asynchronously; their arguments
+/// (host memory included) must stay valid until the queue is synchronised.
+pub trait Queue: Send + Sync + AsAny {
+    /// # Safety
+    /// `src` valid for `size` bytes until the queue reaches this operation.
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()>;
+    /// # Safety
+    /// `dst` valid for `size` bytes until the queue reaches this operation.
+    unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()>;
+    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()>;
+    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()>;
+    /// Launch `kernel` (of a program of this queue's device).
+    fn launch(
+        &self,
+        kernel: &dyn Kernel,
+        args: KernelArgs<'_>,
+        config: &LaunchConfig,
+    ) -> Result<()>;
+    /// Run `f` on the host once everything before it finished.
+    fn host_function(&self, f: Box<dyn FnOnce() + Send>) -> Result<()>;
+    /// An event that completes when everything enqueued so far has.
+    fn record_event(&self) -> Result<Arc<dyn Event>>;
+    /// Make later work wait for `event` (which may come from another queue).
+    fn wait_event(&self, event: &dyn Event) -> Result<()>;
+    /// Block until all enqueued work has finished.
+    fn synchronize(&self) -> Result<()>;
+    /// True when no work is pending.
+    fn is_idle(&self) -> Result<bool>;
+}
+
+/// A point in a queue's work.
+pub trait Event: Send + Sync + AsAny {
+    fn synchronize(&self) -> Result<()>;
+    fn is_complete(&self) -> Result<bool>;
+}
