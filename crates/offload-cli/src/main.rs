@@ -1,1 +1,136 @@
-fn main() {}
+//! `offload`: the command-line companion of the offload runtime.
+//!
+//! ```text
+//! offload info [--json]                 platforms, devices and their properties
+//! offload inspect FILE [--json]         the device images a file holds
+//! offload pack -o OUT --image FILE[,key=value...]...
+//!              [--format offload-binary|1omp] [--meta KEY=VALUE]...
+//!                                       build an OffloadBinary or a 1OMP image
+//! offload lib-dir                       directory of the drop-in libomptarget /
+//!                                       libLLVMOffload shared libraries
+//! offload exec PROGRAM [ARGS...]        run PROGRAM against those libraries
+//! ```
+//!
+//! Every subcommand lives in its own module and returns an error instead of
+//! panicking; `main` prints it as a single `offload: error: ...` line and
+//! exits with status 1 (2 for command-line usage errors; `exec` uses 126/127
+//! when the program cannot be started, like a shell).
+
+mod exec;
+mod info;
+mod inspect;
+mod lib_dir;
+mod output;
+mod pack;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Command-line interface of the offload runtime.
+#[derive(Parser, Debug)]
+#[command(name = "offload", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List platforms (initialised plugins), their devices and device properties.
+    Info(info::Args),
+    /// Show the device images a file holds (host binary, OffloadBinary, 1OMP, ELF, bitcode).
+    Inspect(inspect::Args),
+    /// Write an OffloadBinary (or a 1OMP-headed image) from image files.
+    Pack(pack::Args),
+    /// Print (and set up) the directory holding the drop-in shared libraries.
+    LibDir(lib_dir::Args),
+    /// Run a program with the drop-in libraries first on LD_LIBRARY_PATH.
+    Exec(exec::Args),
+}
+
+/// An error that asks for a specific exit status.
+#[derive(Debug)]
+pub struct ExitStatusError {
+    pub status: u8,
+    pub error: anyhow::Error,
+}
+
+impl std::fmt::Display for ExitStatusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for ExitStatusError {}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Info(a) => info::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Pack(a) => pack::run(a),
+        Command::LibDir(a) => lib_dir::run(a),
+        Command::Exec(a) => exec::run(a),
+    }
+}
+
+/// Prints `offload: error: MESSAGE` as one line.
+fn report(message: &str) {
+    let one_line: String = message
+        .trim()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    eprintln!("offload: error: {one_line}");
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                // Help and version text go to stdout with their own status.
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            }
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid command line");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            report(&format!("{first} (see 'offload --help')"));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let status = e
+                .downcast_ref::<ExitStatusError>()
+                .map(|s| s.status)
+                .unwrap_or(1);
+            report(&format!("{e:#}"));
+            ExitCode::from(status)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}
