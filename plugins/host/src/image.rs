@@ -22,6 +22,11 @@ use crate::kernel::HostKernel;
 /// A dlopened image; dlclosed when the last program or kernel drops it.
 pub struct LoadedImage {
     library: Library,
+    /// The memfd the library was opened from. Kept open while loaded so
+    /// that no other image gets the same `/proc/self/fd/N` name, which the
+    /// dynamic loader would take for an already loaded library. Declared
+    /// after `library` so it closes after `dlclose`.
+    _memfd: Option<OwnedFd>,
     /// Sizes of the data symbols the image defines (dlsym gives no size).
     object_sizes: HashMap<String, u64>,
 }
@@ -42,9 +47,10 @@ impl LoadedImage {
             .filter(|s| s.kind == SymbolKind::Object)
             .map(|s| (s.name, s.size))
             .collect();
-        let library = open_from_memory(bytes, label)?;
+        let (library, memfd) = open_from_memory(bytes, label)?;
         Ok(LoadedImage {
             library,
+            _memfd: memfd,
             object_sizes,
         })
     }
@@ -58,7 +64,7 @@ impl LoadedImage {
     }
 }
 
-fn open_from_memory(bytes: &[u8], label: &str) -> Result<Library> {
+fn open_from_memory(bytes: &[u8], label: &str) -> Result<(Library, Option<OwnedFd>)> {
     let io_err = |what: &str, e: std::io::Error| Error::host_io(format!("{label}: {what}: {e}"));
     // SAFETY: plain syscall with a static NUL-terminated name.
     let fd = unsafe { libc::memfd_create(c"offload-image".as_ptr(), libc::MFD_CLOEXEC) };
@@ -68,9 +74,8 @@ fn open_from_memory(bytes: &[u8], label: &str) -> Result<Library> {
         file.write_all(bytes)
             .map_err(|e| io_err("writing the image to a memfd", e))?;
         let path = format!("/proc/self/fd/{fd}");
-        let lib = dlopen(&path, label);
-        drop(file); // the mapping keeps the contents alive
-        return lib;
+        let lib = dlopen(&path, label)?;
+        return Ok((lib, Some(OwnedFd::from(file))));
     }
     // No memfd: a temporary file, removed as soon as it is mapped.
     let dir = std::env::temp_dir();
@@ -82,7 +87,7 @@ fn open_from_memory(bytes: &[u8], label: &str) -> Result<Library> {
     std::fs::write(&path, bytes).map_err(|e| io_err("writing the image to a temporary file", e))?;
     let lib = dlopen(path.to_str().unwrap_or_default(), label);
     let _ = std::fs::remove_file(&path);
-    lib
+    Ok((lib?, None))
 }
 
 fn unique() -> u64 {

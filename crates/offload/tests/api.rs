@@ -1,0 +1,186 @@
+//! The Rust API end to end on the host devices.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use offload::{devices, AllocKind, Device, DeviceType, ErrorCode, KernelArgs, LaunchConfig};
+
+fn demo_image() -> Vec<u8> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("k.so");
+    let src = dir.path().join("k.c");
+    let mut text = std::fs::read_to_string(root.join("examples/kernels/demo_kernels.c")).unwrap();
+    text += "int answer = 41;\nOFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; answer++; }\n";
+    std::fs::write(&src, text).unwrap();
+    let ok = Command::new("clang-22")
+        .args(["-O1", "-fPIC", "-shared", "-I"])
+        .arg(root.join("../../include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("clang-22 (scripts/setup.sh installs it)")
+        .success();
+    assert!(ok);
+    std::fs::read(out).unwrap()
+}
+
+#[test]
+fn devices_are_listed_with_host_properties() {
+    let all = devices();
+    assert!(!all.is_empty());
+    let host = Device::host().unwrap();
+    let info = host.info();
+    assert_eq!(info.device_type, DeviceType::Cpu);
+    assert_eq!(info.triple, "x86_64-unknown-linux-gnu");
+    assert!(info.uid.starts_with("x86_64-"));
+    assert!(info.global_memory_bytes > 0 && info.compute_units > 0);
+    assert_eq!(
+        Device::get(all.len()).unwrap_err().code(),
+        ErrorCode::InvalidDevice
+    );
+}
+
+#[test]
+fn buffers_copy_fill_and_free_on_drop() {
+    let dev = Device::host().unwrap();
+    let before = dev.core().live_allocations();
+    {
+        let mut b = dev.alloc::<u64>(1000).unwrap();
+        assert_eq!(dev.core().live_allocations(), before + 1);
+        let data: Vec<u64> = (0..1000).collect();
+        b.copy_from_host(&data).unwrap();
+        assert_eq!(b.to_vec().unwrap(), data);
+        let e = b.copy_from_host(&data[..10]).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidSize);
+        b.fill(u64::MAX).unwrap();
+        let mut back = vec![0; 1000];
+        b.copy_to_host(&mut back).unwrap();
+        assert!(back.iter().all(|&v| v == u64::MAX));
+        for kind in [AllocKind::Host, AllocKind::Shared] {
+            let k = dev.alloc_kind::<u8>(10, kind).unwrap();
+            assert_eq!(k.kind(), kind);
+        }
+        let empty = dev.alloc::<u32>(0).unwrap();
+        assert!(empty.is_empty());
+        assert_eq!(empty.to_vec().unwrap(), Vec::<u32>::new());
+    }
+    assert_eq!(
+        dev.core().live_allocations(),
+        before,
+        "every buffer was freed on drop"
+    );
+}
+
+#[test]
+fn copies_between_devices() {
+    let all = devices();
+    if all.len() < 2 {
+        eprintln!("skipped: needs two devices (OFFLOAD_HOST_DEVICES >= 2)");
+        return;
+    }
+    let src = all[0].buffer_from(&[1.5f64, 2.5, 3.5]).unwrap();
+    let mut dst = all[1].alloc::<f64>(3).unwrap();
+    dst.copy_from_buffer(&src).unwrap();
+    assert_eq!(dst.to_vec().unwrap(), vec![1.5, 2.5, 3.5]);
+}
+
+#[test]
+fn programs_kernels_globals_queues_events() {
+    let image = demo_image();
+    let dev = Device::host().unwrap();
+    assert!(dev.is_compatible(&image));
+    assert!(!dev.is_compatible(b"not an image"));
+    let program = dev.load_program(&image).unwrap();
+    let answer = program.global("answer").unwrap();
+    assert_eq!(answer.size(), 4);
+    assert_eq!(answer.read::<i32>().unwrap(), 41);
+    assert_eq!(
+        answer.read::<i64>().unwrap_err().code(),
+        ErrorCode::InvalidSize
+    );
+
+    let queue = dev.create_queue().unwrap();
+    let bump = program.kernel("bump").unwrap();
+    unsafe {
+        queue
+            .launch(&bump, LaunchConfig::default(), &KernelArgs::new())
+            .unwrap()
+    };
+    let event = queue.record_event().unwrap();
+    event.synchronize().unwrap();
+    assert!(event.is_complete().unwrap());
+    queue.wait_event(&event).unwrap();
+    assert_eq!(answer.read::<i32>().unwrap(), 42);
+    answer.write(100i32).unwrap();
+    assert_eq!(answer.read::<i32>().unwrap(), 100);
+
+    // Host functions run in queue order.
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    queue
+        .host_function(move || flag.store(true, Ordering::SeqCst))
+        .unwrap();
+    queue.synchronize().unwrap();
+    assert!(ran.load(Ordering::SeqCst));
+    assert!(queue.is_idle().unwrap());
+
+    let e = program.kernel("missing").err().unwrap();
+    assert_eq!(e.code(), ErrorCode::NotFound);
+    assert!(e.message().contains("missing"), "{e}");
+}
+
+#[test]
+fn a_kernel_cannot_run_on_another_devices_queue() {
+    let all = devices();
+    if all.len() < 2 {
+        return;
+    }
+    let image = demo_image();
+    let k = all[0]
+        .load_program(&image)
+        .unwrap()
+        .kernel("saxpy")
+        .unwrap();
+    let q = all[1].create_queue().unwrap();
+    let e = unsafe { q.launch(&k, LaunchConfig::default(), &KernelArgs::new()) }.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+}
+
+#[test]
+fn saxpy_from_many_threads_at_once() {
+    let image = Arc::new(demo_image());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let image = image.clone();
+            std::thread::spawn(move || {
+                let dev = Device::host().unwrap();
+                let program = dev.load_program(&image).unwrap();
+                let k = program.kernel("saxpy").unwrap();
+                let q = dev.create_queue().unwrap();
+                for round in 0..20 {
+                    let n = 1000 + t * 10 + round;
+                    let x = dev.buffer_from(&vec![1.0f32; n]).unwrap();
+                    let y = dev.buffer_from(&vec![t as f32; n]).unwrap();
+                    let args = KernelArgs::new()
+                        .value(2.0f32)
+                        .ptr(&x)
+                        .ptr(&y)
+                        .value(n as u32);
+                    unsafe {
+                        q.launch(&k, LaunchConfig::linear((n as u32).div_ceil(64), 64), &args)
+                            .unwrap()
+                    };
+                    q.synchronize().unwrap();
+                    assert!(y.to_vec().unwrap().iter().all(|&v| v == 2.0 + t as f32));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
