@@ -154,11 +154,7 @@ fn dims(d: [u32; 3]) -> String {
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
     let ndev: usize = r.platforms.iter().map(|p| p.devices.len()).sum();
-    let _ = writeln!(
-        s,
-        "{} platform(s), {ndev} device(s)",
-        r.platforms.len()
-    );
+    let _ = writeln!(s, "{} platform(s), {ndev} device(s)", r.platforms.len());
     for (pi, p) in r.platforms.iter().enumerate() {
         let _ = writeln!(s);
         let _ = writeln!(
@@ -202,17 +198,20 @@ pub fn render(r: &Report) -> String {
             }
         }
     }
+    if r.platforms.is_empty() {
+        let why = match std::env::var("OFFLOAD_PLUGINS") {
+            Ok(v) => {
+                format!(" (OFFLOAD_PLUGINS={v:?} enables no built-in plugin that initialised)")
+            }
+            Err(_) => String::new(),
+        };
+        let _ = writeln!(s, "no platforms{why}");
+    }
     if !r.failed_plugins.is_empty() {
         let _ = writeln!(s);
         let _ = writeln!(s, "Plugins that failed to initialise:");
         for f in &r.failed_plugins {
-            let _ = writeln!(
-                s,
-                "  {}: {} ({})",
-                f.plugin,
-                output::text(&f.error),
-                f.code
-            );
+            let _ = writeln!(s, "  {}: {} ({})", f.plugin, output::text(&f.error), f.code);
         }
     }
     s

@@ -101,13 +101,21 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
             }
+            // clap's message up to the usage/tips, on one line.
             let rendered = e.render().to_string();
-            let first = rendered
+            let message: Vec<&str> = rendered
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid command line");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            report(&format!("{first} (see 'offload --help')"));
+                .map(str::trim)
+                .take_while(|l| {
+                    !l.starts_with("Usage:")
+                        && !l.starts_with("tip:")
+                        && !l.starts_with("For more information")
+                })
+                .filter(|l| !l.is_empty())
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            report(&format!("{message} (see 'offload --help')"));
             return ExitCode::from(2);
         }
     };

@@ -102,7 +102,7 @@ impl Config {
 /// LLVM reads `LIBOMPTARGET_INFO` with `std::stoi`: decimal, leading sign
 /// allowed, trailing junk ignored, so `0x10` reads as 0.
 fn parse_info_mask(v: &str) -> u32 {
-    parse_flag_int(v).map(|n| n as u32).unwrap_or(0)
+    parse_flag_int(v).unwrap_or(0)
 }
 
 fn parse_flag_int(v: &str) -> Option<u32> {

@@ -188,7 +188,7 @@ impl Device {
         let _s =
             debug_span!("fill", device = self.id, dst = %dst, size, pattern_size = pattern.len())
                 .entered();
-        if pattern.is_empty() || size % pattern.len() != 0 {
+        if pattern.is_empty() || !size.is_multiple_of(pattern.len()) {
             return Err(Error::invalid_size(format!(
                 "fill of {size} bytes is not a multiple of the {}-byte pattern",
                 pattern.len()

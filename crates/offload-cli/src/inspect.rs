@@ -1,0 +1,382 @@
+//! `offload inspect FILE`: what a file holds.
+//!
+//! Recognises a host executable or object with `.llvm.offloading`
+//! section(s), an `OffloadBinary` (possibly several concatenated), a
+//! `1OMP`-headed image, a plain ELF (a device image) and LLVM bitcode. For
+//! every leaf image it shows the container chain, triple, arch, kinds, size,
+//! string map, metadata, for ELF images the header facts and the kernels,
+//! functions and globals defined, and which devices of this runtime could
+//! run it. Anything else (unknown, truncated, corrupt) is an error.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use offload_core::Runtime;
+use offload_image::elf::{self, ElfInfo, ElfType, SymbolKind};
+use offload_image::{DeviceImage, ImageFormat};
+use serde::Serialize;
+
+use crate::output::{self, OrderedMap};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The file to inspect.
+    file: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prefix of the names clang gives OpenMP target region kernels.
+pub const KERNEL_PREFIX: &str = "__omp_offloading_";
+
+#[derive(Serialize, Debug)]
+pub struct Report {
+    pub file: String,
+    pub size: u64,
+    /// `host-binary`, `offload-binary`, `1omp`, `elf` or `bitcode`.
+    pub format: &'static str,
+    /// A one-line human description of the file.
+    pub description: String,
+    /// The host ELF's header, when the file is a host binary.
+    pub host: Option<ElfReport>,
+    pub images: Vec<ImageReport>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ElfReport {
+    pub class: u8,
+    pub endian: &'static str,
+    pub machine: &'static str,
+    pub machine_id: u16,
+    #[serde(rename = "type")]
+    pub elf_type: String,
+    pub flags: String,
+    pub triple: Option<&'static str>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ImageReport {
+    pub index: usize,
+    /// Containers stripped to reach the image, outermost first.
+    pub containers: Vec<&'static str>,
+    /// Containers and leaf, e.g. `OffloadBinary > 1OMP > ELF`.
+    pub chain: String,
+    /// The leaf format: `ELF`, `bitcode` or `unknown`.
+    pub format: &'static str,
+    pub triple: Option<String>,
+    pub arch: Option<String>,
+    /// The OffloadBinary image kind (LLVM's names: `o`, `bc`, `cubin`, ...).
+    pub image_kind: Option<String>,
+    /// The OffloadBinary offload kind (`openmp`, `cuda`, `hip`, `sycl`, `none`).
+    pub producer: Option<String>,
+    pub size: usize,
+    /// The OffloadBinary string map (merged over nested binaries).
+    pub strings: OrderedMap,
+    /// The 1OMP metadata (merged over nested headers).
+    pub metadata: OrderedMap,
+    pub elf: Option<ElfReport>,
+    /// Names of the defined functions that are OpenMP kernels.
+    pub kernels: Vec<String>,
+    /// Every defined function (ELF images only).
+    pub functions: Vec<FunctionReport>,
+    /// Every defined data object (ELF images only).
+    pub globals: Vec<GlobalReport>,
+    /// Devices of this runtime whose plugin says they can run the image.
+    pub runnable_on: Vec<RunnableDevice>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct FunctionReport {
+    pub name: String,
+    pub size: u64,
+    pub kernel: bool,
+}
+
+#[derive(Serialize, Debug)]
+pub struct GlobalReport {
+    pub name: String,
+    pub size: u64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct RunnableDevice {
+    pub id: usize,
+    pub plugin: String,
+    pub uid: String,
+}
+
+fn short_format(f: ImageFormat) -> &'static str {
+    match f {
+        ImageFormat::Elf => "ELF",
+        ImageFormat::OffloadBinary => "OffloadBinary",
+        ImageFormat::MetadataHeader => "1OMP",
+        ImageFormat::Bitcode => "bitcode",
+        ImageFormat::Unknown => "unknown",
+    }
+}
+
+fn elf_type_name(t: ElfType) -> String {
+    match t {
+        ElfType::Relocatable => "relocatable".into(),
+        ElfType::Executable => "executable".into(),
+        ElfType::SharedObject => "shared object".into(),
+        ElfType::Core => "core".into(),
+        ElfType::Other(n) => format!("other ({n:#x})"),
+    }
+}
+
+fn elf_report(i: &ElfInfo) -> ElfReport {
+    ElfReport {
+        class: i.class,
+        endian: if i.little_endian { "little" } else { "big" },
+        machine: i.machine_name,
+        machine_id: i.machine,
+        elf_type: elf_type_name(i.elf_type),
+        flags: format!("{:#x}", i.flags),
+        triple: i.triple,
+    }
+}
+
+/// Reads `path`, refusing what is not a regular file (a FIFO or
+/// `/dev/zero` would never end).
+pub fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn image_report(
+    index: usize,
+    img: &DeviceImage<'_>,
+    runtime: &Runtime,
+) -> anyhow::Result<ImageReport> {
+    let containers: Vec<&'static str> = img.containers.iter().map(|&c| short_format(c)).collect();
+    let mut chain = containers.clone();
+    chain.push(short_format(img.format));
+    let mut report = ImageReport {
+        index,
+        chain: chain.join(" > "),
+        containers,
+        format: short_format(img.format),
+        triple: img.triple.clone(),
+        arch: img.arch.clone(),
+        image_kind: img.image_kind.map(|k| k.to_string()),
+        producer: img.offload_kind.map(|k| k.to_string()),
+        size: img.bytes.len(),
+        strings: OrderedMap(img.strings.clone()),
+        metadata: OrderedMap(img.metadata.entries.clone()),
+        elf: None,
+        kernels: Vec::new(),
+        functions: Vec::new(),
+        globals: Vec::new(),
+        runnable_on: Vec::new(),
+    };
+    if img.format == ImageFormat::Elf {
+        let info = elf::info(img.bytes).with_context(|| format!("image {index}"))?;
+        report.elf = Some(elf_report(&info));
+        let symbols = elf::defined_symbols(img.bytes)
+            .with_context(|| format!("image {index}: cannot read its symbols"))?;
+        for s in symbols {
+            match s.kind {
+                SymbolKind::Function => {
+                    let kernel = s.name.starts_with(KERNEL_PREFIX);
+                    if kernel {
+                        report.kernels.push(s.name.clone());
+                    }
+                    report.functions.push(FunctionReport {
+                        name: s.name,
+                        size: s.size,
+                        kernel,
+                    });
+                }
+                SymbolKind::Object => report.globals.push(GlobalReport {
+                    name: s.name,
+                    size: s.size,
+                }),
+            }
+        }
+    }
+    report.runnable_on = runtime
+        .devices()
+        .iter()
+        .filter(|d| d.raw().can_run(img))
+        .map(|d| RunnableDevice {
+            id: d.id(),
+            plugin: d.plugin_name().to_string(),
+            uid: d.info().uid.clone(),
+        })
+        .collect();
+    Ok(report)
+}
+
+/// Analyses `bytes` (the contents of `name`).
+pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Report> {
+    if bytes.is_empty() {
+        bail!("{name}: the file is empty");
+    }
+    let format = offload_image::detect(bytes);
+    let mut host = None;
+    let (kind, description, images) = match format {
+        ImageFormat::Elf => {
+            let info = elf::info(bytes).with_context(|| name.to_string())?;
+            let images = offload_image::images_in_host_binary(bytes)
+                .with_context(|| format!("{name}: bad .llvm.offloading section"))?;
+            let what = format!(
+                "{}-bit {}-endian {} ELF {}",
+                info.class,
+                if info.little_endian { "little" } else { "big" },
+                info.machine_name,
+                elf_type_name(info.elf_type)
+            );
+            if images.is_empty() {
+                let images = offload_image::unwrap(bytes).with_context(|| name.to_string())?;
+                ("elf", what, images)
+            } else {
+                host = Some(elf_report(&info));
+                let n = images.len();
+                (
+                    "host-binary",
+                    format!("host {what} with {n} offloading image(s)"),
+                    images,
+                )
+            }
+        }
+        ImageFormat::OffloadBinary | ImageFormat::MetadataHeader | ImageFormat::Bitcode => {
+            let images = offload_image::unwrap(bytes).with_context(|| name.to_string())?;
+            let (kind, what) = match format {
+                ImageFormat::OffloadBinary => {
+                    let n = offload_image::offload_binary::parse_all(bytes)
+                        .map(|b| b.len())
+                        .unwrap_or(1);
+                    ("offload-binary", format!("{n} OffloadBinary container(s)"))
+                }
+                ImageFormat::MetadataHeader => ("1omp", "1OMP-headed image".to_string()),
+                _ => ("bitcode", "LLVM bitcode".to_string()),
+            };
+            (kind, what, images)
+        }
+        ImageFormat::Unknown => {
+            let err = offload_image::unwrap(bytes)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "unknown format".to_string());
+            bail!(
+                "{name}: {err} (expected a host binary with offloading sections, an \
+                 OffloadBinary, a 1OMP image, an ELF file or LLVM bitcode)"
+            );
+        }
+    };
+    let images = images
+        .iter()
+        .enumerate()
+        .map(|(i, img)| image_report(i, img, runtime))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .with_context(|| name.to_string())?;
+    Ok(Report {
+        file: name.to_string(),
+        size: bytes.len() as u64,
+        format: kind,
+        description,
+        host,
+        images,
+    })
+}
+
+fn opt(s: &Option<String>) -> String {
+    match s.as_deref() {
+        None | Some("") => "(none)".to_string(),
+        Some(s) => output::text(s),
+    }
+}
+
+fn field(s: &mut String, key: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(s, "  {:<14}{value}", format!("{key}:"));
+}
+
+fn render_map(s: &mut String, key: &str, map: &OrderedMap) {
+    if map.0.is_empty() {
+        field(s, key, "(none)");
+        return;
+    }
+    let _ = writeln!(s, "  {key}:");
+    for (k, v) in &map.0 {
+        let _ = writeln!(s, "    {} = {}", output::text(k), output::text(v));
+    }
+}
+
+fn render_elf(e: &ElfReport) -> String {
+    format!(
+        "{}-bit {}-endian, machine {} ({}), type {}, flags {}",
+        e.class, e.endian, e.machine, e.machine_id, e.elf_type, e.flags
+    )
+}
+
+/// Renders the report as text.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}: {} ({} bytes)",
+        r.file,
+        output::text(&r.description),
+        r.size
+    );
+    for img in &r.images {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "image {}: {}", img.index, img.chain);
+        field(&mut s, "triple", opt(&img.triple));
+        field(&mut s, "arch", opt(&img.arch));
+        field(&mut s, "image kind", opt(&img.image_kind));
+        field(&mut s, "producer", opt(&img.producer));
+        field(&mut s, "size", output::bytes(img.size as u64));
+        render_map(&mut s, "strings", &img.strings);
+        render_map(&mut s, "metadata", &img.metadata);
+        if let Some(e) = &img.elf {
+            field(&mut s, "ELF", render_elf(e));
+            let _ = writeln!(s, "  kernels ({}):", img.kernels.len());
+            for k in &img.kernels {
+                let _ = writeln!(s, "    {}", output::text(k));
+            }
+            let others = img.functions.len() - img.kernels.len();
+            field(
+                &mut s,
+                "functions",
+                format!("{} defined, {others} not kernels", img.functions.len()),
+            );
+            let _ = writeln!(s, "  globals ({}):", img.globals.len());
+            for g in &img.globals {
+                let _ = writeln!(s, "    {} ({} bytes)", output::text(&g.name), g.size);
+            }
+        }
+        let runs = if img.runnable_on.is_empty() {
+            "no device of this runtime".to_string()
+        } else {
+            img.runnable_on
+                .iter()
+                .map(|d| format!("device {} ({} {})", d.id, d.plugin, d.uid))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        field(&mut s, "runs on", runs);
+    }
+    if r.images.is_empty() {
+        let _ = writeln!(s, "no device images");
+    }
+    s
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let bytes = read_file(&args.file)?;
+    let name = args.file.display().to_string();
+    let report = analyse(&name, &bytes, offload::runtime())?;
+    if args.json {
+        output::emit_json(&report)
+    } else {
+        output::emit(&render(&report))
+    }
+}

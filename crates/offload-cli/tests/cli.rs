@@ -1,0 +1,642 @@
+//! End-to-end tests of the `offload` executable.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const EXE: &str = env!("CARGO_BIN_EXE_offload");
+
+/// `offload ARGS` with a predictable environment.
+fn offload() -> Command {
+    let mut c = Command::new(EXE);
+    for var in [
+        "OFFLOAD_PLUGINS",
+        "OFFLOAD_HOST_DEVICES",
+        "OFFLOAD_LIB_DIR",
+        "LIBOMPTARGET_DEBUG",
+    ] {
+        c.env_remove(var);
+    }
+    c
+}
+
+fn run(c: &mut Command) -> Output {
+    c.output().expect("cannot start offload")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(c: &mut Command) -> String {
+    let o = run(c);
+    assert!(
+        o.status.success(),
+        "{c:?} failed: {:?}\nstderr: {}",
+        o.status,
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+fn json(c: &mut Command) -> Value {
+    let text = ok(c);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: not JSON:\n{text}"))
+}
+
+/// Asserts a clean failure: non-zero status, one `offload: error:` line, no panic.
+fn fails(c: &mut Command) -> String {
+    let o = run(c);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{c:?} unexpectedly succeeded");
+    assert!(o.status.code().is_some(), "{c:?} died of a signal: {err}");
+    assert!(!err.contains("panicked"), "{c:?} panicked: {err}");
+    assert!(
+        err.starts_with("offload: error: "),
+        "{c:?}: unexpected stderr {err:?}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err:?}");
+    err
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn have_clang() -> bool {
+    let ok = have("clang-22");
+    if !ok {
+        eprintln!("note: clang-22 not found, skipping this test");
+    }
+    ok
+}
+
+fn clang(args: &[&str], dir: &Path) {
+    let st = Command::new("clang-22")
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "clang-22 {args:?} failed");
+}
+
+/// A small host-kernel shared object with a kernel-named function and a global.
+fn kernel_so(dir: &Path) -> PathBuf {
+    std::fs::write(
+        dir.join("k.c"),
+        "int counter[4] = {1, 2, 3, 4};\n\
+         void __omp_offloading_demo_kernel(void) { counter[0]++; }\n\
+         void helper(void) {}\n",
+    )
+    .unwrap();
+    clang(&["-O2", "-fPIC", "-shared", "-o", "k.so", "k.c"], dir);
+    dir.join("k.so")
+}
+
+fn platforms_devices(v: &Value) -> Vec<Value> {
+    v["platforms"]
+        .as_array()
+        .expect("platforms array")
+        .iter()
+        .flat_map(|p| p["devices"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn info_json_lists_host_devices() {
+    let v = json(offload().args(["info", "--json"]));
+    let host = v["platforms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["plugin"] == "host")
+        .expect("host platform");
+    assert_eq!(host["backend"], "host");
+    let devices = host["devices"].as_array().unwrap();
+    assert!(!devices.is_empty());
+    let d = &devices[0];
+    assert_eq!(d["plugin"], "host");
+    assert_eq!(d["id"], 0);
+    for key in [
+        "name",
+        "vendor",
+        "product_name",
+        "type",
+        "backend",
+        "triple",
+        "arch",
+        "uid",
+        "driver_version",
+        "global_memory_bytes",
+        "group_memory_bytes",
+        "compute_units",
+        "max_group_size",
+        "max_group_size_per_dim",
+        "max_num_groups",
+        "clock_mhz",
+        "address_bits",
+    ] {
+        assert!(d.get(key).is_some(), "device lacks {key}: {d}");
+    }
+    assert!(v["failed_plugins"].is_array());
+
+    let v = json(
+        offload()
+            .args(["info", "--json"])
+            .env("OFFLOAD_HOST_DEVICES", "2"),
+    );
+    let all = platforms_devices(&v);
+    let hosts: Vec<_> = all.iter().filter(|d| d["plugin"] == "host").collect();
+    assert_eq!(hosts.len(), 2, "{v}");
+    assert_eq!(hosts[1]["id"], 1);
+}
+
+#[test]
+fn info_text() {
+    let out = ok(offload().arg("info").env("OFFLOAD_HOST_DEVICES", "1"));
+    assert!(out.contains("Platform 0: host"), "{out}");
+    assert!(out.contains("Device 0 (host"), "{out}");
+    assert!(out.contains("Global memory:"), "{out}");
+    let out = ok(offload().arg("info").env("OFFLOAD_PLUGINS", "nothing"));
+    assert!(out.contains("no platforms"), "{out}");
+}
+
+#[test]
+fn inspect_openmp_executable_and_object() {
+    if !have_clang() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(
+        t.path().join("t.c"),
+        "#include <stdio.h>\n\
+         int main(void) {\n\
+           int a = 0;\n\
+         #pragma omp target map(tofrom: a)\n\
+           { a = 42; }\n\
+           printf(\"%d\\n\", a);\n\
+           return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    let omp = [
+        "-fopenmp",
+        "-fopenmp-targets=x86_64-unknown-linux-gnu",
+        "t.c",
+    ];
+    clang(&[&omp[..], &["-o", "t"]].concat(), t.path());
+    clang(&[&omp[..], &["-c", "-o", "t.o"]].concat(), t.path());
+
+    for (file, elf_type) in [("t", "shared object"), ("t.o", "relocatable")] {
+        let path = t.path().join(file);
+        let v = json(offload().arg("inspect").arg(&path).arg("--json"));
+        assert_eq!(v["format"], "host-binary", "{v}");
+        let images = v["images"].as_array().unwrap();
+        assert_eq!(images.len(), 1, "{v}");
+        let img = &images[0];
+        assert_eq!(img["triple"], "x86_64-unknown-linux-gnu");
+        assert_eq!(img["chain"], "OffloadBinary > ELF");
+        assert_eq!(img["producer"], "openmp");
+        assert_eq!(img["elf"]["machine"], "x86_64");
+        assert_eq!(img["elf"]["type"], elf_type);
+        let kernels = img["kernels"].as_array().unwrap();
+        assert!(
+            kernels
+                .iter()
+                .any(|k| k.as_str().unwrap().starts_with("__omp_offloading_")),
+            "{v}"
+        );
+        assert!(
+            !img["runnable_on"].as_array().unwrap().is_empty(),
+            "the host device should run an x86_64 image: {v}"
+        );
+
+        let text = ok(offload().arg("inspect").arg(&path));
+        assert!(text.contains("x86_64-unknown-linux-gnu"), "{text}");
+        assert!(text.contains("__omp_offloading_"), "{text}");
+        assert!(text.contains("image 0: OffloadBinary > ELF"), "{text}");
+    }
+}
+
+#[test]
+fn pack_then_inspect_round_trip() {
+    if !have_clang() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let so = kernel_so(t.path());
+    let blob = t.path().join("blob.ptx");
+    std::fs::write(&blob, "//\n.version 8.0\n.target sm_80\n").unwrap();
+    let out = t.path().join("out.bin");
+    ok(offload()
+        .args(["pack", "-o"])
+        .arg(&out)
+        .arg("--image")
+        .arg(format!(
+            "{},triple=x86_64-unknown-linux-gnu,arch=znver3,note=a,note=b",
+            so.display()
+        ))
+        .arg("--image")
+        .arg(format!(
+            "file={},triple=nvptx64-nvidia-cuda,arch=sm_80,kind=cuda",
+            blob.display()
+        )));
+    let v = json(offload().arg("inspect").arg(&out).arg("--json"));
+    assert_eq!(v["format"], "offload-binary");
+    let images = v["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2, "{v}");
+
+    let a = &images[0];
+    assert_eq!(a["triple"], "x86_64-unknown-linux-gnu");
+    assert_eq!(a["arch"], "znver3");
+    assert_eq!(a["image_kind"], "o");
+    assert_eq!(a["producer"], "openmp");
+    assert_eq!(a["strings"]["note"], "a,b");
+    assert_eq!(a["size"], std::fs::metadata(&so).unwrap().len());
+    assert_eq!(
+        a["kernels"],
+        serde_json::json!(["__omp_offloading_demo_kernel"])
+    );
+    let counter = a["globals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "counter")
+        .expect("global counter");
+    assert_eq!(counter["size"], 16);
+    assert!(a["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["name"] == "helper" && f["kernel"] == false));
+
+    let b = &images[1];
+    assert_eq!(b["triple"], "nvptx64-nvidia-cuda");
+    assert_eq!(b["arch"], "sm_80");
+    assert_eq!(b["image_kind"], "s");
+    assert_eq!(b["producer"], "cuda");
+    assert_eq!(b["format"], "unknown");
+    assert_eq!(b["runnable_on"], serde_json::json!([]));
+
+    // The triple of an ELF image defaults to the one its header implies.
+    let out2 = t.path().join("out2.bin");
+    ok(offload()
+        .args(["pack", "-o"])
+        .arg(&out2)
+        .arg("--image")
+        .arg(&so));
+    let v = json(offload().arg("inspect").arg(&out2).arg("--json"));
+    assert_eq!(v["images"][0]["triple"], "x86_64-unknown-linux-gnu");
+    assert_eq!(v["images"][0]["strings"]["arch"], "");
+}
+
+#[test]
+fn pack_output_is_readable_by_llvm_objdump() {
+    if !have_clang() {
+        return;
+    }
+    if !have("llvm-objdump-22") {
+        eprintln!("note: llvm-objdump-22 not found, skipping");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let so = kernel_so(t.path());
+    let out = t.path().join("packed.bin");
+    ok(offload()
+        .args(["pack", "--format", "offload-binary", "-o"])
+        .arg(&out)
+        .arg("--image")
+        .arg(format!(
+            "{},triple=x86_64-unknown-linux-gnu,arch=skylake,kind=openmp",
+            so.display()
+        )));
+    let o = Command::new("llvm-objdump-22")
+        .arg("--offloading")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}\n{}", text, stderr(&o));
+    assert!(text.contains("x86_64-unknown-linux-gnu"), "{text}");
+    assert!(text.contains("skylake"), "{text}");
+    assert!(text.contains("openmp"), "{text}");
+
+    // And LLVM's own tool extracts the image byte for byte.
+    let tool = "/usr/lib/llvm-22/bin/llvm-offload-binary";
+    if Path::new(tool).exists() {
+        let back = t.path().join("back.so");
+        let st = Command::new(tool)
+            .arg(&out)
+            .arg(format!(
+                "--image=file={},triple=x86_64-unknown-linux-gnu,arch=skylake",
+                back.display()
+            ))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&so).unwrap());
+    }
+}
+
+#[test]
+fn one_omp_pack_keeps_metadata() {
+    let t = tempfile::tempdir().unwrap();
+    // Any payload will do for a 1OMP image; a recognisable one makes the
+    // image kind visible.
+    let payload = t.path().join("payload.bin");
+    std::fs::write(&payload, b"not an ELF, just bytes").unwrap();
+    let out = t.path().join("img.omp");
+    let compile = "-O2 -g, -DX=\"a:b\" --offload-arch=gfx90a:xnack+";
+    let vendor = "it's: \"quoted\", really";
+    ok(offload()
+        .args(["pack", "--format", "1omp", "-o"])
+        .arg(&out)
+        .arg("--image")
+        .arg(format!(
+            "{},Producer=clang 22,TargetID=amdgcn-amd-amdhsa--gfx90a:xnack+,VendorId=0x1002,Custom=1",
+            payload.display()
+        ))
+        .arg("--meta")
+        .arg(format!("CompileOptions={compile}"))
+        .args(["--meta", "LinkOptions=-lm,-lc"])
+        .arg("--meta")
+        .arg(format!("VendorName={vendor}")));
+    assert_eq!(&std::fs::read(&out).unwrap()[..4], b"1OMP");
+
+    let v = json(offload().arg("inspect").arg(&out).arg("--json"));
+    assert_eq!(v["format"], "1omp");
+    let img = &v["images"][0];
+    assert_eq!(img["chain"], "1OMP > unknown");
+    assert_eq!(
+        img["metadata"],
+        serde_json::json!({
+            "Producer": "clang 22",
+            "TargetID": "amdgcn-amd-amdhsa--gfx90a:xnack+",
+            "VendorId": "0x1002",
+            "Custom": "1",
+            "CompileOptions": compile,
+            "LinkOptions": "-lm,-lc",
+            "VendorName": vendor,
+        })
+    );
+    assert_eq!(img["arch"], "gfx90a:xnack+");
+    // Order is kept too.
+    let text = ok(offload().arg("inspect").arg(&out));
+    let p = text.find("Producer = clang 22").expect(&text);
+    let c = text.find("CompileOptions = ").expect(&text);
+    assert!(p < c, "{text}");
+
+    // A 1OMP image inside an OffloadBinary.
+    let nested = t.path().join("nested.bin");
+    ok(offload()
+        .args(["pack", "-o"])
+        .arg(&nested)
+        .arg("--image")
+        .arg(format!(
+            "{},triple=amdgcn-amd-amdhsa,image-kind=o",
+            out.display()
+        )));
+    let v = json(offload().arg("inspect").arg(&nested).arg("--json"));
+    assert_eq!(v["images"][0]["chain"], "OffloadBinary > 1OMP > unknown");
+    assert_eq!(v["images"][0]["metadata"]["VendorName"], vendor);
+}
+
+#[test]
+fn hostile_files_are_clean_errors() {
+    let t = tempfile::tempdir().unwrap();
+    let p = |name: &str| t.path().join(name);
+
+    // A truncated ELF: the first 100 bytes of a real shared object.
+    let so = [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib64/ld-linux-x86-64.so.2",
+    ]
+    .iter()
+    .map(Path::new)
+    .find(|p| p.exists())
+    .map(|p| std::fs::read(p).unwrap())
+    .unwrap_or_else(|| std::fs::read(EXE).unwrap());
+    std::fs::write(p("trunc.so"), &so[..100]).unwrap();
+
+    // 4 KiB of (deterministic) random bytes.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let random: Vec<u8> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect();
+    std::fs::write(p("random.bin"), &random).unwrap();
+
+    // An OffloadBinary header whose entry lies beyond the file.
+    let mut ob = vec![0x10, 0xff, 0x10, 0xad];
+    ob.extend_from_slice(&1u32.to_le_bytes());
+    ob.extend_from_slice(&72u64.to_le_bytes()); // size
+    ob.extend_from_slice(&0x1000u64.to_le_bytes()); // entry offset
+    ob.extend_from_slice(&40u64.to_le_bytes()); // entry size
+    ob.resize(72, 0);
+    std::fs::write(p("offsets.bin"), &ob).unwrap();
+    // ... and one whose size runs past the end of the file.
+    let mut ob2 = ob.clone();
+    ob2[8..16].copy_from_slice(&0xffff_ffffu64.to_le_bytes());
+    std::fs::write(p("size.bin"), &ob2).unwrap();
+
+    // A 1OMP header declaring 0xFFFFFFF0 bytes of YAML.
+    let mut omp = b"1OMP".to_vec();
+    omp.extend_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+    omp.extend_from_slice(b"a: b\n");
+    std::fs::write(p("huge.omp"), &omp).unwrap();
+
+    // A 1OMP header followed by bad YAML.
+    let yaml = b"a: [b";
+    let mut bad = b"1OMP".to_vec();
+    bad.extend_from_slice(&(yaml.len() as u32).to_le_bytes());
+    bad.extend_from_slice(yaml);
+    bad.extend_from_slice(b"IMAGE");
+    std::fs::write(p("badyaml.omp"), &bad).unwrap();
+
+    std::fs::write(p("empty"), b"").unwrap();
+
+    for name in [
+        "trunc.so",
+        "random.bin",
+        "offsets.bin",
+        "size.bin",
+        "huge.omp",
+        "badyaml.omp",
+        "empty",
+    ] {
+        for json in [false, true] {
+            let mut c = offload();
+            c.arg("inspect").arg(p(name));
+            if json {
+                c.arg("--json");
+            }
+            let err = fails(&mut c);
+            assert!(
+                err.contains(name),
+                "{name}: message does not name the file: {err}"
+            );
+        }
+        // pack refuses the same files as images.
+        let mut c = offload();
+        c.args(["pack", "-o"])
+            .arg(p("out"))
+            .arg("--image")
+            .arg(p(name));
+        fails(&mut c);
+    }
+    assert!(!p("out").exists());
+
+    // Not a file at all.
+    fails(offload().arg("inspect").arg(t.path()));
+    fails(offload().arg("inspect").arg(p("missing")));
+    fails(offload().args(["inspect", "/dev/zero"]));
+}
+
+#[test]
+fn bad_command_lines_are_one_line_errors() {
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("img");
+    std::fs::write(&img, b"bytes").unwrap();
+    let out = t.path().join("out");
+    for args in [
+        vec!["inspect"],
+        vec!["frobnicate"],
+        vec!["info", "--jsn"],
+        vec!["pack", "-o", "x"],
+        vec!["pack", "-o", "x", "--format", "zip", "--image", "y"],
+        vec!["exec"],
+    ] {
+        let o = run(offload().args(&args));
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert!(err.starts_with("offload: error: "), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+    let img_s = img.display().to_string();
+    for args in [
+        // Unknown producer, unknown image kind, unknown format.
+        vec![
+            "--image".to_string(),
+            format!("{img_s},kind=fortran,image-kind=o,triple=t"),
+        ],
+        vec![
+            "--image".to_string(),
+            format!("{img_s},image-kind=zip,triple=t"),
+        ],
+        vec!["--image".to_string(), format!("{img_s},triple=t")],
+        // No triple for an image that does not imply one.
+        vec!["--image".to_string(), format!("{img_s},image-kind=o")],
+        // Malformed pairs.
+        vec!["--image".to_string(), format!("{img_s},novalue")],
+        vec!["--image".to_string(), ",triple=t".to_string()],
+        // 1OMP takes one image.
+        vec![
+            "--format".into(),
+            "1omp".into(),
+            "--image".into(),
+            img_s.clone(),
+            "--image".into(),
+            img_s.clone(),
+        ],
+        vec![
+            "--format".into(),
+            "1omp".into(),
+            "--image".into(),
+            img_s.clone(),
+            "--meta".into(),
+            "nokey".into(),
+        ],
+        vec![
+            "--image".into(),
+            t.path().join("missing").display().to_string(),
+        ],
+    ] {
+        let mut c = offload();
+        c.args(["pack", "-o"]).arg(&out).args(&args);
+        fails(&mut c);
+    }
+    assert!(!out.exists());
+    ok(offload().arg("--help"));
+    ok(offload().args(["pack", "--help"]));
+}
+
+fn lib_dir() -> PathBuf {
+    let out = ok(offload().arg("lib-dir"));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    PathBuf::from(lines[0])
+}
+
+#[test]
+fn lib_dir_exists_next_to_the_executable() {
+    let dir = lib_dir();
+    assert!(dir.is_dir(), "{}", dir.display());
+    assert!(dir.is_absolute());
+    assert_eq!(dir.file_name().unwrap(), "offload-lib");
+    let exe_dir = Path::new(EXE).canonicalize().unwrap();
+    assert_eq!(dir.parent().unwrap(), exe_dir.parent().unwrap());
+    for (lib, soname) in [
+        ("libomptarget.so", "libomptarget.so.22.1"),
+        ("libLLVMOffload.so", "libLLVMOffload.so.22.1"),
+    ] {
+        if exe_dir.parent().unwrap().join(lib).is_file() {
+            assert_eq!(
+                std::fs::read_link(dir.join(soname)).unwrap(),
+                Path::new("..").join(lib)
+            );
+            assert!(dir.join(lib).is_file(), "{lib} link does not resolve");
+        }
+    }
+    // Stable across calls.
+    assert_eq!(lib_dir(), dir);
+
+    let t = tempfile::tempdir().unwrap();
+    let out = ok(offload().arg("lib-dir").env("OFFLOAD_LIB_DIR", t.path()));
+    assert_eq!(out.trim_end(), t.path().display().to_string());
+    fails(
+        offload()
+            .arg("lib-dir")
+            .env("OFFLOAD_LIB_DIR", t.path().join("missing")),
+    );
+}
+
+#[test]
+fn exec_prepends_the_lib_dir() {
+    let dir = lib_dir();
+    let out = ok(offload()
+        .args(["exec", "sh", "-c", "echo $LD_LIBRARY_PATH"])
+        .env("LD_LIBRARY_PATH", "/somewhere:/else"));
+    let line = out.trim_end();
+    let parts: Vec<&str> = line.split(':').collect();
+    assert_eq!(Path::new(parts[0]), dir, "{line}");
+    assert_eq!(&parts[1..3], &["/somewhere", "/else"], "{line}");
+    if Path::new("/usr/lib/llvm-22/lib").is_dir() {
+        assert_eq!(parts.last(), Some(&"/usr/lib/llvm-22/lib"), "{line}");
+    }
+
+    // The program's own options and exit status pass through.
+    let o = run(offload().args(["exec", "sh", "-c", "exit 7", "--", "-x"]));
+    assert_eq!(o.status.code(), Some(7));
+    let out = ok(offload().args(["exec", "echo", "--json", "--help", "-o", "x"]));
+    assert_eq!(out.trim_end(), "--json --help -o x");
+
+    let o = run(offload().args(["exec", "/nonexistent/program"]));
+    assert_eq!(o.status.code(), Some(127));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("offload: error: cannot run /nonexistent/program"),
+        "{err}"
+    );
+}

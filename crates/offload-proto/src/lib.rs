@@ -1,0 +1,15 @@
+//! Generated gRPC types and stubs of the remote offloading service
+//! (`proto/offload.proto`).
+
+#![allow(clippy::all, missing_docs)]
+
+pub mod v1 {
+    tonic::include_proto!("offload.remote.v1");
+}
+
+pub use v1::*;
+
+/// Protocol version both sides put in Hello.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Metadata key carrying the session id.
+pub const SESSION_HEADER: &str = "x-offload-session";
