@@ -28,6 +28,17 @@ pub struct Config {
     pub host_devices: usize,
     /// `LIBOMPTARGET_PROFILE`: where to write a trace-event profile.
     pub profile: Option<PathBuf>,
+    /// `OFFLOAD_REMOTE=HOST:PORT[,HOST:PORT...]`: servers whose devices the
+    /// remote plugin adds.
+    pub remote_servers: Vec<String>,
+    /// `OFFLOAD_REMOTE_TOKEN`: shared secret sent to the servers.
+    pub remote_token: Option<String>,
+    /// `OFFLOAD_REMOTE_TIMEOUT` (seconds, default 10): bound on connecting and
+    /// on noticing a dead server.
+    pub remote_timeout_secs: u64,
+    /// `OFFLOAD_REMOTE_CHUNK_SIZE` (bytes, default 1 MiB): size of the pieces
+    /// large copies are streamed in.
+    pub remote_chunk_size: usize,
 }
 
 impl Default for Config {
@@ -39,6 +50,10 @@ impl Default for Config {
             plugins: None,
             host_devices: DEFAULT_HOST_DEVICES,
             profile: None,
+            remote_servers: Vec::new(),
+            remote_token: None,
+            remote_timeout_secs: 10,
+            remote_chunk_size: 1 << 20,
         }
     }
 }
@@ -86,6 +101,17 @@ impl Config {
             if !v.is_empty() {
                 c.profile = Some(PathBuf::from(v));
             }
+        }
+        if let Some(v) = lookup("OFFLOAD_REMOTE") {
+            c.remote_servers =
+                v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        }
+        c.remote_token = lookup("OFFLOAD_REMOTE_TOKEN").filter(|t| !t.is_empty());
+        if let Some(n) = lookup("OFFLOAD_REMOTE_TIMEOUT").and_then(|v| v.trim().parse::<u64>().ok()) {
+            c.remote_timeout_secs = n.max(1);
+        }
+        if let Some(n) = lookup("OFFLOAD_REMOTE_CHUNK_SIZE").and_then(|v| v.trim().parse::<usize>().ok()) {
+            c.remote_chunk_size = n.clamp(4096, 64 << 20);
         }
         c
     }

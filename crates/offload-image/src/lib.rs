@@ -29,8 +29,14 @@
 //! * **Zero-copy.** Parsed images borrow from the input (`&'a [u8]`); only
 //!   small metadata (string maps, symbol names) is copied into owned
 //!   `String`s.
-//! * **Bounded recursion.** Containers may nest (an `OffloadBinary` inside a
-//!   `1OMP` header or vice versa) at most [`MAX_NESTING`] levels deep.
+//! * **Bounded recursion and amplification.** Containers may nest (an
+//!   `OffloadBinary` inside a `1OMP` header or vice versa) at most
+//!   [`MAX_NESTING`] levels deep; YAML aliases are rejected; the strings an
+//!   `OffloadBinary` decodes to, and the string data [`unwrap`] copies into
+//!   its leaves, are capped relative to the input size, so a small input
+//!   cannot demand huge allocations.
+//! * **Text is UTF-8.** `OffloadBinary` strings and `1OMP` YAML must be valid
+//!   UTF-8 (an error otherwise); ELF symbol names are converted lossily.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -232,8 +238,9 @@ pub enum ImageError {
         /// The string.
         value: String,
     },
-    /// Something too large for the format's size fields.
-    #[error("{what} is too large for the format: {size} bytes")]
+    /// Something too large: for a size field of the format, or for the
+    /// copy budget of [`unwrap`].
+    #[error("{what} is too large: {size} bytes")]
     TooLarge {
         /// What is too large.
         what: &'static str,
@@ -252,6 +259,29 @@ pub enum ImageError {
 
 /// The crate's result type.
 pub type Result<T> = std::result::Result<T, ImageError>;
+
+/// Sets each `(key, value)` of `src` in `dst`: an existing key (its first
+/// occurrence) gets the new value in place, a new key is appended. Linear in
+/// the sizes of both, so hostile inputs with huge maps stay cheap.
+pub(crate) fn merge_pairs<'s>(
+    dst: &mut Vec<(String, String)>,
+    src: impl IntoIterator<Item = (&'s str, &'s str)>,
+) {
+    let mut index: std::collections::HashMap<String, usize> =
+        std::collections::HashMap::with_capacity(dst.len());
+    for (i, (k, _)) in dst.iter().enumerate() {
+        index.entry(k.clone()).or_insert(i);
+    }
+    for (k, v) in src {
+        match index.get(k) {
+            Some(&i) => dst[i].1 = v.to_owned(),
+            None => {
+                index.insert(k.to_owned(), dst.len());
+                dst.push((k.to_owned(), v.to_owned()));
+            }
+        }
+    }
+}
 
 /// Renders up to the first 8 bytes of `bytes` as hex, for error messages.
 pub(crate) fn hex_prefix(bytes: &[u8]) -> String {

@@ -8,7 +8,7 @@
 //!
 //! `N` is the length of the YAML document alone: it does **not** count the 8
 //! bytes of magic and size, so the image starts at offset `8 + N` and runs to
-//! the end of the buffer. [`write`] pads the document with trailing newlines
+//! the end of the buffer. [`write()`] pads the document with trailing newlines
 //! so that the image starts on an 8-byte boundary.
 //!
 //! The document must be a YAML mapping (an empty document is an empty
@@ -26,7 +26,7 @@
 //! * keys must be scalars and must not repeat; anchors are allowed but
 //!   aliases are rejected (no alias expansion, so no "billion laughs").
 //!
-//! [`write`] double-quotes every key and value and escapes every character
+//! [`write()`] double-quotes every key and value and escapes every character
 //! that could change its meaning, so any string survives a round trip.
 
 use std::collections::HashSet;
@@ -61,7 +61,7 @@ const MAX_VALUE_DEPTH: usize = 64;
 ///
 /// Keys are meant to be unique: [`insert`](Self::insert) keeps them so. If
 /// `entries` is edited directly and holds a key twice, [`get`](Self::get) and
-/// [`write`] use the first occurrence.
+/// [`write()`] use the first occurrence.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Metadata {
     /// The entries in order.
@@ -121,9 +121,7 @@ impl Metadata {
     /// already present keep their position, new keys are appended in
     /// `other`'s order.
     pub fn merge(&mut self, other: &Metadata) {
-        for (k, v) in &other.entries {
-            self.insert(k.clone(), v.clone());
-        }
+        crate::merge_pairs(&mut self.entries, other.iter());
     }
 
     /// The [`TARGET_ID`] value.
@@ -137,7 +135,7 @@ impl Metadata {
         self.target_id().and_then(arch_from_target_id)
     }
 
-    /// Renders the YAML document [`write`] stores (without alignment padding).
+    /// Renders the YAML document [`write()`] stores (without alignment padding).
     pub fn to_yaml(&self) -> String {
         if self.entries.is_empty() {
             return "{}\n".to_string();
@@ -415,11 +413,11 @@ pub fn parse(bytes: &[u8]) -> Result<(Metadata, &[u8])> {
     Ok((parse_yaml(text)?, image))
 }
 
-/// Builds `1OMP` + length + YAML + `image`, like [`write`], failing only if
+/// Builds `1OMP` + length + YAML + `image`, like [`write()`], failing only if
 /// the YAML document would not fit the 32-bit length field.
 pub fn try_write(meta: &Metadata, image: &[u8]) -> Result<Vec<u8>> {
     let mut yaml = meta.to_yaml();
-    while (HEADER_SIZE + yaml.len()) % 8 != 0 {
+    while !(HEADER_SIZE + yaml.len()).is_multiple_of(8) {
         yaml.push('\n');
     }
     let n = u32::try_from(yaml.len()).map_err(|_| ImageError::TooLarge {

@@ -206,7 +206,7 @@ impl FromStr for OffloadKind {
 }
 
 /// One `OffloadBinary`: an image plus its string map. Used both for parsing
-/// (the image borrows from the input) and for [`write`].
+/// (the image borrows from the input) and for [`write()`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OffloadBinary<'a> {
     /// What the image is.
@@ -280,6 +280,16 @@ impl<'a> OffloadBinary<'a> {
         self.get("arch")
     }
 }
+
+/// The decoded strings of one binary may total at most this many times the
+/// binary's size (plus [`STRING_EXPANSION_SLACK`]): a guard against string
+/// maps whose many pairs all point at one long string.
+pub const STRING_EXPANSION_FACTOR: u64 = 4;
+/// See [`STRING_EXPANSION_FACTOR`].
+pub const STRING_EXPANSION_SLACK: u64 = 64 * 1024;
+
+/// The writer's input: the same type as a parsed binary.
+pub type Entry<'a> = OffloadBinary<'a>;
 
 fn rd_u16(b: &[u8], off: usize) -> u16 {
     // Callers guarantee `off + 2 <= b.len()`; `get` keeps this panic-free anyway.
@@ -422,9 +432,22 @@ fn parse_at(bytes: &[u8], base: u64) -> Result<(OffloadBinary<'_>, usize)> {
     let map = region(base, "string map", string_offset, map_len, limit)?;
     let map = &bin[map];
     let mut strings = Vec::with_capacity(map.len() / 16);
+    // Many pairs may point at one long string; cap what they expand to so a
+    // small input cannot demand gigabytes of copies.
+    let budget = (limit as u64).saturating_mul(STRING_EXPANSION_FACTOR) + STRING_EXPANSION_SLACK;
+    let mut expanded = 0u64;
     for pair in map.chunks_exact(16) {
         let key = c_string(bin, base, rd_u64(pair, 0), "OffloadBinary string key")?;
         let value = c_string(bin, base, rd_u64(pair, 8), "OffloadBinary string value")?;
+        expanded += (key.len() + value.len()) as u64;
+        if expanded > budget {
+            return Err(ImageError::InvalidField {
+                offset: base,
+                field: "num_strings",
+                value: num_strings,
+                reason: "the string map expands to more than 4 times the binary's size",
+            });
+        }
         strings.push((key, value));
     }
 
@@ -442,6 +465,11 @@ fn parse_at(bytes: &[u8], base: u64) -> Result<(OffloadBinary<'_>, usize)> {
 }
 
 /// Parses one `OffloadBinary` at the start of `bytes`.
+///
+/// Every offset and size is checked against the binary's `size`, every
+/// string must be NUL-terminated UTF-8 inside the binary, and the decoded
+/// strings may total at most [`STRING_EXPANSION_FACTOR`] times the binary's
+/// size (plus [`STRING_EXPANSION_SLACK`]).
 ///
 /// Returns the binary and the number of bytes it occupies (its `size` field);
 /// anything after that is not looked at.
@@ -466,7 +494,7 @@ pub fn parse_all(bytes: &[u8]) -> Result<Vec<OffloadBinary<'_>>> {
         let (bin, used) = parse_at(rest, pos as u64)?;
         out.push(bin);
         pos += used;
-        while pos % ALIGNMENT != 0 && bytes.get(pos) == Some(&0) {
+        while !pos.is_multiple_of(ALIGNMENT) && bytes.get(pos) == Some(&0) {
             pos += 1;
         }
     }
@@ -569,7 +597,7 @@ pub fn write(entries: &[OffloadBinary<'_>]) -> Vec<u8> {
     out
 }
 
-/// Like [`write`], but a key or value containing a NUL byte is an error.
+/// Like [`write()`], but a key or value containing a NUL byte is an error.
 pub fn try_write(entries: &[OffloadBinary<'_>]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for e in entries {
@@ -609,7 +637,7 @@ mod tests {
             .with("a", "same")
             .with("b", "same")
             .with("c", "");
-        let bytes = write(&[b.clone()]);
+        let bytes = write(std::slice::from_ref(&b));
         let (p, _) = parse(&bytes).unwrap();
         assert_eq!(p, b);
         let v_a = rd_u64(&bytes, 72 + 8);
@@ -640,7 +668,7 @@ mod tests {
     fn nul_in_strings() {
         let b = OffloadBinary::new(ImageKind::None, OffloadKind::None, b"").with("k", "a\0b");
         assert!(matches!(
-            try_write(&[b.clone()]),
+            try_write(std::slice::from_ref(&b)),
             Err(ImageError::NulInString { what: "value", .. })
         ));
         let bytes = write(&[b]);
@@ -677,6 +705,20 @@ mod tests {
         assert_eq!(OffloadKind::OpenMp.to_string(), "openmp");
         assert_eq!("elf".parse::<ImageKind>().unwrap(), ImageKind::Object);
         assert!("nope".parse::<ImageKind>().is_err());
+    }
+
+    #[test]
+    fn string_bomb_is_rejected() {
+        // 4096 pairs all pointing at one 1000-byte string.
+        let long = "x".repeat(1000);
+        let mut b = OffloadBinary::new(ImageKind::None, OffloadKind::None, b"");
+        for i in 0..4096 {
+            b.strings.push((format!("{i}"), long.clone()));
+        }
+        assert!(parse(&write(&[b.clone()])).is_err());
+        b.strings.truncate(16);
+        let bytes = write(&[b]);
+        assert_eq!(parse(&bytes).unwrap().0.strings.len(), 16);
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub fn build(
 
     let mut out = vec![0u8; 64];
     let place = |out: &mut Vec<u8>, data: &[u8]| {
-        while out.len() % 8 != 0 {
+        while !out.len().is_multiple_of(8) {
             out.push(0);
         }
         let off = out.len() as u64;
@@ -64,7 +64,7 @@ pub fn build(
     let symt = place(&mut out, &symtab);
     let strt = place(&mut out, &strtab);
     let text = place(&mut out, &[0xc3; 16]);
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push(0);
     }
     let shoff = out.len() as u64;

@@ -71,19 +71,44 @@ fn enter(ctx: &Ctx, format: ImageFormat) -> Result<Ctx> {
     Ok(c)
 }
 
-fn walk<'a>(bytes: &'a [u8], ctx: &Ctx, top: bool, out: &mut Vec<DeviceImage<'a>>) -> Result<()> {
+/// Collects leaves, charging the string data copied into each one against a
+/// budget so that many leaves under a large string map cannot exhaust
+/// memory.
+struct Out<'a> {
+    images: Vec<DeviceImage<'a>>,
+    budget: u64,
+}
+
+impl<'a> Out<'a> {
+    fn new(input_len: usize) -> Self {
+        Out {
+            images: Vec::new(),
+            budget: COPY_BUDGET_SLACK
+                .saturating_add((input_len as u64).saturating_mul(COPY_BUDGET_FACTOR)),
+        }
+    }
+}
+
+/// Leaves may carry copies of string maps and metadata totalling at most
+/// this many times the input's size, plus [`COPY_BUDGET_SLACK`].
+const COPY_BUDGET_FACTOR: u64 = 16;
+const COPY_BUDGET_SLACK: u64 = 64 << 20;
+
+fn pairs_len<'s>(pairs: impl Iterator<Item = (&'s str, &'s str)>) -> u64 {
+    pairs.map(|(k, v)| (k.len() + v.len() + 16) as u64).sum()
+}
+
+fn walk<'a>(bytes: &'a [u8], ctx: &Ctx, top: bool, out: &mut Out<'a>) -> Result<()> {
     let format = detect(bytes);
     match format {
         ImageFormat::OffloadBinary => {
             let binaries = offload_binary::parse_all(bytes)?;
             for b in binaries {
                 let mut c = enter(ctx, format)?;
-                for (k, v) in &b.strings {
-                    match c.strings.iter_mut().find(|(ck, _)| ck == k) {
-                        Some(slot) => slot.1.clone_from(v),
-                        None => c.strings.push((k.clone(), v.clone())),
-                    }
-                }
+                crate::merge_pairs(
+                    &mut c.strings,
+                    b.strings.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                );
                 if let Some(t) = non_empty(b.triple()) {
                     c.triple = Some(t);
                 }
@@ -120,7 +145,13 @@ fn walk<'a>(bytes: &'a [u8], ctx: &Ctx, top: bool, out: &mut Vec<DeviceImage<'a>
                 .arch
                 .clone()
                 .or_else(|| ctx.metadata.arch().map(str::to_owned));
-            out.push(DeviceImage {
+            let cost = pairs_len(ctx.strings.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                + pairs_len(ctx.metadata.iter());
+            out.budget = out.budget.checked_sub(cost).ok_or(ImageError::TooLarge {
+                what: "the string maps and metadata copied into the unwrapped images",
+                size: cost,
+            })?;
+            out.images.push(DeviceImage {
                 bytes,
                 format,
                 triple,
@@ -154,9 +185,9 @@ fn walk<'a>(bytes: &'a [u8], ctx: &Ctx, top: bool, out: &mut Vec<DeviceImage<'a>
 /// * Every ELF leaf is validated with [`elf::info`]; a malformed one is an
 ///   error.
 pub fn unwrap(bytes: &[u8]) -> Result<Vec<DeviceImage<'_>>> {
-    let mut out = Vec::new();
+    let mut out = Out::new(bytes.len());
     walk(bytes, &Ctx::default(), true, &mut out)?;
-    Ok(out)
+    Ok(out.images)
 }
 
 /// Finds the `.llvm.offloading` sections of a host executable, shared
@@ -169,14 +200,14 @@ pub fn unwrap(bytes: &[u8]) -> Result<Vec<DeviceImage<'_>>> {
 /// [`DeviceImage::containers`]. A host without such sections gives an empty
 /// list.
 pub fn images_in_host_binary(bytes: &[u8]) -> Result<Vec<DeviceImage<'_>>> {
-    let mut out = Vec::new();
+    let mut out = Out::new(bytes.len());
     for section in elf::offloading_sections(bytes)? {
         if section.iter().all(|&b| b == 0) {
             continue;
         }
         walk(section, &Ctx::default(), true, &mut out)?;
     }
-    Ok(out)
+    Ok(out.images)
 }
 
 #[cfg(test)]

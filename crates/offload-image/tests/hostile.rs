@@ -61,7 +61,15 @@ fn samples() -> Vec<Vec<u8>> {
     raw_omp.extend_from_slice(&(yaml.len() as u32).to_le_bytes());
     raw_omp.extend_from_slice(yaml.as_bytes());
     raw_omp.extend_from_slice(b"BC\xC0\xDE");
-    vec![dev, omp, ob, omp_outer, host, raw_omp, test_elf::header32(3, 1, true)]
+    vec![
+        dev,
+        omp,
+        ob,
+        omp_outer,
+        host,
+        raw_omp,
+        test_elf::header32(3, 1, true),
+    ]
 }
 
 #[test]

@@ -97,9 +97,10 @@ fn tricky_keys_round_trip() {
 
 #[test]
 fn random_strings_round_trip() {
-    let alphabet: Vec<char> = "ab :#'\"\\\n\r\t-?&*!%@`|>{}[],.~\u{0}\u{1}\u{7f}\u{85}\u{a0}\u{2028}\u{feff}é🎉 "
-        .chars()
-        .collect();
+    let alphabet: Vec<char> =
+        "ab :#'\"\\\n\r\t-?&*!%@`|>{}[],.~\u{0}\u{1}\u{7f}\u{85}\u{a0}\u{2028}\u{feff}é🎉 "
+            .chars()
+            .collect();
     let mut rng = Rng::new(0x1234);
     for _ in 0..500 {
         let mut m = Metadata::new();
@@ -220,17 +221,32 @@ fn non_mapping_documents_are_errors() {
 
 #[test]
 fn other_rejections() {
-    assert!(matches!(parse_yaml("a: 1\na: 2"), Err(ImageError::Metadata(_))));
-    assert!(matches!(parse_yaml("a: &x [1]\nb: *x"), Err(ImageError::Metadata(_))));
-    assert!(matches!(parse_yaml("? [k]\n: v\n"), Err(ImageError::Metadata(_))));
-    assert!(matches!(parse_yaml("a: 1\n---\nb: 1\n"), Err(ImageError::Metadata(_))));
+    assert!(matches!(
+        parse_yaml("a: 1\na: 2"),
+        Err(ImageError::Metadata(_))
+    ));
+    assert!(matches!(
+        parse_yaml("a: &x [1]\nb: *x"),
+        Err(ImageError::Metadata(_))
+    ));
+    assert!(matches!(
+        parse_yaml("? [k]\n: v\n"),
+        Err(ImageError::Metadata(_))
+    ));
+    assert!(matches!(
+        parse_yaml("a: 1\n---\nb: 1\n"),
+        Err(ImageError::Metadata(_))
+    ));
     let deep = format!("a: {}{}\n", "[".repeat(200), "]".repeat(200));
     assert!(parse_yaml(&deep).is_err());
     assert!(matches!(
         parse(&header(2, b"\xc3\x28")),
         Err(ImageError::InvalidUtf8 { .. })
     ));
-    assert!(matches!(parse(b"1OMP\x01\0\0"), Err(ImageError::Truncated { .. })));
+    assert!(matches!(
+        parse(b"1OMP\x01\0\0"),
+        Err(ImageError::Truncated { .. })
+    ));
 }
 
 #[test]

@@ -17,15 +17,19 @@ fn get_u64(b: &[u8], at: usize) -> u64 {
 }
 
 fn sample() -> Vec<u8> {
-    write(&[OffloadBinary::new(ImageKind::Object, OffloadKind::OpenMp, b"IMAGEDATA")
-        .with("triple", "x86_64-unknown-linux-gnu")
-        .with("arch", "generic")])
+    write(&[
+        OffloadBinary::new(ImageKind::Object, OffloadKind::OpenMp, b"IMAGEDATA")
+            .with("triple", "x86_64-unknown-linux-gnu")
+            .with("arch", "generic"),
+    ])
 }
 
 #[test]
 fn round_trip_many_entries_many_strings() {
     let mut rng = Rng::new(7);
-    let images: Vec<Vec<u8>> = (0..6).map(|i| rng.bytes([0, 1, 7, 8, 9, 1000][i])).collect();
+    let images: Vec<Vec<u8>> = (0..6)
+        .map(|i| rng.bytes([0, 1, 7, 8, 9, 1000][i]))
+        .collect();
     let kinds = [
         (ImageKind::Object, OffloadKind::OpenMp),
         (ImageKind::Bitcode, OffloadKind::Hip),
@@ -42,9 +46,19 @@ fn round_trip_many_entries_many_strings() {
             let mut b = OffloadBinary::new(ik, ok, img);
             b.flags = 0xdead_0000 | i as u32;
             b.set("triple", format!("triple-{i}"));
-            b.set("arch", if i % 2 == 0 { String::new() } else { format!("gfx9{i}") });
+            b.set(
+                "arch",
+                if i % 2 == 0 {
+                    String::new()
+                } else {
+                    format!("gfx9{i}")
+                },
+            );
             for j in 0..(i * 20) {
-                b.set(format!("key{j}"), format!("value {j} ünïcode = {}", "x".repeat(j)));
+                b.set(
+                    format!("key{j}"),
+                    format!("value {j} ünïcode = {}", "x".repeat(j)),
+                );
             }
             b.set("shared", "same value"); // deduplicated in the table
             b
@@ -87,7 +101,7 @@ fn layout_matches_llvm_writer() {
 #[test]
 fn empty_image_and_no_strings() {
     let e = OffloadBinary::new(ImageKind::None, OffloadKind::None, b"");
-    let bytes = write(&[e.clone()]);
+    let bytes = write(std::slice::from_ref(&e));
     let (p, used) = parse(&bytes).unwrap();
     assert_eq!(p, e);
     assert_eq!(used, bytes.len());
@@ -100,27 +114,27 @@ fn hostile_fields() {
     let len = good.len() as u64;
     // (field offset, value) pairs that must each be rejected.
     let cases: &[(usize, u64)] = &[
-        (8, 0),            // size smaller than header
-        (8, 31),           // size smaller than header
-        (8, len + 8),      // size beyond buffer
-        (8, u64::MAX),     // size beyond buffer
-        (16, len),         // entry offset at end
-        (16, u64::MAX),    // entry offset overflows
-        (16, len - 39),    // entry straddles end
-        (24, 0),           // entry size too small
-        (24, u64::MAX),    // entry size overflows
-        (40, len),         // string map past end
+        (8, 0),         // size smaller than header
+        (8, 31),        // size smaller than header
+        (8, len + 8),   // size beyond buffer
+        (8, u64::MAX),  // size beyond buffer
+        (16, len),      // entry offset at end
+        (16, u64::MAX), // entry offset overflows
+        (16, len - 39), // entry straddles end
+        (24, 0),        // entry size too small
+        (24, u64::MAX), // entry size overflows
+        (40, len),      // string map past end
         (40, u64::MAX - 8),
-        (48, u64::MAX),    // num_strings * 16 overflows
-        (48, 1 << 60),     // overflows as well
-        (48, 1000),        // map runs past the end
-        (56, len),         // image past end
+        (48, u64::MAX), // num_strings * 16 overflows
+        (48, 1 << 60),  // overflows as well
+        (48, 1000),     // map runs past the end
+        (56, len),      // image past end
         (56, u64::MAX),
-        (64, len),         // image size too large
+        (64, len), // image size too large
         (64, u64::MAX),
-        (72, len),         // key offset out of range
+        (72, len), // key offset out of range
         (72, u64::MAX),
-        (80, len + 100),   // value offset out of range
+        (80, len + 100), // value offset out of range
     ];
     for &(at, v) in cases {
         let mut b = good.clone();
@@ -137,13 +151,19 @@ fn specific_errors() {
 
     let mut b = good.clone();
     b[4] = 2;
-    assert!(matches!(parse(&b), Err(ImageError::UnsupportedVersion { version: 2, .. })));
+    assert!(matches!(
+        parse(&b),
+        Err(ImageError::UnsupportedVersion { version: 2, .. })
+    ));
 
     let mut b = good.clone();
     b[0] = 0;
     assert!(matches!(parse(&b), Err(ImageError::BadMagic { .. })));
 
-    assert!(matches!(parse(&good[..31]), Err(ImageError::Truncated { needed: 32, .. })));
+    assert!(matches!(
+        parse(&good[..31]),
+        Err(ImageError::Truncated { needed: 32, .. })
+    ));
     let e = parse(&good[..good.len() - 1]).unwrap_err();
     assert!(matches!(e, ImageError::Truncated { .. }), "{e}");
 
@@ -158,7 +178,10 @@ fn specific_errors() {
     let size = b.len();
     put_u64(&mut b, 72, size as u64 - 1);
     b[size - 1] = b'x';
-    assert!(matches!(parse(&b), Err(ImageError::UnterminatedString { .. })));
+    assert!(matches!(
+        parse(&b),
+        Err(ImageError::UnterminatedString { .. })
+    ));
 
     // A string that is not UTF-8.
     let mut b = good.clone();

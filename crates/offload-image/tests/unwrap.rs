@@ -8,9 +8,11 @@ use offload_image::offload_binary::{self, ImageKind, OffloadBinary, OffloadKind}
 use offload_image::{detect, unwrap, ImageError, ImageFormat, MAX_NESTING};
 
 fn ob(image: &[u8], triple: &str, arch: &str) -> Vec<u8> {
-    offload_binary::write(&[OffloadBinary::new(ImageKind::Object, OffloadKind::OpenMp, image)
-        .with("triple", triple)
-        .with("arch", arch)])
+    offload_binary::write(&[
+        OffloadBinary::new(ImageKind::Object, OffloadKind::OpenMp, image)
+            .with("triple", triple)
+            .with("arch", arch),
+    ])
 }
 
 fn meta(pairs: &[(&str, &str)]) -> Metadata {
@@ -21,7 +23,10 @@ fn meta(pairs: &[(&str, &str)]) -> Metadata {
 fn metadata_inside_offload_binary() {
     let dev = test_elf::build(224, 3, None, &[]);
     let inner = metadata::write(
-        &meta(&[(metadata::PRODUCER, "test"), (metadata::TARGET_ID, "gfx90a")]),
+        &meta(&[
+            (metadata::PRODUCER, "test"),
+            (metadata::TARGET_ID, "gfx90a"),
+        ]),
         &dev,
     );
     let outer = ob(&inner, "amdgcn-amd-amdhsa", "gfx1030");
@@ -215,4 +220,33 @@ fn errors_inside_containers_propagate() {
         unwrap(&bad2),
         Err(ImageError::MetadataNotMapping { .. })
     ));
+}
+
+#[test]
+fn copy_amplification_is_bounded() {
+    // One 60 KB string in an outer binary, copied into each of 2000 leaves,
+    // would need ~120 MB for a ~200 KB input.
+    let empty = OffloadBinary::new(ImageKind::None, OffloadKind::None, b"");
+    let inner = offload_binary::write(&vec![empty; 2000]);
+    let outer =
+        offload_binary::write(&[
+            OffloadBinary::new(ImageKind::None, OffloadKind::None, &inner)
+                .with("big", "x".repeat(60_000)),
+        ]);
+    assert!(matches!(unwrap(&outer), Err(ImageError::TooLarge { .. })));
+    // The same shape at a sane size is fine.
+    let inner = offload_binary::write(&vec![
+        OffloadBinary::new(
+            ImageKind::None,
+            OffloadKind::None,
+            b""
+        );
+        100
+    ]);
+    let outer =
+        offload_binary::write(&[
+            OffloadBinary::new(ImageKind::None, OffloadKind::None, &inner)
+                .with("big", "x".repeat(60_000)),
+        ]);
+    assert_eq!(unwrap(&outer).unwrap().len(), 100);
 }

@@ -70,9 +70,10 @@ pub use offload_core::{
 pub use program::{Global, Kernel, Program};
 pub use queue::{Event, KernelArgs, Queue};
 
-/// Every plugin built into this runtime, in device-numbering order.
+/// Every plugin built into this runtime, in device-numbering order: local
+/// devices first, remote ones (`OFFLOAD_REMOTE`) after them.
 pub fn builtin_plugins() -> Vec<PluginEntry> {
-    vec![offload_plugin_host::ENTRY]
+    vec![offload_plugin_host::ENTRY, offload_plugin_remote::ENTRY]
 }
 
 /// The process-wide runtime, initialised on first use from the environment.

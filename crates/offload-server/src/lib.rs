@@ -1,0 +1,97 @@
+//! `offload serve`: this machine's devices over gRPC.
+//!
+//! * Every client connection opens a **session** (the Hello stream). The
+//!   server checks every device address a client names against the session's
+//!   own allocations and program globals, so a client can never read, write
+//!   or free another's memory; when the Hello stream ends (the client exits,
+//!   crashes or its connection drops) the session's memory and programs are
+//!   freed. Loaded images are native code: a kernel can do anything the
+//!   server process can, so serve only clients you trust to run code.
+//! * A shared-secret **token** (`OFFLOAD_REMOTE_TOKEN` or `--token-file`) is
+//!   checked on every call. Listening beyond loopback without a token is
+//!   refused unless `insecure` is set. TLS (rustls) is optional.
+//! * Logs are structured (`tracing`): one line per session event.
+
+mod service;
+mod session;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use offload_core::{Config, Runtime};
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+
+pub use service::{Service, ERRC_HEADER};
+
+/// Largest gRPC message either side accepts (chunks are smaller).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// How to serve.
+#[derive(Clone, Debug, Default)]
+pub struct ServeOptions {
+    pub listen: Option<SocketAddr>,
+    pub token: Option<String>,
+    pub insecure: bool,
+    /// PEM certificate chain and private key for TLS.
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Default listening address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50151";
+
+/// The server's own devices: every built-in plugin except `remote` (a server
+/// does not proxy other servers), honouring `OFFLOAD_PLUGINS`.
+pub fn local_runtime() -> Runtime {
+    let mut config = Config::get().clone();
+    let names: Vec<String> = offload::builtin_plugins()
+        .iter()
+        .map(|p| p.name.to_string())
+        .filter(|n| n != "remote" && config.plugin_enabled(n))
+        .collect();
+    config.plugins = Some(names);
+    Runtime::new(config, &offload::builtin_plugins())
+}
+
+/// Refuse unsafe combinations before binding.
+pub fn validate(options: &ServeOptions, addr: SocketAddr) -> Result<(), String> {
+    if options.token.is_none() && !addr.ip().is_loopback() && !options.insecure {
+        return Err(format!(
+            "refusing to listen on non-loopback address {addr} without a token: set OFFLOAD_REMOTE_TOKEN or --token-file (or pass --insecure)"
+        ));
+    }
+    Ok(())
+}
+
+/// Bind, then serve until `shutdown` resolves. `on_bound` receives the
+/// actual address (useful with port 0).
+pub async fn serve(
+    options: ServeOptions,
+    runtime: Arc<Runtime>,
+    on_bound: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let addr = options.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().unwrap());
+    validate(&options, addr)?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let devices = runtime.devices().len();
+    let service = Service::new(runtime, options.token.clone());
+    let svc = offload_proto::offload_server::OffloadServer::new(service)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let mut builder = Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)));
+    if let Some((cert, key)) = &options.tls {
+        builder = builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
+    }
+    tracing::info!(%bound, devices, tls = options.tls.is_some(), token = options.token.is_some(), "offload server listening");
+    on_bound(bound);
+    builder
+        .add_service(svc)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}

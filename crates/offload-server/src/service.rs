@@ -1,0 +1,472 @@
+//! The gRPC service: each call checks the token and the session, then runs
+//! the operation on the server's local devices.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
+use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
+use offload_core::{DevicePtr, Error, ErrorCode, Runtime};
+use offload_image::metadata::Metadata;
+use offload_image::ImageFormat;
+use offload_proto::offload_server::Offload;
+use offload_proto::*;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{info, warn};
+
+use crate::session::{Session, ShippedImage};
+
+/// Metadata key carrying the `ol_errc_t` of a failed call.
+pub const ERRC_HEADER: &str = "x-offload-errc";
+
+pub struct Service {
+    runtime: Arc<Runtime>,
+    token: Option<String>,
+    sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
+    server_name: String,
+}
+
+impl Service {
+    pub fn new(runtime: Arc<Runtime>, token: Option<String>) -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        Service {
+            runtime,
+            token,
+            sessions: Default::default(),
+            server_name: format!("{} (pid {})", host.trim(), std::process::id()),
+        }
+    }
+
+    pub fn sessions(&self) -> Arc<Mutex<HashMap<String, Arc<Session>>>> {
+        self.sessions.clone()
+    }
+
+    fn authorize<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let Some(token) = &self.token else { return Ok(()) };
+        let given = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        match given.and_then(|g| g.strip_prefix("Bearer ")) {
+            None => Err(Status::unauthenticated(
+                "offload server: this server requires a token; set OFFLOAD_REMOTE_TOKEN on the client",
+            )),
+            Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
+            Some(_) => Err(Status::unauthenticated("offload server: wrong token (OFFLOAD_REMOTE_TOKEN does not match)")),
+        }
+    }
+
+    fn session<T>(&self, req: &Request<T>) -> Result<Arc<Session>, Status> {
+        self.authorize(req)?;
+        let id = req
+            .metadata()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| Status::failed_precondition("offload server: no session; call Hello first"))?;
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Status::failed_precondition(format!("offload server: session '{id}' is not open")))
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A core error as a gRPC status that carries the `ol_errc_t` code.
+pub fn status(e: Error) -> Status {
+    let code = match e.code() {
+        ErrorCode::InvalidArgument | ErrorCode::InvalidValue | ErrorCode::InvalidSize | ErrorCode::InvalidBinary => {
+            tonic::Code::InvalidArgument
+        }
+        ErrorCode::NotFound => tonic::Code::NotFound,
+        ErrorCode::OutOfResources => tonic::Code::ResourceExhausted,
+        ErrorCode::Unsupported | ErrorCode::Unimplemented => tonic::Code::Unimplemented,
+        _ => tonic::Code::Internal,
+    };
+    let mut s = Status::new(code, e.message().to_string());
+    if let Ok(v) = e.code().as_raw().to_string().parse() {
+        s.metadata_mut().insert(ERRC_HEADER, v);
+    }
+    s
+}
+
+type R<T> = Result<Response<T>, Status>;
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The Hello stream: sends the greeting, then stays open; dropping it (the
+/// client went away) closes the session and frees what it held.
+struct SessionStream {
+    greeting: Option<HelloEvent>,
+    guard: SessionGuard,
+}
+
+struct SessionGuard {
+    session: Arc<Session>,
+    sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.session.id);
+        let (freed, programs) = self.session.release();
+        info!(session = %self.session.id, client = %self.session.client, freed_allocations = freed, unloaded_programs = programs, "session closed");
+    }
+}
+
+impl Stream for SessionStream {
+    type Item = Result<HelloEvent, Status>;
+    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let _ = &self.guard;
+        match self.greeting.take() {
+            Some(g) => Poll::Ready(Some(Ok(g))),
+            // Never woken: the stream ends only when the client drops it.
+            None => Poll::Pending,
+        }
+    }
+}
+
+fn device_desc(d: &offload_core::Device) -> DeviceDesc {
+    let i = d.info();
+    DeviceDesc {
+        id: d.id() as u32,
+        plugin: d.plugin_name().to_string(),
+        name: i.name.clone(),
+        vendor: i.vendor.clone(),
+        product_name: i.product_name.clone(),
+        device_type: i.device_type as u32,
+        backend: format!("{:?}", i.backend).to_lowercase(),
+        triple: i.triple.clone(),
+        arch: i.arch.clone(),
+        uid: i.uid.clone(),
+        driver_version: i.driver_version.clone(),
+        global_memory_bytes: i.global_memory_bytes,
+        group_memory_bytes: i.group_memory_bytes,
+        compute_units: i.compute_units,
+        max_group_size: i.max_group_size,
+        max_group_size_per_dim: i.max_group_size_per_dim.to_vec(),
+        max_num_groups: i.max_num_groups.to_vec(),
+        clock_mhz: i.clock_mhz,
+        address_bits: i.address_bits,
+    }
+}
+
+fn alloc_kind(k: u32) -> Result<AllocKind, Status> {
+    match k {
+        0 => Ok(AllocKind::Host),
+        1 => Ok(AllocKind::Device),
+        2 => Ok(AllocKind::Shared),
+        _ => Err(Status::invalid_argument(format!("unknown allocation kind {k}"))),
+    }
+}
+
+fn shipped(desc: ImageDesc) -> ShippedImage {
+    let format = offload_image::detect(&desc.bytes);
+    let mut metadata = Metadata::new();
+    for kv in desc.metadata {
+        metadata.insert(kv.key, kv.value);
+    }
+    ShippedImage {
+        format: if format == ImageFormat::Unknown { ImageFormat::Unknown } else { format },
+        bytes: desc.bytes,
+        triple: (!desc.triple.is_empty()).then_some(desc.triple),
+        arch: (!desc.arch.is_empty()).then_some(desc.arch),
+        strings: desc.strings.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+        metadata,
+    }
+}
+
+fn dim3(v: &[u32]) -> [u32; 3] {
+    [v.first().copied().unwrap_or(1), v.get(1).copied().unwrap_or(1), v.get(2).copied().unwrap_or(1)]
+}
+
+#[tonic::async_trait]
+impl Offload for Service {
+    async fn ping(&self, req: Request<PingRequest>) -> R<PingReply> {
+        self.authorize(&req)?;
+        Ok(Response::new(PingReply { payload: req.into_inner().payload }))
+    }
+
+    type HelloStream = BoxStream<HelloEvent>;
+
+    async fn hello(&self, req: Request<HelloRequest>) -> R<Self::HelloStream> {
+        self.authorize(&req)?;
+        let peer = req.remote_addr().map(|a| a.to_string()).unwrap_or_default();
+        let hello = req.into_inner();
+        if hello.protocol_version != PROTOCOL_VERSION {
+            return Err(Status::failed_precondition(format!(
+                "offload server speaks protocol {PROTOCOL_VERSION}, the client {}",
+                hello.protocol_version
+            )));
+        }
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = format!("s{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let session = Arc::new(Session::new(id.clone(), hello.client.clone(), self.runtime.clone()));
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), session.clone());
+        info!(session = %id, client = %hello.client, %peer, "session opened");
+        let greeting = HelloEvent {
+            session: id,
+            server: self.server_name.clone(),
+            protocol_version: PROTOCOL_VERSION,
+            devices: self.runtime.devices().iter().map(|d| device_desc(d)).collect(),
+        };
+        let guard = SessionGuard { session, sessions: self.sessions.clone() };
+        Ok(Response::new(Box::pin(SessionStream { greeting: Some(greeting), guard })))
+    }
+
+    async fn alloc(&self, req: Request<AllocRequest>) -> R<AllocReply> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        let p = s.alloc(r.device, r.size, alloc_kind(r.kind)?).map_err(status)?;
+        Ok(Response::new(AllocReply { ptr: p.0 }))
+    }
+
+    async fn free(&self, req: Request<FreeRequest>) -> R<Empty> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        s.free(r.device, r.ptr).map_err(status)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn write(&self, req: Request<Streaming<WriteChunk>>) -> R<Empty> {
+        let s = self.session(&req)?;
+        let mut stream = req.into_inner();
+        let Some(first) = stream.message().await? else {
+            return Err(Status::invalid_argument("empty write"));
+        };
+        let (device, dst, size) = (first.device, first.dst, first.size);
+        s.check(device, dst, size).map_err(status)?;
+        let dev = s.device(device).map_err(status)?.clone();
+        let mut off = 0u64;
+        let mut chunk = Some(first);
+        while let Some(c) = chunk {
+            let n = c.data.len() as u64;
+            if off + n > size {
+                return Err(Status::invalid_argument(format!("write sends more than the {size} bytes announced")));
+            }
+            // SAFETY: range checked against the session's allocation above.
+            unsafe { dev.copy_to_device(DevicePtr(dst + off), c.data.as_ptr(), c.data.len()) }.map_err(status)?;
+            off += n;
+            chunk = stream.message().await?;
+        }
+        if off != size {
+            return Err(Status::invalid_argument(format!("write announced {size} bytes but sent {off}")));
+        }
+        Ok(Response::new(Empty {}))
+    }
+
+    type ReadStream = BoxStream<DataChunk>;
+
+    async fn read(&self, req: Request<ReadRequest>) -> R<Self::ReadStream> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        s.check(r.device, r.src, r.size).map_err(status)?;
+        let dev = s.device(r.device).map_err(status)?.clone();
+        let chunk = r.chunk_size.clamp(4096, 64 << 20);
+        let (tx, rx) = mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            let mut off = 0u64;
+            while off < r.size {
+                let n = chunk.min(r.size - off) as usize;
+                let mut data = vec![0u8; n];
+                // SAFETY: range checked above; `data` holds n bytes.
+                let res = unsafe { dev.copy_from_device(data.as_mut_ptr(), DevicePtr(r.src + off), n) };
+                let item = res.map(|_| DataChunk { data }).map_err(status);
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    return;
+                }
+                off += n as u64;
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn copy(&self, req: Request<CopyRequest>) -> R<Empty> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        s.check(r.src_device, r.src, r.size).map_err(status)?;
+        s.check(r.dst_device, r.dst, r.size).map_err(status)?;
+        let src = s.device(r.src_device).map_err(status)?;
+        let dst = s.device(r.dst_device).map_err(status)?;
+        src.copy_to(dst, DevicePtr(r.dst), DevicePtr(r.src), r.size as usize).map_err(status)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn fill(&self, req: Request<FillRequest>) -> R<Empty> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        s.check(r.device, r.dst, r.size).map_err(status)?;
+        s.device(r.device).map_err(status)?.fill(DevicePtr(r.dst), &r.pattern, r.size as usize).map_err(status)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn register_binary(&self, req: Request<RegisterBinaryRequest>) -> R<RegisterBinaryReply> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        let n = r.images.len();
+        let bytes: usize = r.images.iter().map(|i| i.bytes.len()).sum();
+        let ids = s.add_images(r.client_binary, r.images.into_iter().map(shipped).collect());
+        info!(session = %s.id, binary = r.client_binary, images = n, bytes, "binary registered");
+        Ok(Response::new(RegisterBinaryReply { image_ids: ids }))
+    }
+
+    async fn unregister_binary(&self, req: Request<UnregisterBinaryRequest>) -> R<Empty> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        s.remove_binary(r.client_binary).map_err(status)?;
+        info!(session = %s.id, binary = r.client_binary, "binary unregistered");
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn load_program(&self, req: Request<LoadProgramRequest>) -> R<LoadProgramReply> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        let dev = s.device(r.device).map_err(status)?.clone();
+        let (image, binary) = match r.source {
+            Some(load_program_request::Source::ImageId(id)) => s.image(id).map_err(status)?,
+            Some(load_program_request::Source::Image(desc)) => (Arc::new(shipped(desc)), 0),
+            None => return Err(Status::invalid_argument("load without an image")),
+        };
+        let program = tokio::task::spawn_blocking(move || dev.load_image(&image.as_device_image()))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(status)?;
+        let id = s.add_program(r.device, program, binary);
+        info!(session = %s.id, device = r.device, program = id, "program loaded");
+        Ok(Response::new(LoadProgramReply { program: id }))
+    }
+
+    async fn unload_program(&self, req: Request<UnloadProgramRequest>) -> R<Empty> {
+        let s = self.session(&req)?;
+        s.unload_program(req.into_inner().program).map_err(status)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_kernel(&self, req: Request<SymbolRequest>) -> R<KernelReply> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        let (device, program) = s.program(r.program).map_err(status)?;
+        let k = program.kernel(&r.name).map_err(status)?;
+        let preferred = k.preferred_group_size(0);
+        let id = s.add_kernel(device, r.program, k);
+        Ok(Response::new(KernelReply { kernel: id, preferred_group_size: preferred }))
+    }
+
+    async fn get_global(&self, req: Request<SymbolRequest>) -> R<GlobalReply> {
+        let s = self.session(&req)?;
+        let r = req.into_inner();
+        let (device, program) = s.program(r.program).map_err(status)?;
+        let (ptr, size) = program.global(&r.name).map_err(status)?;
+        s.add_global(device, r.program, ptr.0, size);
+        Ok(Response::new(GlobalReply { ptr: ptr.0, size }))
+    }
+
+    type QueueStream = BoxStream<QueueCompletion>;
+
+    async fn queue(&self, req: Request<Streaming<QueueOp>>) -> R<Self::QueueStream> {
+        let s = self.session(&req)?;
+        let mut ops = req.into_inner();
+        let (tx, rx) = mpsc::channel::<Result<QueueCompletion, Status>>(256);
+        let handle = tokio::runtime::Handle::current();
+        // Operations run in order on their own thread: launches may take long.
+        tokio::task::spawn_blocking(move || {
+            let mut queue: Option<(u32, Arc<dyn offload_core::plugin::Queue>)> = None;
+            loop {
+                let op = match handle.block_on(ops.message()) {
+                    Ok(Some(op)) => op,
+                    Ok(None) => break,
+                    Err(e) => {
+                        warn!(session = %s.id, error = %e, "queue stream failed");
+                        break;
+                    }
+                };
+                let ticket = op.ticket;
+                let result = run_queue_op(&s, &mut queue, op);
+                if ticket == 0 && result.is_ok() {
+                    continue;
+                }
+                let completion = match result {
+                    Ok(data) => QueueCompletion { ticket, code: 0, message: String::new(), data },
+                    Err(e) => QueueCompletion { ticket, code: e.code().as_raw(), message: e.message().to_string(), data: vec![] },
+                };
+                if tx.blocking_send(Ok(completion)).is_err() {
+                    break;
+                }
+            }
+            if let Some((_, q)) = queue {
+                let _ = q.synchronize();
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+}
+
+fn run_queue_op(
+    s: &Session,
+    queue: &mut Option<(u32, Arc<dyn offload_core::plugin::Queue>)>,
+    op: QueueOp,
+) -> Result<Vec<u8>, Error> {
+    if queue.is_none() {
+        let q = s.device(op.device)?.create_queue()?;
+        *queue = Some((op.device, q));
+    }
+    let (device, q) = queue.as_ref().map(|(d, q)| (*d, q.clone())).unwrap();
+    use queue_op::Op;
+    match op.op {
+        Some(Op::Launch(l)) => {
+            let (kdev, kernel) = s.kernel(l.kernel)?;
+            if kdev != device {
+                return Err(Error::invalid_argument(format!("kernel {} belongs to device {kdev}, the queue to {device}", l.kernel)));
+            }
+            let config = LaunchConfig {
+                num_groups: dim3(&l.num_groups),
+                group_size: dim3(&l.group_size),
+                dyn_group_memory: l.dyn_group_memory,
+                tripcount: l.tripcount,
+            };
+            let args = if l.use_words { KernelArgs::Words(&l.words) } else { KernelArgs::Packed(&l.packed) };
+            q.launch(kernel.as_ref(), args, &config)?;
+            Ok(vec![])
+        }
+        Some(Op::Write(w)) => {
+            s.check(device, w.dst, w.data.len() as u64)?;
+            // SAFETY: range checked.
+            unsafe { q.copy_to_device(DevicePtr(w.dst), w.data.as_ptr(), w.data.len())? };
+            Ok(vec![])
+        }
+        Some(Op::Read(r)) => {
+            s.check(device, r.src, r.size)?;
+            let mut data = vec![0u8; r.size as usize];
+            // SAFETY: range checked; the queue is synchronised before `data` is used.
+            unsafe { q.copy_from_device(data.as_mut_ptr(), DevicePtr(r.src), data.len())? };
+            q.synchronize()?;
+            Ok(data)
+        }
+        Some(Op::Copy(c)) => {
+            s.check(c.src_device, c.src, c.size)?;
+            s.check(c.dst_device, c.dst, c.size)?;
+            if c.src_device == device && c.dst_device == device {
+                q.copy_within(DevicePtr(c.dst), DevicePtr(c.src), c.size as usize)?;
+            } else {
+                q.synchronize()?;
+                s.device(c.src_device)?.copy_to(s.device(c.dst_device)?, DevicePtr(c.dst), DevicePtr(c.src), c.size as usize)?;
+            }
+            Ok(vec![])
+        }
+        Some(Op::Fill(f)) => {
+            s.check(device, f.dst, f.size)?;
+            q.fill(DevicePtr(f.dst), &f.pattern, f.size as usize)?;
+            Ok(vec![])
+        }
+        Some(Op::Marker(_)) => {
+            q.synchronize()?;
+            Ok(vec![])
+        }
+        None => Err(Error::invalid_argument("empty queue operation")),
+    }
+}

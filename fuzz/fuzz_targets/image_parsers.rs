@@ -1,0 +1,33 @@
+//! Feeds arbitrary bytes to every parser of `offload-image`.
+//!
+//! Besides "no panic", it checks two round-trip properties: whatever parses
+//! as an `OffloadBinary` or a `1OMP` header parses the same after being
+//! written back.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use offload_image::{detect, elf, images_in_host_binary, metadata, offload_binary, unwrap};
+
+fuzz_target!(|data: &[u8]| {
+    let _ = detect(data);
+    let _ = unwrap(data);
+    let _ = elf::info(data);
+    let _ = elf::defined_symbols(data);
+    let _ = elf::offloading_sections(data);
+    let _ = images_in_host_binary(data);
+
+    if let Ok(all) = offload_binary::parse_all(data) {
+        let again = offload_binary::write(&all);
+        assert_eq!(offload_binary::parse_all(&again).unwrap(), all);
+    }
+    if let Ok((_, used)) = offload_binary::parse(data) {
+        assert!(used <= data.len());
+    }
+    if let Ok((meta, image)) = metadata::parse(data) {
+        let again = metadata::write(&meta, image);
+        let (m2, i2) = metadata::parse(&again).unwrap();
+        assert_eq!(m2, meta);
+        assert_eq!(i2, image);
+    }
+});

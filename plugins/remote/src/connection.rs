@@ -1,0 +1,230 @@
+//! One server connection: channel, session, liveness, and blocking helpers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use offload_core::{Config, Error, ErrorCode, Result};
+use offload_proto::offload_client::OffloadClient;
+use offload_proto::{HelloEvent, HelloRequest, PROTOCOL_VERSION, SESSION_HEADER};
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+/// Metadata key of the `ol_errc_t` carried by failed calls (server side).
+const ERRC_HEADER: &str = "x-offload-errc";
+/// Largest gRPC message accepted.
+const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// The plugin's own async runtime (two I/O threads).
+pub fn io_runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("offload-remote-io")
+            .enable_all()
+            .build()
+            .expect("starting the remote plugin's I/O runtime")
+    })
+}
+
+/// Run `fut` to completion from synchronous code (also from inside another
+/// tokio runtime, where `block_on` itself would panic).
+pub fn block_on<F: std::future::Future + Send>(fut: F) -> F::Output
+where
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(|| io_runtime().block_on(fut)).join().expect("remote I/O thread"))
+    } else {
+        io_runtime().block_on(fut)
+    }
+}
+
+#[derive(Clone)]
+pub struct Auth {
+    token: Option<MetadataValue<tonic::metadata::Ascii>>,
+    session: Option<MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.token {
+            req.metadata_mut().insert("authorization", t.clone());
+        }
+        if let Some(s) = &self.session {
+            req.metadata_mut().insert(SESSION_HEADER, s.clone());
+        }
+        Ok(req)
+    }
+}
+
+pub type Client = OffloadClient<InterceptedService<Channel, Auth>>;
+
+/// A live session with one server.
+pub struct Connection {
+    pub addr: String,
+    pub client: Client,
+    pub session: String,
+    pub server: String,
+    pub hello: HelloEvent,
+    alive: Arc<AtomicBool>,
+    pub timeout: Duration,
+    pub chunk_size: usize,
+}
+
+/// Turn a gRPC status into a runtime error that names the server.
+pub fn rpc_error(addr: &str, what: &str, s: tonic::Status) -> Error {
+    let code = s
+        .metadata()
+        .get(ERRC_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok())
+        .and_then(errc_from_raw);
+    let code = code.unwrap_or(match s.code() {
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => ErrorCode::InvalidArgument,
+        tonic::Code::InvalidArgument => ErrorCode::InvalidArgument,
+        tonic::Code::NotFound => ErrorCode::NotFound,
+        tonic::Code::ResourceExhausted => ErrorCode::OutOfResources,
+        tonic::Code::Unimplemented => ErrorCode::Unsupported,
+        _ => ErrorCode::BackendFailure,
+    });
+    let msg = if s.code() == tonic::Code::Unavailable || s.code() == tonic::Code::Cancelled {
+        format!("remote server {addr}: {what}: server unreachable or gone ({})", s.message())
+    } else {
+        format!("remote server {addr}: {what}: {}", s.message())
+    };
+    Error::new(code, msg)
+}
+
+pub fn errc_from_raw(v: u32) -> Option<ErrorCode> {
+    use ErrorCode::*;
+    const ALL: [ErrorCode; 25] = [
+        Success, Unknown, HostIo, InvalidBinary, InvalidNullPointer, InvalidArgument, NotFound, OutOfResources,
+        InvalidSize, InvalidEnumeration, HostToolNotFound, InvalidValue, Unimplemented, Unsupported,
+        AssembleFailure, CompileFailure, LinkFailure, BackendFailure, Uninitialized, InvalidNullHandle,
+        InvalidPlatform, InvalidDevice, InvalidQueue, InvalidEvent, SymbolKind,
+    ];
+    ALL.get(v as usize).copied()
+}
+
+impl Connection {
+    /// Connect, authenticate and open a session.
+    pub fn open(addr: &str, config: &Config) -> Result<Arc<Connection>> {
+        let timeout = Duration::from_secs(config.remote_timeout_secs);
+        let tls_ca = std::env::var("OFFLOAD_REMOTE_TLS_CA").ok();
+        let scheme = if tls_ca.is_some() { "https" } else { "http" };
+        let uri = if addr.contains("://") { addr.to_string() } else { format!("{scheme}://{addr}") };
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            Error::new(ErrorCode::BackendFailure, format!("remote server {addr}: {what}: {e}"))
+        };
+        let mut endpoint = Endpoint::from_shared(uri.clone())
+            .map_err(|e| fail("bad address", &e))?
+            .connect_timeout(timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(timeout)
+            .keep_alive_while_idle(true);
+        if let Some(ca) = &tls_ca {
+            let pem = std::fs::read(ca).map_err(|e| fail("reading OFFLOAD_REMOTE_TLS_CA", &e))?;
+            let tls = ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem));
+            endpoint = endpoint.tls_config(tls).map_err(|e| fail("TLS configuration", &e))?;
+        }
+        let token = match &config.remote_token {
+            Some(t) => Some(
+                format!("Bearer {t}").parse().map_err(|_| fail("token", &"OFFLOAD_REMOTE_TOKEN has characters not allowed in a header"))?,
+            ),
+            None => None,
+        };
+        let addr_owned = addr.to_string();
+        block_on(async move {
+            let channel = tokio::time::timeout(timeout, endpoint.connect())
+                .await
+                .map_err(|_| fail("connect", &format!("timed out after {}s", timeout.as_secs())))?
+                .map_err(|e| fail("connect", &e))?;
+            let mut client = OffloadClient::with_interceptor(channel.clone(), Auth { token: token.clone(), session: None });
+            let hello = HelloRequest { client: client_name(), protocol_version: PROTOCOL_VERSION };
+            let mut stream = tokio::time::timeout(timeout, client.hello(hello))
+                .await
+                .map_err(|_| fail("hello", &"timed out"))?
+                .map_err(|s| rpc_error(&addr_owned, "hello", s))?
+                .into_inner();
+            let first = tokio::time::timeout(timeout, stream.message())
+                .await
+                .map_err(|_| fail("hello", &"timed out"))?
+                .map_err(|s| rpc_error(&addr_owned, "hello", s))?
+                .ok_or_else(|| fail("hello", &"server closed the session at once"))?;
+            let alive = Arc::new(AtomicBool::new(true));
+            // The session lives as long as this stream: watch it.
+            let watch = alive.clone();
+            let who = addr_owned.clone();
+            tokio::spawn(async move {
+                let end = loop {
+                    match stream.message().await {
+                        Ok(Some(_)) => continue,
+                        Ok(None) => break "closed the session".to_string(),
+                        Err(e) => break e.message().to_string(),
+                    }
+                };
+                watch.store(false, Ordering::SeqCst);
+                tracing::warn!(server = %who, reason = %end, "remote server connection lost");
+            });
+            let session: MetadataValue<_> = first.session.parse().map_err(|_| fail("hello", &"bad session id"))?;
+            let client = OffloadClient::with_interceptor(channel, Auth { token, session: Some(session) })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            tracing::info!(server = %addr_owned, session = %first.session, devices = first.devices.len(), "remote session opened");
+            Ok(Arc::new(Connection {
+                addr: addr_owned,
+                client,
+                session: first.session.clone(),
+                server: first.server.clone(),
+                hello: first,
+                alive,
+                timeout,
+                chunk_size: config.remote_chunk_size,
+            }))
+        })
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Error out early when the server is known to be gone.
+    pub fn check_alive(&self, what: &str) -> Result<()> {
+        if self.is_alive() {
+            Ok(())
+        } else {
+            Err(Error::new(ErrorCode::BackendFailure, format!("remote server {}: {what}: the server is gone (connection lost)", self.addr)))
+        }
+    }
+
+    /// A unary call with the connection's timeout.
+    pub fn call<T, F>(&self, what: &str, f: impl FnOnce(Client) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>> + Send,
+        T: Send,
+    {
+        self.check_alive(what)?;
+        let client = self.client.clone();
+        let timeout = self.timeout;
+        let fut = f(client);
+        block_on(async move {
+            match tokio::time::timeout(timeout, fut).await {
+                Ok(Ok(r)) => Ok(r.into_inner()),
+                Ok(Err(s)) => Err(rpc_error(&self.addr, what, s)),
+                Err(_) => Err(Error::new(
+                    ErrorCode::BackendFailure,
+                    format!("remote server {}: {what}: no answer within {}s (OFFLOAD_REMOTE_TIMEOUT)", self.addr, timeout.as_secs()),
+                )),
+            }
+        })
+    }
+}
+
+fn client_name() -> String {
+    let exe = std::env::current_exe().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    format!("{} (pid {})", exe.unwrap_or_else(|| "?".into()), std::process::id())
+}
