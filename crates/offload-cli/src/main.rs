@@ -9,6 +9,7 @@
 //! offload lib-dir                       directory of the drop-in libomptarget /
 //!                                       libLLVMOffload shared libraries
 //! offload exec PROGRAM [ARGS...]        run PROGRAM against those libraries
+//! offload serve [--listen ADDR:PORT]    expose this machine's devices over gRPC
 //! ```
 //!
 //! Every subcommand lives in its own module and returns an error instead of
@@ -22,6 +23,7 @@ mod inspect;
 mod lib_dir;
 mod output;
 mod pack;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -47,6 +49,8 @@ enum Command {
     LibDir(lib_dir::Args),
     /// Run a program with the drop-in libraries first on LD_LIBRARY_PATH.
     Exec(exec::Args),
+    /// Expose this machine's devices to remote clients over gRPC.
+    Serve(serve::Args),
 }
 
 /// An error that asks for a specific exit status.
@@ -71,6 +75,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pack(a) => pack::run(a),
         Command::LibDir(a) => lib_dir::run(a),
         Command::Exec(a) => exec::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }
 

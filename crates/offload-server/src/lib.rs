@@ -71,7 +71,9 @@ pub async fn serve(
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let addr = options.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().unwrap());
+    let addr = options
+        .listen
+        .unwrap_or_else(|| DEFAULT_LISTEN.parse().unwrap());
     validate(&options, addr)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -85,7 +87,8 @@ pub async fn serve(
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)));
     if let Some((cert, key)) = &options.tls {
-        builder = builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
+        builder =
+            builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
     }
     tracing::info!(%bound, devices, tls = options.tls.is_some(), token = options.token.is_some(), "offload server listening");
     on_bound(bound);

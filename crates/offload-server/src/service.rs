@@ -46,8 +46,13 @@ impl Service {
     }
 
     fn authorize<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        let Some(token) = &self.token else { return Ok(()) };
-        let given = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        let given = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
         match given.and_then(|g| g.strip_prefix("Bearer ")) {
             None => Err(Status::unauthenticated(
                 "offload server: this server requires a token; set OFFLOAD_REMOTE_TOKEN on the client",
@@ -63,13 +68,17 @@ impl Service {
             .metadata()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| Status::failed_precondition("offload server: no session; call Hello first"))?;
+            .ok_or_else(|| {
+                Status::failed_precondition("offload server: no session; call Hello first")
+            })?;
         self.sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
             .cloned()
-            .ok_or_else(|| Status::failed_precondition(format!("offload server: session '{id}' is not open")))
+            .ok_or_else(|| {
+                Status::failed_precondition(format!("offload server: session '{id}' is not open"))
+            })
     }
 }
 
@@ -80,9 +89,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// A core error as a gRPC status that carries the `ol_errc_t` code.
 pub fn status(e: Error) -> Status {
     let code = match e.code() {
-        ErrorCode::InvalidArgument | ErrorCode::InvalidValue | ErrorCode::InvalidSize | ErrorCode::InvalidBinary => {
-            tonic::Code::InvalidArgument
-        }
+        ErrorCode::InvalidArgument
+        | ErrorCode::InvalidValue
+        | ErrorCode::InvalidSize
+        | ErrorCode::InvalidBinary => tonic::Code::InvalidArgument,
         ErrorCode::NotFound => tonic::Code::NotFound,
         ErrorCode::OutOfResources => tonic::Code::ResourceExhausted,
         ErrorCode::Unsupported | ErrorCode::Unimplemented => tonic::Code::Unimplemented,
@@ -112,7 +122,10 @@ struct SessionGuard {
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.session.id);
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.session.id);
         let (freed, programs) = self.session.release();
         info!(session = %self.session.id, client = %self.session.client, freed_allocations = freed, unloaded_programs = programs, "session closed");
     }
@@ -160,7 +173,9 @@ fn alloc_kind(k: u32) -> Result<AllocKind, Status> {
         0 => Ok(AllocKind::Host),
         1 => Ok(AllocKind::Device),
         2 => Ok(AllocKind::Shared),
-        _ => Err(Status::invalid_argument(format!("unknown allocation kind {k}"))),
+        _ => Err(Status::invalid_argument(format!(
+            "unknown allocation kind {k}"
+        ))),
     }
 }
 
@@ -171,24 +186,38 @@ fn shipped(desc: ImageDesc) -> ShippedImage {
         metadata.insert(kv.key, kv.value);
     }
     ShippedImage {
-        format: if format == ImageFormat::Unknown { ImageFormat::Unknown } else { format },
+        format: if format == ImageFormat::Unknown {
+            ImageFormat::Unknown
+        } else {
+            format
+        },
         bytes: desc.bytes,
         triple: (!desc.triple.is_empty()).then_some(desc.triple),
         arch: (!desc.arch.is_empty()).then_some(desc.arch),
-        strings: desc.strings.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+        strings: desc
+            .strings
+            .into_iter()
+            .map(|kv| (kv.key, kv.value))
+            .collect(),
         metadata,
     }
 }
 
 fn dim3(v: &[u32]) -> [u32; 3] {
-    [v.first().copied().unwrap_or(1), v.get(1).copied().unwrap_or(1), v.get(2).copied().unwrap_or(1)]
+    [
+        v.first().copied().unwrap_or(1),
+        v.get(1).copied().unwrap_or(1),
+        v.get(2).copied().unwrap_or(1),
+    ]
 }
 
 #[tonic::async_trait]
 impl Offload for Service {
     async fn ping(&self, req: Request<PingRequest>) -> R<PingReply> {
         self.authorize(&req)?;
-        Ok(Response::new(PingReply { payload: req.into_inner().payload }))
+        Ok(Response::new(PingReply {
+            payload: req.into_inner().payload,
+        }))
     }
 
     type HelloStream = BoxStream<HelloEvent>;
@@ -204,24 +233,48 @@ impl Offload for Service {
             )));
         }
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        let id = format!("s{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        let session = Arc::new(Session::new(id.clone(), hello.client.clone(), self.runtime.clone()));
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), session.clone());
+        let id = format!(
+            "s{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let session = Arc::new(Session::new(
+            id.clone(),
+            hello.client.clone(),
+            self.runtime.clone(),
+        ));
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone(), session.clone());
         info!(session = %id, client = %hello.client, %peer, "session opened");
         let greeting = HelloEvent {
             session: id,
             server: self.server_name.clone(),
             protocol_version: PROTOCOL_VERSION,
-            devices: self.runtime.devices().iter().map(|d| device_desc(d)).collect(),
+            devices: self
+                .runtime
+                .devices()
+                .iter()
+                .map(|d| device_desc(d))
+                .collect(),
         };
-        let guard = SessionGuard { session, sessions: self.sessions.clone() };
-        Ok(Response::new(Box::pin(SessionStream { greeting: Some(greeting), guard })))
+        let guard = SessionGuard {
+            session,
+            sessions: self.sessions.clone(),
+        };
+        Ok(Response::new(Box::pin(SessionStream {
+            greeting: Some(greeting),
+            guard,
+        })))
     }
 
     async fn alloc(&self, req: Request<AllocRequest>) -> R<AllocReply> {
         let s = self.session(&req)?;
         let r = req.into_inner();
-        let p = s.alloc(r.device, r.size, alloc_kind(r.kind)?).map_err(status)?;
+        let p = s
+            .alloc(r.device, r.size, alloc_kind(r.kind)?)
+            .map_err(status)?;
         Ok(Response::new(AllocReply { ptr: p.0 }))
     }
 
@@ -246,15 +299,20 @@ impl Offload for Service {
         while let Some(c) = chunk {
             let n = c.data.len() as u64;
             if off + n > size {
-                return Err(Status::invalid_argument(format!("write sends more than the {size} bytes announced")));
+                return Err(Status::invalid_argument(format!(
+                    "write sends more than the {size} bytes announced"
+                )));
             }
             // SAFETY: range checked against the session's allocation above.
-            unsafe { dev.copy_to_device(DevicePtr(dst + off), c.data.as_ptr(), c.data.len()) }.map_err(status)?;
+            unsafe { dev.copy_to_device(DevicePtr(dst + off), c.data.as_ptr(), c.data.len()) }
+                .map_err(status)?;
             off += n;
             chunk = stream.message().await?;
         }
         if off != size {
-            return Err(Status::invalid_argument(format!("write announced {size} bytes but sent {off}")));
+            return Err(Status::invalid_argument(format!(
+                "write announced {size} bytes but sent {off}"
+            )));
         }
         Ok(Response::new(Empty {}))
     }
@@ -274,7 +332,8 @@ impl Offload for Service {
                 let n = chunk.min(r.size - off) as usize;
                 let mut data = vec![0u8; n];
                 // SAFETY: range checked above; `data` holds n bytes.
-                let res = unsafe { dev.copy_from_device(data.as_mut_ptr(), DevicePtr(r.src + off), n) };
+                let res =
+                    unsafe { dev.copy_from_device(data.as_mut_ptr(), DevicePtr(r.src + off), n) };
                 let item = res.map(|_| DataChunk { data }).map_err(status);
                 let failed = item.is_err();
                 if tx.blocking_send(item).is_err() || failed {
@@ -283,7 +342,9 @@ impl Offload for Service {
                 off += n as u64;
             }
         });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn copy(&self, req: Request<CopyRequest>) -> R<Empty> {
@@ -293,7 +354,8 @@ impl Offload for Service {
         s.check(r.dst_device, r.dst, r.size).map_err(status)?;
         let src = s.device(r.src_device).map_err(status)?;
         let dst = s.device(r.dst_device).map_err(status)?;
-        src.copy_to(dst, DevicePtr(r.dst), DevicePtr(r.src), r.size as usize).map_err(status)?;
+        src.copy_to(dst, DevicePtr(r.dst), DevicePtr(r.src), r.size as usize)
+            .map_err(status)?;
         Ok(Response::new(Empty {}))
     }
 
@@ -301,7 +363,10 @@ impl Offload for Service {
         let s = self.session(&req)?;
         let r = req.into_inner();
         s.check(r.device, r.dst, r.size).map_err(status)?;
-        s.device(r.device).map_err(status)?.fill(DevicePtr(r.dst), &r.pattern, r.size as usize).map_err(status)?;
+        s.device(r.device)
+            .map_err(status)?
+            .fill(DevicePtr(r.dst), &r.pattern, r.size as usize)
+            .map_err(status)?;
         Ok(Response::new(Empty {}))
     }
 
@@ -354,7 +419,10 @@ impl Offload for Service {
         let k = program.kernel(&r.name).map_err(status)?;
         let preferred = k.preferred_group_size(0);
         let id = s.add_kernel(device, r.program, k);
-        Ok(Response::new(KernelReply { kernel: id, preferred_group_size: preferred }))
+        Ok(Response::new(KernelReply {
+            kernel: id,
+            preferred_group_size: preferred,
+        }))
     }
 
     async fn get_global(&self, req: Request<SymbolRequest>) -> R<GlobalReply> {
@@ -391,8 +459,18 @@ impl Offload for Service {
                     continue;
                 }
                 let completion = match result {
-                    Ok(data) => QueueCompletion { ticket, code: 0, message: String::new(), data },
-                    Err(e) => QueueCompletion { ticket, code: e.code().as_raw(), message: e.message().to_string(), data: vec![] },
+                    Ok(data) => QueueCompletion {
+                        ticket,
+                        code: 0,
+                        message: String::new(),
+                        data,
+                    },
+                    Err(e) => QueueCompletion {
+                        ticket,
+                        code: e.code().as_raw(),
+                        message: e.message().to_string(),
+                        data: vec![],
+                    },
                 };
                 if tx.blocking_send(Ok(completion)).is_err() {
                     break;
@@ -402,7 +480,9 @@ impl Offload for Service {
                 let _ = q.synchronize();
             }
         });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 }
 
@@ -421,7 +501,10 @@ fn run_queue_op(
         Some(Op::Launch(l)) => {
             let (kdev, kernel) = s.kernel(l.kernel)?;
             if kdev != device {
-                return Err(Error::invalid_argument(format!("kernel {} belongs to device {kdev}, the queue to {device}", l.kernel)));
+                return Err(Error::invalid_argument(format!(
+                    "kernel {} belongs to device {kdev}, the queue to {device}",
+                    l.kernel
+                )));
             }
             let config = LaunchConfig {
                 num_groups: dim3(&l.num_groups),
@@ -429,7 +512,11 @@ fn run_queue_op(
                 dyn_group_memory: l.dyn_group_memory,
                 tripcount: l.tripcount,
             };
-            let args = if l.use_words { KernelArgs::Words(&l.words) } else { KernelArgs::Packed(&l.packed) };
+            let args = if l.use_words {
+                KernelArgs::Words(&l.words)
+            } else {
+                KernelArgs::Packed(&l.packed)
+            };
             q.launch(kernel.as_ref(), args, &config)?;
             Ok(vec![])
         }
@@ -454,7 +541,12 @@ fn run_queue_op(
                 q.copy_within(DevicePtr(c.dst), DevicePtr(c.src), c.size as usize)?;
             } else {
                 q.synchronize()?;
-                s.device(c.src_device)?.copy_to(s.device(c.dst_device)?, DevicePtr(c.dst), DevicePtr(c.src), c.size as usize)?;
+                s.device(c.src_device)?.copy_to(
+                    s.device(c.dst_device)?,
+                    DevicePtr(c.dst),
+                    DevicePtr(c.src),
+                    c.size as usize,
+                )?;
             }
             Ok(vec![])
         }

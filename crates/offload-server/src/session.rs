@@ -72,14 +72,21 @@ fn next_id() -> u64 {
 
 fn contains(map: Option<&BTreeMap<u64, u64>>, addr: u64, len: u64) -> bool {
     let Some(map) = map else { return false };
-    let Some((&base, &size)) = map.range(..=addr).next_back() else { return false };
+    let Some((&base, &size)) = map.range(..=addr).next_back() else {
+        return false;
+    };
     let end = addr.checked_add(len);
     addr >= base && end.is_some_and(|e| e <= base + size)
 }
 
 impl Session {
     pub fn new(id: String, client: String, runtime: Arc<Runtime>) -> Self {
-        Session { id, client, runtime, state: Mutex::new(State::default()) }
+        Session {
+            id,
+            client,
+            runtime,
+            state: Mutex::new(State::default()),
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -93,7 +100,9 @@ impl Session {
     /// Fail unless `[addr, addr+len)` lies in memory this session owns on `device`.
     pub fn check(&self, device: u32, addr: u64, len: u64) -> Result<()> {
         let st = self.state();
-        if contains(st.allocations.get(&device), addr, len.max(1)) || contains(st.globals.get(&device), addr, len.max(1)) {
+        if contains(st.allocations.get(&device), addr, len.max(1))
+            || contains(st.globals.get(&device), addr, len.max(1))
+        {
             return Ok(());
         }
         Err(Error::new(
@@ -108,12 +117,21 @@ impl Session {
     pub fn alloc(&self, device: u32, size: u64, kind: plugin::AllocKind) -> Result<DevicePtr> {
         let dev = self.device(device)?;
         let p = dev.alloc(size as usize, kind)?;
-        self.state().allocations.entry(device).or_default().insert(p.0, size);
+        self.state()
+            .allocations
+            .entry(device)
+            .or_default()
+            .insert(p.0, size);
         Ok(p)
     }
 
     pub fn free(&self, device: u32, ptr: u64) -> Result<()> {
-        let owned = self.state().allocations.get_mut(&device).and_then(|m| m.remove(&ptr)).is_some();
+        let owned = self
+            .state()
+            .allocations
+            .get_mut(&device)
+            .and_then(|m| m.remove(&ptr))
+            .is_some();
         if !owned {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
@@ -133,18 +151,27 @@ impl Session {
                 id
             })
             .collect();
-        st.binaries.entry(binary).or_default().extend(ids.iter().copied());
+        st.binaries
+            .entry(binary)
+            .or_default()
+            .extend(ids.iter().copied());
         ids
     }
 
     /// Drop a binary: its programs (newest first), then its images.
     pub fn remove_binary(&self, binary: u64) -> Result<()> {
         let mut st = self.state();
-        let ids = st
-            .binaries
-            .remove(&binary)
-            .ok_or_else(|| Error::invalid_argument(format!("binary {binary} was not registered in this session")))?;
-        let programs: Vec<u64> = st.programs.iter().filter(|(_, p)| p.binary == binary).map(|(&id, _)| id).collect();
+        let ids = st.binaries.remove(&binary).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "binary {binary} was not registered in this session"
+            ))
+        })?;
+        let programs: Vec<u64> = st
+            .programs
+            .iter()
+            .filter(|(_, p)| p.binary == binary)
+            .map(|(&id, _)| id)
+            .collect();
         for id in programs.into_iter().rev() {
             Self::drop_program(&mut st, id);
         }
@@ -158,8 +185,12 @@ impl Session {
         if let Some(p) = st.programs.remove(&id) {
             st.kernels.retain(|_, (_, prog, _)| *prog != id);
             // Globals of the program stop being reachable.
-            let owned: Vec<(u32, u64)> =
-                st.global_owner.iter().filter(|(_, &prog)| prog == id).map(|(&k, _)| k).collect();
+            let owned: Vec<(u32, u64)> = st
+                .global_owner
+                .iter()
+                .filter(|(_, &prog)| prog == id)
+                .map(|(&k, _)| k)
+                .collect();
             for (device, base) in owned {
                 st.global_owner.remove(&(device, base));
                 if let Some(g) = st.globals.get_mut(&device) {
@@ -172,21 +203,37 @@ impl Session {
 
     pub fn image(&self, id: u64) -> Result<(Arc<ShippedImage>, u64)> {
         let st = self.state();
-        let img = st.images.get(&id).cloned().ok_or_else(|| Error::not_found(format!("image {id} was not shipped in this session")))?;
-        let binary = st.binaries.iter().find(|(_, v)| v.contains(&id)).map(|(&b, _)| b).unwrap_or(0);
+        let img = st.images.get(&id).cloned().ok_or_else(|| {
+            Error::not_found(format!("image {id} was not shipped in this session"))
+        })?;
+        let binary = st
+            .binaries
+            .iter()
+            .find(|(_, v)| v.contains(&id))
+            .map(|(&b, _)| b)
+            .unwrap_or(0);
         Ok((img, binary))
     }
 
     pub fn add_program(&self, device: u32, program: Arc<dyn plugin::Program>, binary: u64) -> u64 {
         let id = next_id();
-        self.state().programs.insert(id, LoadedProgram { device, program, binary });
+        self.state().programs.insert(
+            id,
+            LoadedProgram {
+                device,
+                program,
+                binary,
+            },
+        );
         id
     }
 
     pub fn unload_program(&self, id: u64) -> Result<()> {
         let mut st = self.state();
         if !st.programs.contains_key(&id) {
-            return Err(Error::invalid_argument(format!("program {id} is not loaded in this session")));
+            return Err(Error::invalid_argument(format!(
+                "program {id} is not loaded in this session"
+            )));
         }
         Self::drop_program(&mut st, id);
         Ok(())
@@ -194,7 +241,9 @@ impl Session {
 
     pub fn program(&self, id: u64) -> Result<(u32, Arc<dyn plugin::Program>)> {
         let st = self.state();
-        let p = st.programs.get(&id).ok_or_else(|| Error::invalid_argument(format!("program {id} is not loaded in this session")))?;
+        let p = st.programs.get(&id).ok_or_else(|| {
+            Error::invalid_argument(format!("program {id} is not loaded in this session"))
+        })?;
         Ok((p.device, p.program.clone()))
     }
 
@@ -206,7 +255,9 @@ impl Session {
 
     pub fn kernel(&self, id: u64) -> Result<(u32, Arc<dyn plugin::Kernel>)> {
         let st = self.state();
-        let (d, _, k) = st.kernels.get(&id).ok_or_else(|| Error::invalid_argument(format!("kernel {id} is not known in this session")))?;
+        let (d, _, k) = st.kernels.get(&id).ok_or_else(|| {
+            Error::invalid_argument(format!("kernel {id} is not known in this session"))
+        })?;
         Ok((*d, k.clone()))
     }
 

@@ -25,7 +25,12 @@ fn debug_variable_prints_spans_to_stderr() {
     let exe = std::env::current_exe().unwrap();
     let run = |debug: &str| {
         let out = Command::new(&exe)
-            .args(["--exact", "debug_variable_prints_spans_to_stderr", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "debug_variable_prints_spans_to_stderr",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD, "1")
             .env("LIBOMPTARGET_DEBUG", debug)
             .output()
@@ -34,9 +39,18 @@ fn debug_variable_prints_spans_to_stderr() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let on = run("1");
-    for op in ["runtime_init", "alloc", "fill", "copy_from_device", "load_program"] {
+    for op in [
+        "runtime_init",
+        "alloc",
+        "fill",
+        "copy_from_device",
+        "load_program",
+    ] {
         assert!(on.contains(op), "missing span '{op}' in:\n{on}");
     }
     let off = run("0");
-    assert!(!off.contains("runtime_init"), "no output without the variable:\n{off}");
+    assert!(
+        !off.contains("runtime_init"),
+        "no output without the variable:\n{off}"
+    );
 }

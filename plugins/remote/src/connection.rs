@@ -36,7 +36,11 @@ where
     F::Output: Send,
 {
     if tokio::runtime::Handle::try_current().is_ok() {
-        std::thread::scope(|s| s.spawn(|| io_runtime().block_on(fut)).join().expect("remote I/O thread"))
+        std::thread::scope(|s| {
+            s.spawn(|| io_runtime().block_on(fut))
+                .join()
+                .expect("remote I/O thread")
+        })
     } else {
         io_runtime().block_on(fut)
     }
@@ -49,7 +53,10 @@ pub struct Auth {
 }
 
 impl tonic::service::Interceptor for Auth {
-    fn call(&mut self, mut req: tonic::Request<()>) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+    fn call(
+        &mut self,
+        mut req: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
         if let Some(t) = &self.token {
             req.metadata_mut().insert("authorization", t.clone());
         }
@@ -91,7 +98,10 @@ pub fn rpc_error(addr: &str, what: &str, s: tonic::Status) -> Error {
         _ => ErrorCode::BackendFailure,
     });
     let msg = if s.code() == tonic::Code::Unavailable || s.code() == tonic::Code::Cancelled {
-        format!("remote server {addr}: {what}: server unreachable or gone ({})", s.message())
+        format!(
+            "remote server {addr}: {what}: server unreachable or gone ({})",
+            s.message()
+        )
     } else {
         format!("remote server {addr}: {what}: {}", s.message())
     };
@@ -101,10 +111,31 @@ pub fn rpc_error(addr: &str, what: &str, s: tonic::Status) -> Error {
 pub fn errc_from_raw(v: u32) -> Option<ErrorCode> {
     use ErrorCode::*;
     const ALL: [ErrorCode; 25] = [
-        Success, Unknown, HostIo, InvalidBinary, InvalidNullPointer, InvalidArgument, NotFound, OutOfResources,
-        InvalidSize, InvalidEnumeration, HostToolNotFound, InvalidValue, Unimplemented, Unsupported,
-        AssembleFailure, CompileFailure, LinkFailure, BackendFailure, Uninitialized, InvalidNullHandle,
-        InvalidPlatform, InvalidDevice, InvalidQueue, InvalidEvent, SymbolKind,
+        Success,
+        Unknown,
+        HostIo,
+        InvalidBinary,
+        InvalidNullPointer,
+        InvalidArgument,
+        NotFound,
+        OutOfResources,
+        InvalidSize,
+        InvalidEnumeration,
+        HostToolNotFound,
+        InvalidValue,
+        Unimplemented,
+        Unsupported,
+        AssembleFailure,
+        CompileFailure,
+        LinkFailure,
+        BackendFailure,
+        Uninitialized,
+        InvalidNullHandle,
+        InvalidPlatform,
+        InvalidDevice,
+        InvalidQueue,
+        InvalidEvent,
+        SymbolKind,
     ];
     ALL.get(v as usize).copied()
 }
@@ -115,9 +146,16 @@ impl Connection {
         let timeout = Duration::from_secs(config.remote_timeout_secs);
         let tls_ca = std::env::var("OFFLOAD_REMOTE_TLS_CA").ok();
         let scheme = if tls_ca.is_some() { "https" } else { "http" };
-        let uri = if addr.contains("://") { addr.to_string() } else { format!("{scheme}://{addr}") };
+        let uri = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("{scheme}://{addr}")
+        };
         let fail = |what: &str, e: &dyn std::fmt::Display| {
-            Error::new(ErrorCode::BackendFailure, format!("remote server {addr}: {what}: {e}"))
+            Error::new(
+                ErrorCode::BackendFailure,
+                format!("remote server {addr}: {what}: {e}"),
+            )
         };
         let mut endpoint = Endpoint::from_shared(uri.clone())
             .map_err(|e| fail("bad address", &e))?
@@ -128,23 +166,43 @@ impl Connection {
             .keep_alive_while_idle(true);
         if let Some(ca) = &tls_ca {
             let pem = std::fs::read(ca).map_err(|e| fail("reading OFFLOAD_REMOTE_TLS_CA", &e))?;
-            let tls = ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem));
-            endpoint = endpoint.tls_config(tls).map_err(|e| fail("TLS configuration", &e))?;
+            let tls =
+                ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem));
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| fail("TLS configuration", &e))?;
         }
         let token = match &config.remote_token {
-            Some(t) => Some(
-                format!("Bearer {t}").parse().map_err(|_| fail("token", &"OFFLOAD_REMOTE_TOKEN has characters not allowed in a header"))?,
-            ),
+            Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| {
+                fail(
+                    "token",
+                    &"OFFLOAD_REMOTE_TOKEN has characters not allowed in a header",
+                )
+            })?),
             None => None,
         };
         let addr_owned = addr.to_string();
         block_on(async move {
             let channel = tokio::time::timeout(timeout, endpoint.connect())
                 .await
-                .map_err(|_| fail("connect", &format!("timed out after {}s", timeout.as_secs())))?
+                .map_err(|_| {
+                    fail(
+                        "connect",
+                        &format!("timed out after {}s", timeout.as_secs()),
+                    )
+                })?
                 .map_err(|e| fail("connect", &e))?;
-            let mut client = OffloadClient::with_interceptor(channel.clone(), Auth { token: token.clone(), session: None });
-            let hello = HelloRequest { client: client_name(), protocol_version: PROTOCOL_VERSION };
+            let mut client = OffloadClient::with_interceptor(
+                channel.clone(),
+                Auth {
+                    token: token.clone(),
+                    session: None,
+                },
+            );
+            let hello = HelloRequest {
+                client: client_name(),
+                protocol_version: PROTOCOL_VERSION,
+            };
             let mut stream = tokio::time::timeout(timeout, client.hello(hello))
                 .await
                 .map_err(|_| fail("hello", &"timed out"))?
@@ -170,10 +228,19 @@ impl Connection {
                 watch.store(false, Ordering::SeqCst);
                 tracing::warn!(server = %who, reason = %end, "remote server connection lost");
             });
-            let session: MetadataValue<_> = first.session.parse().map_err(|_| fail("hello", &"bad session id"))?;
-            let client = OffloadClient::with_interceptor(channel, Auth { token, session: Some(session) })
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let session: MetadataValue<_> = first
+                .session
+                .parse()
+                .map_err(|_| fail("hello", &"bad session id"))?;
+            let client = OffloadClient::with_interceptor(
+                channel,
+                Auth {
+                    token,
+                    session: Some(session),
+                },
+            )
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
             tracing::info!(server = %addr_owned, session = %first.session, devices = first.devices.len(), "remote session opened");
             Ok(Arc::new(Connection {
                 addr: addr_owned,
@@ -197,14 +264,21 @@ impl Connection {
         if self.is_alive() {
             Ok(())
         } else {
-            Err(Error::new(ErrorCode::BackendFailure, format!("remote server {}: {what}: the server is gone (connection lost)", self.addr)))
+            Err(Error::new(
+                ErrorCode::BackendFailure,
+                format!(
+                    "remote server {}: {what}: the server is gone (connection lost)",
+                    self.addr
+                ),
+            ))
         }
     }
 
     /// A unary call with the connection's timeout.
     pub fn call<T, F>(&self, what: &str, f: impl FnOnce(Client) -> F) -> Result<T>
     where
-        F: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>> + Send,
+        F: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>
+            + Send,
         T: Send,
     {
         self.check_alive(what)?;
@@ -217,7 +291,11 @@ impl Connection {
                 Ok(Err(s)) => Err(rpc_error(&self.addr, what, s)),
                 Err(_) => Err(Error::new(
                     ErrorCode::BackendFailure,
-                    format!("remote server {}: {what}: no answer within {}s (OFFLOAD_REMOTE_TIMEOUT)", self.addr, timeout.as_secs()),
+                    format!(
+                        "remote server {}: {what}: no answer within {}s (OFFLOAD_REMOTE_TIMEOUT)",
+                        self.addr,
+                        timeout.as_secs()
+                    ),
                 )),
             }
         })
@@ -225,6 +303,12 @@ impl Connection {
 }
 
 fn client_name() -> String {
-    let exe = std::env::current_exe().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-    format!("{} (pid {})", exe.unwrap_or_else(|| "?".into()), std::process::id())
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    format!(
+        "{} (pid {})",
+        exe.unwrap_or_else(|| "?".into()),
+        std::process::id()
+    )
 }

@@ -6,8 +6,8 @@ use offload_core::plugin::{self, AllocKind, Backend, DeviceInfo, DevicePtr, Devi
 use offload_core::Result;
 use offload_image::DeviceImage;
 use offload_proto::{
-    load_program_request, AllocRequest, CopyRequest, DeviceDesc, FillRequest, FreeRequest, ImageDesc, KeyValue,
-    LoadProgramRequest,
+    load_program_request, AllocRequest, CopyRequest, DeviceDesc, FillRequest, FreeRequest,
+    ImageDesc, KeyValue, LoadProgramRequest,
 };
 
 use crate::connection::Connection;
@@ -24,7 +24,11 @@ pub struct RemoteDevice {
 }
 
 fn dim3(v: &[u32]) -> [u32; 3] {
-    [v.first().copied().unwrap_or(1), v.get(1).copied().unwrap_or(1), v.get(2).copied().unwrap_or(1)]
+    [
+        v.first().copied().unwrap_or(1),
+        v.get(1).copied().unwrap_or(1),
+        v.get(2).copied().unwrap_or(1),
+    ]
 }
 
 impl RemoteDevice {
@@ -53,7 +57,12 @@ impl RemoteDevice {
             clock_mhz: d.clock_mhz,
             address_bits: d.address_bits,
         };
-        RemoteDevice { conn, remote_id: d.id, info, shipped }
+        RemoteDevice {
+            conn,
+            remote_id: d.id,
+            info,
+            shipped,
+        }
     }
 }
 
@@ -62,8 +71,22 @@ pub fn image_desc(image: &DeviceImage<'_>) -> ImageDesc {
         bytes: image.bytes.to_vec(),
         triple: image.triple.clone().unwrap_or_default(),
         arch: image.arch.clone().unwrap_or_default(),
-        metadata: image.metadata.iter().map(|(k, v)| KeyValue { key: k.to_string(), value: v.to_string() }).collect(),
-        strings: image.strings.iter().map(|(k, v)| KeyValue { key: k.clone(), value: v.clone() }).collect(),
+        metadata: image
+            .metadata
+            .iter()
+            .map(|(k, v)| KeyValue {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        strings: image
+            .strings
+            .iter()
+            .map(|(k, v)| KeyValue {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect(),
         image_kind: image.image_kind.map(|k| k.to_u16() as u32).unwrap_or(0),
         offload_kind: image.offload_kind.map(|k| k.to_u16() as u32).unwrap_or(0),
     }
@@ -75,14 +98,25 @@ impl plugin::Device for RemoteDevice {
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {
-        let req = AllocRequest { device: self.remote_id, size: size as u64, kind: kind as u32 };
-        let r = self.conn.call("alloc", |mut c| async move { c.alloc(req).await })?;
+        let req = AllocRequest {
+            device: self.remote_id,
+            size: size as u64,
+            kind: kind as u32,
+        };
+        let r = self
+            .conn
+            .call("alloc", |mut c| async move { c.alloc(req).await })?;
         Ok(DevicePtr(r.ptr))
     }
 
     fn free(&self, ptr: DevicePtr, _kind: AllocKind) -> Result<()> {
-        let req = FreeRequest { device: self.remote_id, ptr: ptr.0 };
-        self.conn.call("free", |mut c| async move { c.free(req).await }).map(|_| ())
+        let req = FreeRequest {
+            device: self.remote_id,
+            ptr: ptr.0,
+        };
+        self.conn
+            .call("free", |mut c| async move { c.free(req).await })
+            .map(|_| ())
     }
 
     unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
@@ -94,24 +128,54 @@ impl plugin::Device for RemoteDevice {
     }
 
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
-        let req = CopyRequest { src_device: self.remote_id, src: src.0, dst_device: self.remote_id, dst: dst.0, size: size as u64 };
-        self.conn.call("copy", |mut c| async move { c.copy(req).await }).map(|_| ())
+        let req = CopyRequest {
+            src_device: self.remote_id,
+            src: src.0,
+            dst_device: self.remote_id,
+            dst: dst.0,
+            size: size as u64,
+        };
+        self.conn
+            .call("copy", |mut c| async move { c.copy(req).await })
+            .map(|_| ())
     }
 
-    fn copy_to_peer(&self, dst_device: &dyn plugin::Device, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<bool> {
+    fn copy_to_peer(
+        &self,
+        dst_device: &dyn plugin::Device,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: usize,
+    ) -> Result<bool> {
         // Devices of the same server copy there, without a round trip through us.
-        let Some(peer) = dst_device.as_any().downcast_ref::<RemoteDevice>() else { return Ok(false) };
+        let Some(peer) = dst_device.as_any().downcast_ref::<RemoteDevice>() else {
+            return Ok(false);
+        };
         if !Arc::ptr_eq(&peer.conn, &self.conn) {
             return Ok(false);
         }
-        let req = CopyRequest { src_device: self.remote_id, src: src.0, dst_device: peer.remote_id, dst: dst.0, size: size as u64 };
-        self.conn.call("copy", |mut c| async move { c.copy(req).await })?;
+        let req = CopyRequest {
+            src_device: self.remote_id,
+            src: src.0,
+            dst_device: peer.remote_id,
+            dst: dst.0,
+            size: size as u64,
+        };
+        self.conn
+            .call("copy", |mut c| async move { c.copy(req).await })?;
         Ok(true)
     }
 
     fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
-        let req = FillRequest { device: self.remote_id, dst: dst.0, pattern: pattern.to_vec(), size: size as u64 };
-        self.conn.call("fill", |mut c| async move { c.fill(req).await }).map(|_| ())
+        let req = FillRequest {
+            device: self.remote_id,
+            dst: dst.0,
+            pattern: pattern.to_vec(),
+            size: size as u64,
+        };
+        self.conn
+            .call("fill", |mut c| async move { c.fill(req).await })
+            .map(|_| ())
     }
 
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
@@ -120,12 +184,24 @@ impl plugin::Device for RemoteDevice {
             Some(id) => load_program_request::Source::ImageId(id),
             None => load_program_request::Source::Image(image_desc(image)),
         };
-        let req = LoadProgramRequest { device: self.remote_id, source: Some(source) };
-        let r = self.conn.call("load program", |mut c| async move { c.load_program(req).await })?;
-        Ok(Arc::new(RemoteProgram { conn: self.conn.clone(), id: r.program }))
+        let req = LoadProgramRequest {
+            device: self.remote_id,
+            source: Some(source),
+        };
+        let r = self.conn.call(
+            "load program",
+            |mut c| async move { c.load_program(req).await },
+        )?;
+        Ok(Arc::new(RemoteProgram {
+            conn: self.conn.clone(),
+            id: r.program,
+        }))
     }
 
     fn create_queue(&self) -> Result<Arc<dyn plugin::Queue>> {
-        Ok(Arc::new(RemoteQueue::open(self.conn.clone(), self.remote_id)?))
+        Ok(Arc::new(RemoteQueue::open(
+            self.conn.clone(),
+            self.remote_id,
+        )?))
     }
 }

@@ -30,14 +30,28 @@ impl plugin::Kernel for RemoteKernel {
 
 impl plugin::Program for RemoteProgram {
     fn kernel(&self, name: &str) -> Result<Arc<dyn plugin::Kernel>> {
-        let req = SymbolRequest { program: self.id, name: name.to_string() };
-        let r = self.conn.call("get kernel", |mut c| async move { c.get_kernel(req).await })?;
-        Ok(Arc::new(RemoteKernel { name: name.to_string(), id: r.kernel, preferred_group_size: r.preferred_group_size }))
+        let req = SymbolRequest {
+            program: self.id,
+            name: name.to_string(),
+        };
+        let r = self
+            .conn
+            .call("get kernel", |mut c| async move { c.get_kernel(req).await })?;
+        Ok(Arc::new(RemoteKernel {
+            name: name.to_string(),
+            id: r.kernel,
+            preferred_group_size: r.preferred_group_size,
+        }))
     }
 
     fn global(&self, name: &str) -> Result<(DevicePtr, u64)> {
-        let req = SymbolRequest { program: self.id, name: name.to_string() };
-        let r = self.conn.call("get global", |mut c| async move { c.get_global(req).await })?;
+        let req = SymbolRequest {
+            program: self.id,
+            name: name.to_string(),
+        };
+        let r = self
+            .conn
+            .call("get global", |mut c| async move { c.get_global(req).await })?;
         Ok((DevicePtr(r.ptr), r.size))
     }
 }
@@ -46,7 +60,9 @@ impl Drop for RemoteProgram {
     fn drop(&mut self) {
         if self.conn.is_alive() {
             let req = UnloadProgramRequest { program: self.id };
-            let _ = self.conn.call("unload program", |mut c| async move { c.unload_program(req).await });
+            let _ = self.conn.call("unload program", |mut c| async move {
+                c.unload_program(req).await
+            });
         }
     }
 }

@@ -30,10 +30,17 @@ pub use connection::Connection;
 pub use device::RemoteDevice;
 
 /// The plugin's entry for [`offload_core::Runtime::new`].
-pub const ENTRY: PluginEntry = PluginEntry { name: "remote", create };
+pub const ENTRY: PluginEntry = PluginEntry {
+    name: "remote",
+    create,
+};
 
 fn create(config: &Config) -> Result<Box<dyn Plugin>> {
-    Ok(Box::new(RemotePlugin { config: config.clone(), connections: Mutex::new(Vec::new()), shipped: Default::default() }))
+    Ok(Box::new(RemotePlugin {
+        config: config.clone(),
+        connections: Mutex::new(Vec::new()),
+        shipped: Default::default(),
+    }))
 }
 
 /// Images shipped per server: (server, image address, length) -> server id.
@@ -47,7 +54,11 @@ pub struct ShippedImages {
 impl ShippedImages {
     fn lookup(&self, server: &str, bytes: &[u8]) -> Option<u64> {
         let key = (server.to_string(), bytes.as_ptr() as usize, bytes.len());
-        self.by_image.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied()
+        self.by_image
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied()
     }
 }
 
@@ -69,9 +80,16 @@ impl Plugin for RemotePlugin {
             match Connection::open(addr, &self.config) {
                 Ok(conn) => {
                     for d in &conn.hello.devices {
-                        devices.push(Arc::new(RemoteDevice::new(conn.clone(), d, self.shipped.clone())));
+                        devices.push(Arc::new(RemoteDevice::new(
+                            conn.clone(),
+                            d,
+                            self.shipped.clone(),
+                        )));
                     }
-                    self.connections.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+                    self.connections
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(conn);
                 }
                 Err(e) => {
                     tracing::warn!(server = %addr, error = %e, "remote server unavailable");
@@ -87,23 +105,41 @@ impl Plugin for RemotePlugin {
     }
 
     fn register_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
-        let conns = self.connections.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let conns = self
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let mut failures = Vec::new();
         for conn in conns {
             let req = RegisterBinaryRequest {
                 client_binary: binary.id.0,
                 images: binary.images.iter().map(device::image_desc).collect(),
             };
-            match conn.call("register binary", |mut c| async move { c.register_binary(req).await }) {
+            match conn.call("register binary", |mut c| async move {
+                c.register_binary(req).await
+            }) {
                 Ok(reply) => {
                     let mut keys = Vec::new();
-                    let mut map = self.shipped.by_image.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut map = self
+                        .shipped
+                        .by_image
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
                     for (img, id) in binary.images.iter().zip(reply.image_ids) {
-                        let key = (conn.addr.clone(), img.bytes.as_ptr() as usize, img.bytes.len());
+                        let key = (
+                            conn.addr.clone(),
+                            img.bytes.as_ptr() as usize,
+                            img.bytes.len(),
+                        );
                         map.insert(key.clone(), id);
                         keys.push(key);
                     }
-                    self.shipped.by_binary.lock().unwrap_or_else(|e| e.into_inner()).insert((conn.addr.clone(), binary.id.0), keys);
+                    self.shipped
+                        .by_binary
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert((conn.addr.clone(), binary.id.0), keys);
                 }
                 Err(e) => failures.push(e.to_string()),
             }
@@ -116,14 +152,27 @@ impl Plugin for RemotePlugin {
     }
 
     fn unregister_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
-        let conns = self.connections.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let conns = self
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let mut failures = Vec::new();
         // Reverse order of construction.
         for conn in conns.iter().rev() {
-            let keys = self.shipped.by_binary.lock().unwrap_or_else(|e| e.into_inner()).remove(&(conn.addr.clone(), binary.id.0));
+            let keys = self
+                .shipped
+                .by_binary
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(conn.addr.clone(), binary.id.0));
             let Some(keys) = keys else { continue };
             {
-                let mut map = self.shipped.by_image.lock().unwrap_or_else(|e| e.into_inner());
+                let mut map = self
+                    .shipped
+                    .by_image
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
                 for k in keys {
                     map.remove(&k);
                 }
@@ -131,8 +180,12 @@ impl Plugin for RemotePlugin {
             if !conn.is_alive() {
                 continue;
             }
-            let req = UnregisterBinaryRequest { client_binary: binary.id.0 };
-            if let Err(e) = conn.call("unregister binary", |mut c| async move { c.unregister_binary(req).await }) {
+            let req = UnregisterBinaryRequest {
+                client_binary: binary.id.0,
+            };
+            if let Err(e) = conn.call("unregister binary", |mut c| async move {
+                c.unregister_binary(req).await
+            }) {
                 failures.push(e.to_string());
             }
         }

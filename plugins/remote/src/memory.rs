@@ -10,7 +10,13 @@ use crate::connection::{block_on, rpc_error, Connection};
 ///
 /// # Safety
 /// `src` valid for `size` bytes for the duration of the call.
-pub unsafe fn write(conn: &Connection, device: u32, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
+pub unsafe fn write(
+    conn: &Connection,
+    device: u32,
+    dst: DevicePtr,
+    src: *const u8,
+    size: usize,
+) -> Result<()> {
     conn.check_alive("write")?;
     let chunk = conn.chunk_size;
     let src_addr = src as usize;
@@ -22,7 +28,8 @@ pub unsafe fn write(conn: &Connection, device: u32, dst: DevicePtr, src: *const 
             loop {
                 let n = chunk.min(size - off);
                 // SAFETY: the caller keeps `src` valid until we return.
-                let data = unsafe { std::slice::from_raw_parts((src_addr + off) as *const u8, n) }.to_vec();
+                let data = unsafe { std::slice::from_raw_parts((src_addr + off) as *const u8, n) }
+                    .to_vec();
                 let first = off == 0;
                 let msg = WriteChunk {
                     device: if first { device } else { 0 },
@@ -41,7 +48,8 @@ pub unsafe fn write(conn: &Connection, device: u32, dst: DevicePtr, src: *const 
         };
         let call = client.write(tokio_stream::wrappers::ReceiverStream::new(rx));
         let (_, res) = tokio::join!(producer, call);
-        res.map(|_| ()).map_err(|s| rpc_error(&conn.addr, "copy to device", s))
+        res.map(|_| ())
+            .map_err(|s| rpc_error(&conn.addr, "copy to device", s))
     })
 }
 
@@ -49,19 +57,40 @@ pub unsafe fn write(conn: &Connection, device: u32, dst: DevicePtr, src: *const 
 ///
 /// # Safety
 /// `dst` valid for `size` bytes for the duration of the call.
-pub unsafe fn read(conn: &Connection, device: u32, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
+pub unsafe fn read(
+    conn: &Connection,
+    device: u32,
+    dst: *mut u8,
+    src: DevicePtr,
+    size: usize,
+) -> Result<()> {
     conn.check_alive("read")?;
     let mut client = conn.client.clone();
     let dst_addr = dst as usize;
-    let req = ReadRequest { device, src: src.0, size: size as u64, chunk_size: conn.chunk_size as u64 };
+    let req = ReadRequest {
+        device,
+        src: src.0,
+        size: size as u64,
+        chunk_size: conn.chunk_size as u64,
+    };
     block_on(async move {
         let what = "copy from device";
-        let mut stream = client.read(req).await.map_err(|s| rpc_error(&conn.addr, what, s))?.into_inner();
+        let mut stream = client
+            .read(req)
+            .await
+            .map_err(|s| rpc_error(&conn.addr, what, s))?
+            .into_inner();
         let mut off = 0usize;
-        while let Some(c) = stream.message().await.map_err(|s| rpc_error(&conn.addr, what, s))? {
+        while let Some(c) = stream
+            .message()
+            .await
+            .map_err(|s| rpc_error(&conn.addr, what, s))?
+        {
             let n = c.data.len().min(size - off);
             // SAFETY: bounded by `size`; the caller keeps `dst` valid.
-            unsafe { std::ptr::copy_nonoverlapping(c.data.as_ptr(), (dst_addr + off) as *mut u8, n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(c.data.as_ptr(), (dst_addr + off) as *mut u8, n)
+            };
             off += n;
         }
         if off != size {

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
 use offload_core::{Error, ErrorCode, Result};
-use offload_proto::{queue_op, CopyRequest, Empty, FillRequest, Launch, QueueOp, ReadRequest, WriteChunk};
+use offload_proto::{
+    queue_op, CopyRequest, Empty, FillRequest, Launch, QueueOp, ReadRequest, WriteChunk,
+};
 use tokio::sync::mpsc;
 
 use crate::connection::{errc_from_raw, io_runtime, rpc_error, Connection};
@@ -54,12 +56,18 @@ impl RemoteQueue {
     pub fn open(conn: Arc<Connection>, device: u32) -> Result<RemoteQueue> {
         conn.check_alive("create queue")?;
         let (tx, rx) = mpsc::unbounded_channel::<QueueOp>();
-        let shared = Arc::new(Shared { progress: Mutex::new(Progress::default()), cv: Condvar::new() });
+        let shared = Arc::new(Shared {
+            progress: Mutex::new(Progress::default()),
+            cv: Condvar::new(),
+        });
         let mut client = conn.client.clone();
         let sh = shared.clone();
         let addr = conn.addr.clone();
         io_runtime().spawn(async move {
-            let end = match client.queue(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)).await {
+            let end = match client
+                .queue(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+                .await
+            {
                 Err(s) => rpc_error(&addr, "queue", s),
                 Ok(resp) => {
                     let mut completions = resp.into_inner();
@@ -70,18 +78,32 @@ impl RemoteQueue {
                                 if let Some((dst, len)) = p.pending_reads.remove(&c.ticket) {
                                     let n = len.min(c.data.len());
                                     // SAFETY: the enqueuer keeps `dst` valid until the queue syncs.
-                                    unsafe { std::ptr::copy_nonoverlapping(c.data.as_ptr(), dst as *mut u8, n) };
+                                    unsafe {
+                                        std::ptr::copy_nonoverlapping(
+                                            c.data.as_ptr(),
+                                            dst as *mut u8,
+                                            n,
+                                        )
+                                    };
                                 }
                                 if c.code != 0 && p.first_error.is_none() {
-                                    let code = errc_from_raw(c.code).unwrap_or(ErrorCode::BackendFailure);
-                                    p.first_error = Some(Error::new(code, format!("remote server {addr}: {}", c.message)));
+                                    let code =
+                                        errc_from_raw(c.code).unwrap_or(ErrorCode::BackendFailure);
+                                    p.first_error = Some(Error::new(
+                                        code,
+                                        format!("remote server {addr}: {}", c.message),
+                                    ));
                                 }
                                 if c.ticket > p.completed {
                                     p.completed = c.ticket;
                                 }
                                 sh.cv.notify_all();
                             }
-                            Ok(None) => break Error::backend(format!("remote server {addr}: queue closed by the server")),
+                            Ok(None) => {
+                                break Error::backend(format!(
+                                    "remote server {addr}: queue closed by the server"
+                                ))
+                            }
                             Err(s) => break rpc_error(&addr, "queue", s),
                         }
                     }
@@ -90,7 +112,12 @@ impl RemoteQueue {
             sh.lock().broken = Some(end);
             sh.cv.notify_all();
         });
-        Ok(RemoteQueue { conn, device, tx, shared })
+        Ok(RemoteQueue {
+            conn,
+            device,
+            tx,
+            shared,
+        })
     }
 
     fn send(&self, ticketed: bool, op: queue_op::Op) -> Result<u64> {
@@ -103,8 +130,17 @@ impl RemoteQueue {
             0
         };
         self.tx
-            .send(QueueOp { ticket, device: self.device, op: Some(op) })
-            .map_err(|_| Error::backend(format!("remote server {}: queue stream is closed", self.conn.addr)))?;
+            .send(QueueOp {
+                ticket,
+                device: self.device,
+                op: Some(op),
+            })
+            .map_err(|_| {
+                Error::backend(format!(
+                    "remote server {}: queue stream is closed",
+                    self.conn.addr
+                ))
+            })?;
         Ok(ticket)
     }
 
@@ -127,9 +163,16 @@ fn wait(shared: &Shared, conn: &Connection, ticket: u64) -> Result<()> {
             return Err(e.clone());
         }
         if !conn.is_alive() {
-            return Err(Error::backend(format!("remote server {}: the server is gone (connection lost)", conn.addr)));
+            return Err(Error::backend(format!(
+                "remote server {}: the server is gone (connection lost)",
+                conn.addr
+            )));
         }
-        p = shared.cv.wait_timeout(p, Duration::from_millis(100)).unwrap_or_else(|e| e.into_inner()).0;
+        p = shared
+            .cv
+            .wait_timeout(p, Duration::from_millis(100))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
 }
 
@@ -138,7 +181,12 @@ fn kernel_id(kernel: &dyn plugin::Kernel) -> Result<u64> {
         .as_any()
         .downcast_ref::<RemoteKernel>()
         .map(|k| k.id)
-        .ok_or_else(|| Error::invalid_argument(format!("kernel '{}' does not belong to the remote plugin", kernel.name())))
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "kernel '{}' does not belong to the remote plugin",
+                kernel.name()
+            ))
+        })
 }
 
 impl plugin::Queue for RemoteQueue {
@@ -149,7 +197,15 @@ impl plugin::Queue for RemoteQueue {
         while off < size {
             let n = chunk.min(size - off);
             let data = std::slice::from_raw_parts(src.add(off), n).to_vec();
-            self.send(false, queue_op::Op::Write(WriteChunk { device: self.device, dst: dst.0 + off as u64, size: n as u64, data }))?;
+            self.send(
+                false,
+                queue_op::Op::Write(WriteChunk {
+                    device: self.device,
+                    dst: dst.0 + off as u64,
+                    size: n as u64,
+                    data,
+                }),
+            )?;
             off += n;
         }
         Ok(())
@@ -171,25 +227,51 @@ impl plugin::Queue for RemoteQueue {
             let op = QueueOp {
                 ticket,
                 device: self.device,
-                op: Some(queue_op::Op::Read(ReadRequest { device: self.device, src: src.0 + off as u64, size: n as u64, chunk_size: 0 })),
+                op: Some(queue_op::Op::Read(ReadRequest {
+                    device: self.device,
+                    src: src.0 + off as u64,
+                    size: n as u64,
+                    chunk_size: 0,
+                })),
             };
-            self.tx.send(op).map_err(|_| Error::backend(format!("remote server {}: queue stream is closed", self.conn.addr)))?;
+            self.tx.send(op).map_err(|_| {
+                Error::backend(format!(
+                    "remote server {}: queue stream is closed",
+                    self.conn.addr
+                ))
+            })?;
             off += n;
         }
         Ok(())
     }
 
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
-        let c = CopyRequest { src_device: self.device, src: src.0, dst_device: self.device, dst: dst.0, size: size as u64 };
+        let c = CopyRequest {
+            src_device: self.device,
+            src: src.0,
+            dst_device: self.device,
+            dst: dst.0,
+            size: size as u64,
+        };
         self.send(false, queue_op::Op::Copy(c)).map(|_| ())
     }
 
     fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
-        let f = FillRequest { device: self.device, dst: dst.0, pattern: pattern.to_vec(), size: size as u64 };
+        let f = FillRequest {
+            device: self.device,
+            dst: dst.0,
+            pattern: pattern.to_vec(),
+            size: size as u64,
+        };
         self.send(false, queue_op::Op::Fill(f)).map(|_| ())
     }
 
-    fn launch(&self, kernel: &dyn plugin::Kernel, args: KernelArgs<'_>, config: &LaunchConfig) -> Result<()> {
+    fn launch(
+        &self,
+        kernel: &dyn plugin::Kernel,
+        args: KernelArgs<'_>,
+        config: &LaunchConfig,
+    ) -> Result<()> {
         let (words, packed, use_words) = match args {
             KernelArgs::Words(w) => (w.to_vec(), Vec::new(), true),
             KernelArgs::Packed(p) => (Vec::new(), p.to_vec(), false),
@@ -217,7 +299,11 @@ impl plugin::Queue for RemoteQueue {
 
     fn record_event(&self) -> Result<Arc<dyn plugin::Event>> {
         let ticket = self.marker()?;
-        Ok(Arc::new(RemoteEvent { shared: self.shared.clone(), ticket, conn: self.conn.clone() }))
+        Ok(Arc::new(RemoteEvent {
+            shared: self.shared.clone(),
+            ticket,
+            conn: self.conn.clone(),
+        }))
     }
 
     fn wait_event(&self, event: &dyn plugin::Event) -> Result<()> {

@@ -1,0 +1,91 @@
+//! `offload serve`: expose this machine's devices over gRPC.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Address to listen on (loopback by default; port 0 picks a free port).
+    #[arg(long, default_value = offload_server::DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// File holding the shared-secret token (default: $OFFLOAD_REMOTE_TOKEN).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Allow a non-loopback address without a token.
+    #[arg(long)]
+    insecure: bool,
+    /// PEM certificate chain for TLS (with --tls-key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS (with --tls-cert).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    init_logging();
+    let token = match &args.token_file {
+        Some(f) => {
+            let t = std::fs::read_to_string(f)
+                .with_context(|| format!("reading token file {}", f.display()))?;
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                bail!("token file {} is empty", f.display());
+            }
+            Some(t)
+        }
+        None => std::env::var("OFFLOAD_REMOTE_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some((
+            std::fs::read(c).with_context(|| format!("reading {}", c.display()))?,
+            std::fs::read(k).with_context(|| format!("reading {}", k.display()))?,
+        )),
+        _ => None,
+    };
+    let options = offload_server::ServeOptions {
+        listen: Some(args.listen),
+        token,
+        insecure: args.insecure,
+        tls,
+    };
+    offload_server::validate(&options, args.listen).map_err(anyhow::Error::msg)?;
+    let runtime = Arc::new(offload_server::local_runtime());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the server runtime")?;
+    rt.block_on(async {
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        offload_server::serve(
+            options,
+            runtime,
+            |addr| {
+                // Machine-readable line (tests parse it when using port 0).
+                println!("offload serve: listening on {addr}");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+            },
+            shutdown,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("OFFLOAD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}

@@ -1,0 +1,341 @@
+//! Remote offloading end to end: `offload serve` in a child process, the
+//! remote plugin in this one.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
+use offload_core::{Config, DevicePtr, ErrorCode, Runtime};
+
+struct Server {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(token: Option<&str>) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_offload"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .env("OFFLOAD_HOST_DEVICES", "2")
+            .env_remove("OFFLOAD_REMOTE")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        match token {
+            Some(t) => cmd.env("OFFLOAD_REMOTE_TOKEN", t),
+            None => cmd.env_remove("OFFLOAD_REMOTE_TOKEN"),
+        };
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+        assert!(
+            line.contains("listening on"),
+            "unexpected first line: {line}"
+        );
+        Server {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client(addr: &str, token: Option<&str>) -> Runtime {
+    let config = Config {
+        plugins: Some(vec!["remote".into()]),
+        remote_servers: vec![addr.to_string()],
+        remote_token: token.map(str::to_string),
+        remote_timeout_secs: 5,
+        remote_chunk_size: 1 << 20,
+        ..Config::default()
+    };
+    Runtime::new(config, &offload::builtin_plugins())
+}
+
+fn kernels_so(dir: &Path) -> Vec<u8> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = dir.join("k.so");
+    let ok = Command::new("clang-22")
+        .args(["-O1", "-fPIC", "-shared", "-I"])
+        .arg(root.join("include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("crates/offload/examples/kernels/demo_kernels.c"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    std::fs::read(out).unwrap()
+}
+
+fn packed<T>(v: &T) -> &[u8] {
+    unsafe { std::slice::from_raw_parts((v as *const T).cast(), std::mem::size_of::<T>()) }
+}
+
+#[test]
+fn memory_programs_and_launches_over_the_wire() {
+    let server = Server::start(Some("s3cret"));
+    let rt = client(&server.addr, Some("s3cret"));
+    assert!(rt.failed_plugins().is_empty(), "{:?}", rt.failed_plugins());
+    assert_eq!(rt.devices().len(), 2, "every device of the server appears");
+    let dev = &rt.devices()[1];
+    assert!(dev.info().uid.starts_with("remote:"), "{}", dev.info().uid);
+    assert!(dev.info().name.contains(&server.addr));
+
+    // 3.5 MiB round trip: streamed in 1 MiB chunks both ways.
+    let n = 7 << 19;
+    let data: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+    let p = dev.alloc(n, AllocKind::Device).unwrap();
+    unsafe { dev.copy_to_device(p, data.as_ptr(), n).unwrap() };
+    let mut back = vec![0u8; n];
+    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    assert_eq!(back, data);
+    // Fill and device-to-device (same server: done there).
+    let q = dev.alloc(64, AllocKind::Device).unwrap();
+    dev.fill(q, &[9, 8], 64).unwrap();
+    let other = &rt.devices()[0];
+    let r = other.alloc(64, AllocKind::Device).unwrap();
+    dev.copy_to(other, r, q, 64).unwrap();
+    let mut small = [0u8; 4];
+    unsafe { other.copy_from_device(small.as_mut_ptr(), r, 4).unwrap() };
+    assert_eq!(small, [9, 8, 9, 8]);
+
+    // A program shipped with the load, a kernel, a pipelined queue.
+    let dir = tempfile::tempdir().unwrap();
+    let image = kernels_so(dir.path());
+    let program = dev.load_program(&image).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let count = 10_000usize;
+    let x: Vec<f32> = (0..count).map(|i| i as f32).collect();
+    let y = vec![1.0f32; count];
+    let dx = dev.alloc(count * 4, AllocKind::Device).unwrap();
+    let dy = dev.alloc(count * 4, AllocKind::Device).unwrap();
+    let queue = dev.create_queue().unwrap();
+    let mut out = vec![0f32; count];
+    #[repr(C)]
+    struct Saxpy {
+        a: f32,
+        x: u64,
+        y: u64,
+        n: u32,
+    }
+    let args = Saxpy {
+        a: 3.0,
+        x: dx.0,
+        y: dy.0,
+        n: count as u32,
+    };
+    unsafe {
+        queue
+            .copy_to_device(dx, x.as_ptr().cast(), count * 4)
+            .unwrap();
+        queue
+            .copy_to_device(dy, y.as_ptr().cast(), count * 4)
+            .unwrap();
+        queue
+            .launch(
+                saxpy.as_ref(),
+                KernelArgs::Packed(packed(&args)),
+                &LaunchConfig::linear(40, 256),
+            )
+            .unwrap();
+        queue
+            .copy_from_device(out.as_mut_ptr().cast(), dy, count * 4)
+            .unwrap();
+    }
+    let event = queue.record_event().unwrap();
+    event.synchronize().unwrap();
+    assert!(event.is_complete().unwrap());
+    assert!(out
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == 3.0 * i as f32 + 1.0));
+
+    // Errors of queued work surface at the next synchronisation.
+    let bad = Saxpy {
+        a: 1.0,
+        x: 0,
+        y: 0,
+        n: 0,
+    };
+    queue
+        .launch(
+            saxpy.as_ref(),
+            KernelArgs::Packed(packed(&bad)),
+            &LaunchConfig::linear(1, 4096),
+        )
+        .unwrap();
+    let e = queue.synchronize().unwrap_err();
+    assert!(e.message().contains("group size"), "{e}");
+    queue.synchronize().unwrap();
+
+    // Unknown kernels and double frees are clear errors; the session survives.
+    assert_eq!(
+        program.kernel("nope").err().unwrap().code(),
+        ErrorCode::NotFound
+    );
+    // (Small blocks stay in the client's caching pool; `p` is large.)
+    dev.free(p).unwrap();
+    let e = dev.raw().free(p, AllocKind::Device).unwrap_err();
+    assert!(
+        e.message().contains("double free or foreign pointer"),
+        "{e}"
+    );
+    for ptr in [q, dx, dy] {
+        dev.free(ptr).unwrap();
+    }
+    other.free(r).unwrap();
+    let log = server.log();
+    assert!(log.contains("session opened"), "{log}");
+    assert!(log.contains("program loaded"), "{log}");
+}
+
+#[test]
+fn registered_binaries_ship_their_images_once() {
+    let server = Server::start(None);
+    let rt = client(&server.addr, None);
+    let dir = tempfile::tempdir().unwrap();
+    let image: &'static [u8] = Box::leak(kernels_so(dir.path()).into_boxed_slice());
+    let images = offload_image::unwrap(image).unwrap();
+    let (desc, failures) = rt.register_binary(images, vec![]);
+    assert!(failures.is_empty(), "{failures:?}");
+    // Both devices load the registered image by id.
+    for dev in rt.devices() {
+        let p = dev.load_image(&desc.images[0]).unwrap();
+        p.kernel("sum").unwrap();
+    }
+    rt.unregister_binary(desc.id).unwrap();
+    let log = server.log();
+    assert_eq!(log.matches("binary registered").count(), 1, "{log}");
+    assert_eq!(log.matches("program loaded").count(), 2, "{log}");
+    assert!(log.contains("binary unregistered"), "{log}");
+}
+
+#[test]
+fn tokens_are_required_and_checked() {
+    let server = Server::start(Some("right"));
+    let missing = client(&server.addr, None);
+    assert!(missing.devices().is_empty());
+    let msg = missing.failed_plugins()[0].1.to_string();
+    assert!(msg.contains("requires a token"), "{msg}");
+    let wrong = client(&server.addr, Some("wrong"));
+    let msg = wrong.failed_plugins()[0].1.to_string();
+    assert!(msg.contains("wrong token"), "{msg}");
+    assert_eq!(client(&server.addr, Some("right")).devices().len(), 2);
+}
+
+#[test]
+fn clients_cannot_touch_each_others_memory() {
+    let server = Server::start(None);
+    let a = client(&server.addr, None);
+    let b = client(&server.addr, None);
+    let pa = a.devices()[0].alloc(256, AllocKind::Device).unwrap();
+    a.devices()[0].fill(pa, &[7], 256).unwrap();
+    let db = &b.devices()[0];
+    let mut buf = [0u8; 16];
+    let e = unsafe { db.raw().copy_from_device(buf.as_mut_ptr(), pa, 16) }.unwrap_err();
+    assert!(e.message().contains("not memory of this session"), "{e}");
+    let e = unsafe { db.raw().copy_to_device(pa, buf.as_ptr(), 16) }.unwrap_err();
+    assert!(e.message().contains("not memory of this session"), "{e}");
+    assert!(db.raw().fill(pa, &[0], 16).is_err());
+    assert!(db.raw().free(pa, AllocKind::Device).is_err());
+    // A's data is intact and A can still free it.
+    let mut mine = [0u8; 4];
+    unsafe {
+        a.devices()[0]
+            .copy_from_device(mine.as_mut_ptr(), pa, 4)
+            .unwrap()
+    };
+    assert_eq!(mine, [7; 4]);
+    a.devices()[0].free(pa).unwrap();
+}
+
+const CHILD: &str = "OFFLOAD_REMOTE_TEST_CHILD";
+
+#[test]
+fn a_vanished_client_has_its_memory_freed() {
+    if let Ok(addr) = std::env::var(CHILD) {
+        // Child: allocate and exit without freeing.
+        let rt = client(&addr, None);
+        for _ in 0..3 {
+            rt.devices()[0].alloc(1000, AllocKind::Device).unwrap();
+        }
+        std::process::exit(0);
+    }
+    let server = Server::start(None);
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_vanished_client_has_its_memory_freed",
+            "--nocapture",
+        ])
+        .env(CHILD, &server.addr)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = server.log();
+        if log.contains("session closed") {
+            assert!(log.contains("freed_allocations=3"), "{log}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "session not closed:\n{log}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_killed_server_ends_calls_with_an_error_quickly() {
+    let mut server = Server::start(None);
+    let rt = client(&server.addr, None);
+    let dev = &rt.devices()[0];
+    let p = dev.alloc(64, AllocKind::Device).unwrap();
+    let queue = dev.create_queue().unwrap();
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let start = Instant::now();
+    let e = dev.alloc(64, AllocKind::Device).unwrap_err();
+    assert!(e.message().contains(&server.addr), "{e}");
+    let mut b = [0u8; 8];
+    assert!(unsafe { dev.copy_from_device(b.as_mut_ptr(), p, 8) }.is_err());
+    assert!(queue.synchronize().is_err());
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        start.elapsed()
+    );
+    let _ = DevicePtr::NULL;
+}
+
+#[test]
+fn non_loopback_without_token_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env_remove("OFFLOAD_REMOTE_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without a token"), "{err}");
+}
