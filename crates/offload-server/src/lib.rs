@@ -27,6 +27,9 @@ pub use service::{Service, ERRC_HEADER};
 /// Largest gRPC message either side accepts (chunks are smaller).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
+/// HTTP/2 flow-control window per stream (the connection gets twice that).
+pub const WINDOW_BYTES: u32 = 16 << 20;
+
 /// How to serve.
 #[derive(Clone, Debug, Default)]
 pub struct ServeOptions {
@@ -84,6 +87,9 @@ pub async fn serve(
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let mut builder = Server::builder()
         .tcp_nodelay(true)
+        // Large HTTP/2 windows: bulk copies must not stall on flow control.
+        .initial_stream_window_size(Some(WINDOW_BYTES))
+        .initial_connection_window_size(Some(2 * WINDOW_BYTES))
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)));
     if let Some((cert, key)) = &options.tls {

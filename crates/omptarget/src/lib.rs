@@ -1,9 +1,884 @@
-//! libomptarget.so.22.1 (work in progress).
+//! libomptarget.so.22.1: the OpenMP offload face of the runtime.
+//!
+//! Every `extern "C"` entry point runs inside [`guard!`], which turns a Rust
+//! panic into LLVM's fatal-error-and-abort instead of unwinding into C.
+
+#![allow(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod abi;
+pub mod api;
+pub mod mapping;
+pub mod msg;
+pub mod registry;
+pub mod target;
+
+use std::ffi::{c_char, c_void};
+
+use abi::*;
+use offload_core::AllocKind;
+use target::{Args, DataKind, MapperComponents};
+
+macro_rules! guard {
+    ($($body:tt)*) => {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| { $($body)* })) {
+            Ok(v) => v,
+            Err(_) => $crate::msg::fatal(1, "internal error in libomptarget (Rust panic)"),
+        }
+    };
+}
+
+type Ptrs = *mut *mut c_void;
+
+// ------------------------------------------------------------ registration
 
 #[no_mangle]
-pub extern "C" fn omp_get_num_devices() -> i32 {
-    offload::runtime().devices().len() as i32
+pub extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
+    guard!(unsafe { registry::register(desc) })
 }
 
 #[no_mangle]
-pub extern "C" fn __tgt_register_lib(_desc: *const u8) {}
+pub extern "C" fn __tgt_unregister_lib(desc: *const BinDesc) {
+    guard!(registry::unregister(desc))
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_init_all_rtls() {
+    guard!({
+        let _ = registry::state();
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_init() {
+    guard!({
+        let _ = registry::state();
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_deinit() {}
+
+#[no_mangle]
+pub extern "C" fn __tgt_register_requires(_flags: i64) {
+    guard!(msg::message(
+        "The __tgt_register_requires function has been removed. Old OpenMP requirements will not be handled"
+    ))
+}
+
+// ------------------------------------------------------------ kernels
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_kernel(
+    loc: *const Ident,
+    device: i64,
+    num_teams: i32,
+    thread_limit: i32,
+    host_ptr: *mut c_void,
+    args: *const KernelArgsTy,
+) -> i32 {
+    guard!({
+        if args.is_null() {
+            return -1;
+        }
+        target::target_kernel(loc, device, num_teams, thread_limit, host_ptr, unsafe {
+            &*args
+        })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_kernel_nowait(
+    loc: *const Ident,
+    device: i64,
+    num_teams: i32,
+    thread_limit: i32,
+    host_ptr: *mut c_void,
+    args: *const KernelArgsTy,
+    _dep_num: i32,
+    _deps: *mut c_void,
+    _ndn: i32,
+    _nd: *mut c_void,
+) -> i32 {
+    __tgt_target_kernel(loc, device, num_teams, thread_limit, host_ptr, args)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn legacy_kernel(
+    loc: *const Ident,
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: Ptrs,
+    mappers: Ptrs,
+    teams: i32,
+    limit: i32,
+) -> i32 {
+    let ka = KernelArgsTy {
+        version: 1,
+        num_args: n.max(0) as u32,
+        arg_base_ptrs: base,
+        arg_ptrs: args,
+        arg_sizes: sizes,
+        arg_types: types,
+        arg_names: names,
+        arg_mappers: mappers,
+        tripcount: 0,
+        flags: 0,
+        num_teams: [teams.max(0) as u32, 0, 0],
+        thread_limit: [limit.max(0) as u32, 0, 0],
+        dyn_cgroup_mem: 0,
+    };
+    __tgt_target_kernel(loc, device, teams, limit, host_ptr, &ka)
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target(
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+) -> i32 {
+    let z = std::ptr::null_mut();
+    legacy_kernel(
+        std::ptr::null(),
+        device,
+        host_ptr,
+        n,
+        base,
+        args,
+        sizes,
+        types,
+        z,
+        z,
+        -1,
+        0,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_nowait(
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    _a: i32,
+    _b: *mut c_void,
+    _c: i32,
+    _d: *mut c_void,
+) -> i32 {
+    __tgt_target(device, host_ptr, n, base, args, sizes, types)
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_mapper(
+    loc: *const Ident,
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: Ptrs,
+    mappers: Ptrs,
+) -> i32 {
+    legacy_kernel(
+        loc, device, host_ptr, n, base, args, sizes, types, names, mappers, -1, 0,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_nowait_mapper(
+    loc: *const Ident,
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: Ptrs,
+    mappers: Ptrs,
+    _a: i32,
+    _b: *mut c_void,
+    _c: i32,
+    _d: *mut c_void,
+) -> i32 {
+    legacy_kernel(
+        loc, device, host_ptr, n, base, args, sizes, types, names, mappers, -1, 0,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_teams(
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    teams: i32,
+    limit: i32,
+) -> i32 {
+    let z = std::ptr::null_mut();
+    legacy_kernel(
+        std::ptr::null(),
+        device,
+        host_ptr,
+        n,
+        base,
+        args,
+        sizes,
+        types,
+        z,
+        z,
+        teams,
+        limit,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_teams_nowait(
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    teams: i32,
+    limit: i32,
+    _a: i32,
+    _b: *mut c_void,
+    _c: i32,
+    _d: *mut c_void,
+) -> i32 {
+    __tgt_target_teams(device, host_ptr, n, base, args, sizes, types, teams, limit)
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_teams_mapper(
+    loc: *const Ident,
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: Ptrs,
+    mappers: Ptrs,
+    teams: i32,
+    limit: i32,
+) -> i32 {
+    legacy_kernel(
+        loc, device, host_ptr, n, base, args, sizes, types, names, mappers, teams, limit,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_teams_nowait_mapper(
+    loc: *const Ident,
+    device: i64,
+    host_ptr: *mut c_void,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: Ptrs,
+    mappers: Ptrs,
+    teams: i32,
+    limit: i32,
+    _a: i32,
+    _b: *mut c_void,
+    _c: i32,
+    _d: *mut c_void,
+) -> i32 {
+    legacy_kernel(
+        loc, device, host_ptr, n, base, args, sizes, types, names, mappers, teams, limit,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn __kmpc_push_target_tripcount(_device: i64, _count: u64) {}
+
+#[no_mangle]
+pub extern "C" fn __kmpc_push_target_tripcount_mapper(
+    _loc: *const Ident,
+    _device: i64,
+    _count: u64,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_nowait_query(async_handle: *mut *mut c_void) {
+    if !async_handle.is_null() {
+        // Everything runs synchronously: nothing is ever pending.
+        unsafe { *async_handle = std::ptr::null_mut() };
+    }
+}
+
+// ------------------------------------------------------------ data
+
+#[allow(clippy::too_many_arguments)]
+fn data(
+    loc: *const Ident,
+    device: i64,
+    n: i32,
+    base: Ptrs,
+    args: Ptrs,
+    sizes: *mut i64,
+    types: *mut i64,
+    names: Ptrs,
+    mappers: Ptrs,
+    kind: DataKind,
+) {
+    guard!({
+        let a = Args {
+            n: n.max(0) as usize,
+            base,
+            begin: args,
+            sizes,
+            types,
+            names: names as *const *mut c_void,
+            mappers: mappers as *const *mut c_void,
+        };
+        target::target_data(loc, device, &a, kind)
+    })
+}
+
+macro_rules! data_fns {
+    ($kind:expr, $mapper:ident, $nowait_mapper:ident, $plain:ident, $nowait:ident) => {
+        #[no_mangle]
+        pub extern "C" fn $mapper(
+            loc: *const Ident,
+            device: i64,
+            n: i32,
+            base: Ptrs,
+            args: Ptrs,
+            sizes: *mut i64,
+            types: *mut i64,
+            names: Ptrs,
+            mappers: Ptrs,
+        ) {
+            data(
+                loc, device, n, base, args, sizes, types, names, mappers, $kind,
+            )
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $nowait_mapper(
+            loc: *const Ident,
+            device: i64,
+            n: i32,
+            base: Ptrs,
+            args: Ptrs,
+            sizes: *mut i64,
+            types: *mut i64,
+            names: Ptrs,
+            mappers: Ptrs,
+            _dep_num: i32,
+            _deps: *mut c_void,
+            _ndn: i32,
+            _nd: *mut c_void,
+        ) {
+            data(
+                loc, device, n, base, args, sizes, types, names, mappers, $kind,
+            )
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $plain(
+            device: i64,
+            n: i32,
+            base: Ptrs,
+            args: Ptrs,
+            sizes: *mut i64,
+            types: *mut i64,
+        ) {
+            let z = std::ptr::null_mut();
+            data(
+                std::ptr::null(),
+                device,
+                n,
+                base,
+                args,
+                sizes,
+                types,
+                z,
+                z,
+                $kind,
+            )
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $nowait(
+            device: i64,
+            n: i32,
+            base: Ptrs,
+            args: Ptrs,
+            sizes: *mut i64,
+            types: *mut i64,
+            _dep_num: i32,
+            _deps: *mut c_void,
+            _ndn: i32,
+            _nd: *mut c_void,
+        ) {
+            let z = std::ptr::null_mut();
+            data(
+                std::ptr::null(),
+                device,
+                n,
+                base,
+                args,
+                sizes,
+                types,
+                z,
+                z,
+                $kind,
+            )
+        }
+    };
+}
+
+data_fns!(
+    DataKind::Begin,
+    __tgt_target_data_begin_mapper,
+    __tgt_target_data_begin_nowait_mapper,
+    __tgt_target_data_begin,
+    __tgt_target_data_begin_nowait
+);
+data_fns!(
+    DataKind::End,
+    __tgt_target_data_end_mapper,
+    __tgt_target_data_end_nowait_mapper,
+    __tgt_target_data_end,
+    __tgt_target_data_end_nowait
+);
+data_fns!(
+    DataKind::Update,
+    __tgt_target_data_update_mapper,
+    __tgt_target_data_update_nowait_mapper,
+    __tgt_target_data_update,
+    __tgt_target_data_update_nowait
+);
+
+#[no_mangle]
+pub extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
+    if handle.is_null() {
+        return 0;
+    }
+    unsafe { (*(handle as *mut MapperComponents)).comps.len() as i64 }
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_push_mapper_component(
+    handle: *mut c_void,
+    base: *mut c_void,
+    begin: *mut c_void,
+    size: i64,
+    ty: i64,
+    name: *mut c_void,
+) {
+    if handle.is_null() {
+        return;
+    }
+    guard!(unsafe {
+        (*(handle as *mut MapperComponents)).comps.push((
+            base as u64,
+            begin as u64,
+            size,
+            ty,
+            name as usize,
+        ))
+    })
+}
+
+// ------------------------------------------------------------ OpenMP API
+
+#[no_mangle]
+pub extern "C" fn omp_get_num_devices() -> i32 {
+    guard!(registry::num_devices() as i32)
+}
+
+#[no_mangle]
+pub extern "C" fn omp_get_device_num() -> i32 {
+    guard!(api::initial_device() as i32)
+}
+
+#[no_mangle]
+pub extern "C" fn omp_get_initial_device() -> i32 {
+    guard!(api::initial_device() as i32)
+}
+
+#[no_mangle]
+pub extern "C" fn omp_get_uid_from_device(dev: i32) -> *const c_char {
+    guard!(api::uid_from_device(dev as i64))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_get_device_from_uid(uid: *const c_char) -> i32 {
+    guard!(api::device_from_uid(uid))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_alloc(size: usize, dev: i32) -> *mut c_void {
+    guard!(api::target_alloc(size, dev as i64, AllocKind::Device))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_free(p: *mut c_void, dev: i32) {
+    guard!(api::target_free(p, dev as i64))
+}
+
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_alloc_device(size: usize, dev: i32) -> *mut c_void {
+    guard!(api::target_alloc(size, dev as i64, AllocKind::Device))
+}
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_alloc_host(size: usize, dev: i32) -> *mut c_void {
+    guard!(api::target_alloc(size, dev as i64, AllocKind::Host))
+}
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_alloc_shared(size: usize, dev: i32) -> *mut c_void {
+    guard!(api::target_alloc(size, dev as i64, AllocKind::Shared))
+}
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_free_device(p: *mut c_void, dev: i32) {
+    guard!(api::target_free(p, dev as i64))
+}
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_free_host(p: *mut c_void, dev: i32) {
+    guard!(api::target_free(p, dev as i64))
+}
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_free_shared(p: *mut c_void, dev: i32) {
+    guard!(api::target_free(p, dev as i64))
+}
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_dynamic_shared_alloc() -> *mut c_void {
+    std::ptr::null_mut()
+}
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_lock_mem(p: *mut c_void, _size: usize, _dev: i32) -> *mut c_void {
+    p
+}
+#[no_mangle]
+pub extern "C" fn llvm_omp_target_unlock_mem(_p: *mut c_void, _dev: i32) {}
+
+#[no_mangle]
+pub extern "C" fn omp_target_memcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    dst_off: usize,
+    src_off: usize,
+    dst_dev: i32,
+    src_dev: i32,
+) -> i32 {
+    guard!({
+        if dst.is_null() || src.is_null() {
+            return -1;
+        }
+        api::memcpy(
+            dst as u64 + dst_off as u64,
+            src as u64 + src_off as u64,
+            len,
+            dst_dev as i64,
+            src_dev as i64,
+        )
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_memcpy_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    dst_off: usize,
+    src_off: usize,
+    dst_dev: i32,
+    src_dev: i32,
+    _depobj_count: i32,
+    _depobj_list: *mut c_void,
+) -> i32 {
+    omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev)
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_memcpy_rect(
+    dst: *mut c_void,
+    src: *const c_void,
+    elem: usize,
+    ndims: i32,
+    volume: *const usize,
+    dst_off: *const usize,
+    src_off: *const usize,
+    dst_dims: *const usize,
+    src_dims: *const usize,
+    dst_dev: i32,
+    src_dev: i32,
+) -> i32 {
+    guard!(api::memcpy_rect(
+        dst as u64,
+        src as u64,
+        elem,
+        ndims.max(0) as usize,
+        volume,
+        dst_off,
+        src_off,
+        dst_dims,
+        src_dims,
+        dst_dev as i64,
+        src_dev as i64
+    ))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_memcpy_rect_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    elem: usize,
+    ndims: i32,
+    volume: *const usize,
+    dst_off: *const usize,
+    src_off: *const usize,
+    dst_dims: *const usize,
+    src_dims: *const usize,
+    dst_dev: i32,
+    src_dev: i32,
+    _depobj_count: i32,
+    _depobj_list: *mut c_void,
+) -> i32 {
+    omp_target_memcpy_rect(
+        dst, src, elem, ndims, volume, dst_off, src_off, dst_dims, src_dims, dst_dev, src_dev,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_memset(p: *mut c_void, val: i32, n: usize, dev: i32) -> *mut c_void {
+    guard!(api::memset(p, val, n, dev as i64))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_memset_async(
+    p: *mut c_void,
+    val: i32,
+    n: usize,
+    dev: i32,
+    _depobj_count: i32,
+    _depobj_list: *mut c_void,
+) -> *mut c_void {
+    guard!(api::memset(p, val, n, dev as i64))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_is_present(p: *const c_void, dev: i32) -> i32 {
+    guard!(api::is_present(p, dev as i64))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_is_accessible(_p: *const c_void, _size: usize, dev: i32) -> i32 {
+    guard!((dev as i64 == api::initial_device()) as i32)
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_associate_ptr(
+    host: *const c_void,
+    dptr: *const c_void,
+    size: usize,
+    off: usize,
+    dev: i32,
+) -> i32 {
+    guard!(api::associate(
+        host as u64,
+        dptr as u64,
+        size,
+        off,
+        dev as i64
+    ))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: i32) -> i32 {
+    guard!(api::disassociate(host as u64, dev as i64))
+}
+
+#[no_mangle]
+pub extern "C" fn omp_get_mapped_ptr(p: *const c_void, dev: i32) -> *mut c_void {
+    guard!(api::mapped_ptr(p, dev as i64))
+}
+
+// ------------------------------------------------------------ interop (none)
+
+fn irc_empty(rc: *mut i32) {
+    if !rc.is_null() {
+        unsafe { *rc = -1 }; // omp_irc_empty
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn omp_get_interop_int(_i: *const c_void, _p: i32, rc: *mut i32) -> isize {
+    irc_empty(rc);
+    0
+}
+#[no_mangle]
+pub extern "C" fn omp_get_interop_ptr(_i: *const c_void, _p: i32, rc: *mut i32) -> *mut c_void {
+    irc_empty(rc);
+    std::ptr::null_mut()
+}
+#[no_mangle]
+pub extern "C" fn omp_get_interop_str(_i: *const c_void, _p: i32, rc: *mut i32) -> *const c_char {
+    irc_empty(rc);
+    std::ptr::null()
+}
+#[no_mangle]
+pub extern "C" fn omp_get_interop_name(_i: *const c_void, _p: i32) -> *const c_char {
+    std::ptr::null()
+}
+#[no_mangle]
+pub extern "C" fn omp_get_interop_type_desc(_i: *const c_void, _p: i32) -> *const c_char {
+    std::ptr::null()
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_interop_init(
+    _loc: *const Ident,
+    _gtid: i32,
+    interop: *mut *mut c_void,
+    _ty: i32,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
+    if !interop.is_null() {
+        unsafe { *interop = std::ptr::null_mut() };
+    }
+}
+#[no_mangle]
+pub extern "C" fn __tgt_interop_use(
+    _loc: *const Ident,
+    _gtid: i32,
+    _interop: *mut *mut c_void,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
+}
+#[no_mangle]
+pub extern "C" fn __tgt_interop_destroy(
+    _loc: *const Ident,
+    _gtid: i32,
+    interop: *mut *mut c_void,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
+    if !interop.is_null() {
+        unsafe { *interop = std::ptr::null_mut() };
+    }
+}
+#[no_mangle]
+pub extern "C" fn __tgt_interop_get() -> *mut c_void {
+    std::ptr::null_mut()
+}
+#[no_mangle]
+pub extern "C" fn __tgt_interop_use60() -> i32 {
+    0
+}
+#[no_mangle]
+pub extern "C" fn __tgt_interop_release() -> i32 {
+    0
+}
+#[no_mangle]
+pub extern "C" fn ompx_interop_add_completion_callback() -> i32 {
+    1
+}
+
+// ------------------------------------------------------------ tools / misc
+
+#[no_mangle]
+pub extern "C" fn __tgt_set_info_flag(flags: u32) {
+    msg::set_info(flags)
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_print_device_info(dev: i64) {
+    guard!(api::print_device_info(dev))
+}
+
+#[no_mangle]
+pub extern "C" fn ompx_dump_mapping_tables() {
+    guard!(target::dump_tables(
+        "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:"
+    ))
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_activate_record_replay(
+    _dev: i64,
+    _size: u64,
+    _vaddr: *mut c_void,
+    _is_record: bool,
+    _save: bool,
+    _offset: *mut u64,
+) -> i32 {
+    guard!({
+        msg::error("record and replay are not supported by this runtime");
+        -1
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_kernel_replay(
+    _loc: *const Ident,
+    _dev: i64,
+    _host_ptr: *mut c_void,
+    _mem: *mut c_void,
+    _mem_size: i64,
+    _args: Ptrs,
+    _offsets: *mut i64,
+    _n: i32,
+    _teams: i32,
+    _limit: i32,
+    _tripcount: u64,
+) -> i32 {
+    -1
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_target_sync(
+    _loc: *const Ident,
+    _gtid: i32,
+    _task: *mut c_void,
+    _event: *mut c_void,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn __llvmPushCallConfiguration() -> u32 {
+    0
+}
+#[no_mangle]
+pub extern "C" fn __llvmPopCallConfiguration() -> u32 {
+    0
+}
+#[no_mangle]
+pub extern "C" fn llvmLaunchKernel() -> u32 {
+    1
+}

@@ -161,6 +161,9 @@ impl Connection {
             .map_err(|e| fail("bad address", &e))?
             .connect_timeout(timeout)
             .tcp_nodelay(true)
+            // Large HTTP/2 windows: bulk copies must not stall on flow control.
+            .initial_stream_window_size(16 << 20)
+            .initial_connection_window_size(32 << 20)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(timeout)
             .keep_alive_while_idle(true);

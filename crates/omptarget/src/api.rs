@@ -1,0 +1,370 @@
+//! OpenMP device-memory API and LLVM extensions (reference 4.5).
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+use offload_core::{AllocKind, DevicePtr};
+
+use crate::mapping::{Entry, Found, INF};
+use crate::msg;
+use crate::registry::{self, DevState};
+
+pub fn initial_device() -> i64 {
+    registry::num_devices() as i64
+}
+
+/// A device for an API call: Ok(None) = the initial device, Err = invalid.
+#[allow(clippy::result_unit_err)]
+pub fn api_device(dev: i64) -> Result<Option<&'static DevState>, ()> {
+    let n = registry::num_devices() as i64;
+    if dev == n {
+        return Ok(None);
+    }
+    if dev < 0 || dev > n {
+        return Err(());
+    }
+    let d = &registry::state().devices[dev as usize];
+    Ok(Some(d))
+}
+
+pub fn target_alloc(size: usize, dev: i64, kind: AllocKind) -> *mut c_void {
+    if size == 0 {
+        return std::ptr::null_mut();
+    }
+    match api_device(dev) {
+        Ok(None) => unsafe { libc::malloc(size) },
+        Ok(Some(d)) => d
+            .dev
+            .alloc(size, kind)
+            .map(|p| p.0 as *mut c_void)
+            .unwrap_or(std::ptr::null_mut()),
+        Err(()) => std::ptr::null_mut(),
+    }
+}
+
+pub fn target_free(p: *mut c_void, dev: i64) {
+    if p.is_null() {
+        return;
+    }
+    match api_device(dev) {
+        Ok(None) => unsafe { libc::free(p) },
+        Ok(Some(d)) => {
+            if d.dev.free(DevicePtr(p as u64)).is_err() {
+                msg::fatal(
+                    1,
+                    "Failed to deallocate device ptr. Set OFFLOAD_TRACK_ALLOCATION_TRACES=1 to track allocations.",
+                );
+            }
+        }
+        Err(()) => {}
+    }
+}
+
+/// Copy `len` bytes between any two devices (host = initial device).
+pub fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64) -> i32 {
+    if len == 0 {
+        return 0;
+    }
+    let (Ok(dd), Ok(sd)) = (api_device(dst_dev), api_device(src_dev)) else {
+        return -1; // OFFLOAD_FAIL
+    };
+    if msg::info_on(msg::INFO_DATA_TRANSFER) {
+        match (dd, sd) {
+            (Some(d), None) => msg::dev_info(
+                d.id,
+                &format!(
+                    "Copying data from host to device, HstPtr={}, TgtPtr={}, Size={len}, Name={}",
+                    msg::P(src),
+                    msg::P(dst),
+                    name_by_tgt(d, dst)
+                ),
+            ),
+            (None, Some(s)) => msg::dev_info(
+                s.id,
+                &format!(
+                    "Copying data from device to host, TgtPtr={}, HstPtr={}, Size={len}, Name={}",
+                    msg::P(src),
+                    msg::P(dst),
+                    name_by_tgt(s, src)
+                ),
+            ),
+            _ => {}
+        }
+    }
+    let ok = unsafe {
+        match (dd, sd) {
+            (None, None) => {
+                std::ptr::copy(src as *const u8, dst as *mut u8, len);
+                true
+            }
+            (Some(d), None) => d
+                .dev
+                .copy_to_device(DevicePtr(dst), src as *const u8, len)
+                .is_ok(),
+            (None, Some(s)) => s
+                .dev
+                .copy_from_device(dst as *mut u8, DevicePtr(src), len)
+                .is_ok(),
+            (Some(d), Some(s)) => s
+                .dev
+                .copy_to(&d.dev, DevicePtr(dst), DevicePtr(src), len)
+                .is_ok(),
+        }
+    };
+    if ok {
+        0
+    } else {
+        -1
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn memcpy_rect(
+    dst: u64,
+    src: u64,
+    elem: usize,
+    ndims: usize,
+    volume: *const usize,
+    dst_off: *const usize,
+    src_off: *const usize,
+    dst_dims: *const usize,
+    src_dims: *const usize,
+    dst_dev: i64,
+    src_dev: i64,
+) -> i32 {
+    if dst == 0 && src == 0 {
+        return i32::MAX;
+    }
+    if dst == 0 || src == 0 || elem == 0 || ndims == 0 || volume.is_null() {
+        return -1;
+    }
+    let s = |p: *const usize| unsafe { std::slice::from_raw_parts(p, ndims) };
+    let (vol, doff, soff, ddim, sdim) =
+        (s(volume), s(dst_off), s(src_off), s(dst_dims), s(src_dims));
+    if ndims == 1 {
+        return memcpy(
+            dst + (doff[0] * elem) as u64,
+            src + (soff[0] * elem) as u64,
+            vol[0] * elem,
+            dst_dev,
+            src_dev,
+        );
+    }
+    let dst_slice: usize = ddim[1..].iter().product::<usize>() * elem;
+    let src_slice: usize = sdim[1..].iter().product::<usize>() * elem;
+    for i in 0..vol[0] {
+        let r = memcpy_rect(
+            dst + (dst_slice * (doff[0] + i)) as u64,
+            src + (src_slice * (soff[0] + i)) as u64,
+            elem,
+            ndims - 1,
+            unsafe { volume.add(1) },
+            unsafe { dst_off.add(1) },
+            unsafe { src_off.add(1) },
+            unsafe { dst_dims.add(1) },
+            unsafe { src_dims.add(1) },
+            dst_dev,
+            src_dev,
+        );
+        if r != 0 {
+            return r;
+        }
+    }
+    0
+}
+
+pub fn memset(p: *mut c_void, val: i32, n: usize, dev: i64) -> *mut c_void {
+    if p.is_null() || n == 0 {
+        return p;
+    }
+    match api_device(dev) {
+        Ok(None) => unsafe {
+            libc::memset(p, val, n);
+        },
+        Ok(Some(d)) => {
+            let _ = d.dev.fill(DevicePtr(p as u64), &[val as u8], n);
+        }
+        Err(()) => {}
+    }
+    p
+}
+
+pub fn is_present(p: *const c_void, dev: i64) -> i32 {
+    if p.is_null() {
+        return 0;
+    }
+    match api_device(dev) {
+        Ok(None) => 1,
+        Ok(Some(d)) => {
+            d.ensure_loaded();
+            let t = d.table_read();
+            matches!(t.lookup(p as u64, 1), Some((_, Found::Contained))) as i32
+        }
+        Err(()) => 0,
+    }
+}
+
+pub fn mapped_ptr(p: *const c_void, dev: i64) -> *mut c_void {
+    if p.is_null() {
+        return std::ptr::null_mut();
+    }
+    match api_device(dev) {
+        Ok(None) => p as *mut c_void,
+        Ok(Some(d)) => {
+            d.ensure_loaded();
+            let t = d.table_read();
+            match t.lookup(p as u64, 1) {
+                Some((k, Found::Contained)) => {
+                    let e = t.get(k).unwrap();
+                    let tgt = e.tgt_of(p as u64);
+                    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+                        msg::dev_info(
+                            d.id,
+                            &format!(
+                                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
+                                msg::P(p as u64),
+                                msg::P(tgt),
+                                msg::rc_str(e.dyn_rc),
+                                msg::rc_str(e.hold_rc)
+                            ),
+                        );
+                    }
+                    tgt as *mut c_void
+                }
+                _ => std::ptr::null_mut(),
+            }
+        }
+        Err(()) => std::ptr::null_mut(),
+    }
+}
+
+pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32 {
+    if host == 0 || dptr == 0 || size == 0 {
+        return -1;
+    }
+    let Ok(Some(d)) = api_device(dev) else {
+        return -1;
+    };
+    d.ensure_loaded();
+    let tgt = dptr + off as u64;
+    let mut t = d.table_write();
+    if let Some((k, f)) = t.lookup(host, size as u64) {
+        let e = t.get(k).unwrap();
+        if f == Found::Contained && e.hst_begin == host && e.tgt_begin == tgt {
+            return 0;
+        }
+        drop(t);
+        msg::error(
+            "Not allowed to re-associate a different device ptr+offset with the same host ptr",
+        );
+        return -1;
+    }
+    t.insert(Entry {
+        hst_base: host,
+        hst_begin: host,
+        hst_end: host + size as u64,
+        tgt_alloc: tgt,
+        tgt_begin: tgt,
+        dyn_rc: INF,
+        hold_rc: 0,
+        name: 0,
+        owned: false,
+        host_ptr: false,
+        shadows: Vec::new(),
+    });
+    0
+}
+
+pub fn disassociate(host: u64, dev: i64) -> i32 {
+    let Ok(Some(d)) = api_device(dev) else {
+        return -1;
+    };
+    let mut t = d.table_write();
+    let key = match t.lookup(host, 0) {
+        Some((k, _)) if t.get(k).map(|e| e.hst_begin == host).unwrap_or(false) => k,
+        _ => {
+            drop(t);
+            msg::error("Association not found");
+            return -1;
+        }
+    };
+    let e = t.get(key).unwrap();
+    if e.hold_rc > 0 {
+        drop(t);
+        msg::error("Trying to disassociate a pointer with a non-zero hold reference count");
+        return -1;
+    }
+    if e.dyn_rc != INF {
+        drop(t);
+        msg::error(
+            "Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr",
+        );
+        return -1;
+    }
+    t.remove(key);
+    0
+}
+
+fn uids() -> &'static Vec<CString> {
+    static U: OnceLock<Vec<CString>> = OnceLock::new();
+    U.get_or_init(|| {
+        registry::state()
+            .devices
+            .iter()
+            .map(|d| CString::new(d.dev.info().uid.clone()).unwrap_or_default())
+            .collect()
+    })
+}
+
+pub fn uid_from_device(dev: i64) -> *const c_char {
+    let n = registry::num_devices() as i64;
+    if dev == n {
+        return c"HOST".as_ptr();
+    }
+    if dev < 0 || dev > n {
+        msg::fatal(
+            dev,
+            &format!(
+                "\"invalid value\" device number '{dev}' out of range, only {n} devices available"
+            ),
+        );
+    }
+    uids()[dev as usize].as_ptr()
+}
+
+pub fn device_from_uid(uid: *const c_char) -> i32 {
+    if uid.is_null() {
+        return -2;
+    }
+    let s = unsafe { CStr::from_ptr(uid) };
+    if s.to_bytes() == b"HOST" {
+        return initial_device() as i32;
+    }
+    let n = registry::num_devices();
+    for (i, u) in uids().iter().enumerate().take(n) {
+        if u.as_c_str() == s {
+            return i as i32;
+        }
+    }
+    -2 // omp_invalid_device
+}
+
+pub fn print_device_info(dev: i64) {
+    let Ok(Some(d)) = api_device(dev) else {
+        return;
+    };
+    let i = d.dev.info();
+    println!("    Device Type\t\t\t\tGeneric-elf-64bit");
+    println!("    UID\t\t\t\t\t{}", i.uid);
+}
+
+/// Name of the mapping whose device range holds `tgt` (INFO output only).
+fn name_by_tgt(d: &DevState, tgt: u64) -> String {
+    let t = d.table_read();
+    for e in t.map.values() {
+        if tgt >= e.tgt_begin && tgt < e.tgt_begin + e.size() {
+            return msg::name_of(e.name);
+        }
+    }
+    "unknown".into()
+}

@@ -1,0 +1,669 @@
+//! Global state: policy, registered descriptors, per-device loaded state.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use offload_core::plugin::{self as core_plugin, DevicePtr};
+use offload_core::{BinaryId, OffloadEntry};
+use offload_image::DeviceImage;
+
+use crate::abi::*;
+use crate::mapping::{Entry, Table, INF};
+use crate::msg;
+
+// ---------------------------------------------------------------- policy
+
+pub const POLICY_DISABLED: u8 = 0;
+pub const POLICY_MANDATORY: u8 = 2;
+static POLICY: AtomicU8 = AtomicU8::new(0xFF);
+
+fn dlsym_default(name: &CStr) -> *mut c_void {
+    // SAFETY: looking up a symbol by a NUL-terminated name.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
+}
+
+/// 0 disabled, 2 mandatory (default becomes mandatory when devices exist).
+#[inline]
+pub fn policy() -> u8 {
+    let p = POLICY.load(Ordering::Relaxed);
+    if p != 0xFF {
+        return p;
+    }
+    let f = dlsym_default(c"__kmpc_get_target_offload");
+    let raw = if f.is_null() {
+        1
+    } else {
+        // SAFETY: libomp's `int __kmpc_get_target_offload(void)`.
+        let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
+        f()
+    };
+    let p = match raw {
+        0 => POLICY_DISABLED,
+        2 => POLICY_MANDATORY,
+        _ => {
+            if offload::runtime().devices().is_empty() {
+                POLICY_DISABLED
+            } else {
+                POLICY_MANDATORY
+            }
+        }
+    };
+    POLICY.store(p, Ordering::Relaxed);
+    p
+}
+
+pub fn offload_disabled() -> bool {
+    policy() == POLICY_DISABLED
+}
+
+/// Number of devices (0 when offloading is disabled).
+pub fn num_devices() -> usize {
+    if offload_disabled() {
+        0
+    } else {
+        offload::runtime().devices().len()
+    }
+}
+
+pub fn default_device() -> i64 {
+    static F: OnceLock<usize> = OnceLock::new();
+    let f = *F.get_or_init(|| dlsym_default(c"omp_get_default_device") as usize);
+    if f == 0 {
+        return 0;
+    }
+    // SAFETY: libomp's `int omp_get_default_device(void)`.
+    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
+    f() as i64
+}
+
+/// Resolve a device id: Some(index) to offload, None for host execution.
+/// Out-of-range ids are fatal, like LLVM.
+pub fn resolve(id: i64) -> Option<&'static DevState> {
+    if offload_disabled() {
+        return None;
+    }
+    let id = if id == -1 { default_device() } else { id };
+    let st = state();
+    let n = st.devices.len() as i64;
+    if id == n {
+        return None;
+    }
+    if id < 0 || id > n {
+        msg::fatal(
+            id,
+            &format!(
+                "\"invalid value\" device number '{id}' out of range, only {n} devices available"
+            ),
+        );
+    }
+    let d = &st.devices[id as usize];
+    d.ensure_loaded();
+    Some(d)
+}
+
+// ---------------------------------------------------------------- registry
+
+/// A host entry as read from the table.
+#[derive(Clone)]
+pub struct HostEntry {
+    pub addr: u64,
+    /// The symbol-name C string (static in the registering module).
+    pub name_ptr: usize,
+    pub name: String,
+    pub size: u64,
+    pub flags: u32,
+    pub data: u64,
+    pub kind: u16,
+}
+
+pub struct Registered {
+    pub desc: usize,
+    pub id: BinaryId,
+    pub images: Vec<DeviceImage<'static>>,
+    pub entries: Vec<HostEntry>,
+}
+
+pub struct State {
+    pub devices: Vec<DevState>,
+    pub binaries: Mutex<Vec<Arc<Registered>>>,
+    pub generation: AtomicU64,
+    pub requires: AtomicI64,
+}
+
+pub fn state() -> &'static State {
+    static S: OnceLock<State> = OnceLock::new();
+    S.get_or_init(|| {
+        let rt = offload::runtime();
+        let devices = rt
+            .devices()
+            .iter()
+            .enumerate()
+            .map(|(i, d)| DevState::new(i, d.clone()))
+            .collect();
+        State {
+            devices,
+            binaries: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(1),
+            requires: AtomicI64::new(0),
+        }
+    })
+}
+
+pub fn requires() -> i64 {
+    state().requires.load(Ordering::Relaxed)
+}
+
+pub fn usm() -> bool {
+    requires() & REQ_UNIFIED_SHARED_MEMORY != 0
+}
+
+/// A kernel pointer kept alive by the device's loaded programs.
+#[derive(Clone, Copy)]
+pub struct KernelRef(pub *const dyn core_plugin::Kernel);
+// SAFETY: kernels are Send + Sync; the pointee lives in `DevState::programs`.
+unsafe impl Send for KernelRef {}
+unsafe impl Sync for KernelRef {}
+
+pub struct DevState {
+    pub id: usize,
+    pub dev: Arc<offload_core::Device>,
+    queue: OnceLock<Option<Arc<dyn core_plugin::Queue>>>,
+    pub table: RwLock<Table>,
+    pub kernels: RwLock<HashMap<u64, KernelRef>>,
+    loaded_gen: AtomicU64,
+    load_lock: Mutex<LoadState>,
+}
+
+type Loaded = (
+    Option<Arc<dyn core_plugin::Program>>,
+    Vec<Arc<dyn core_plugin::Kernel>>,
+);
+
+#[derive(Default)]
+struct LoadState {
+    /// Binary ids already loaded with their programs and kernels.
+    loaded: Vec<(BinaryId, Loaded)>,
+}
+
+impl DevState {
+    fn new(id: usize, dev: Arc<offload_core::Device>) -> DevState {
+        DevState {
+            id,
+            dev,
+            queue: OnceLock::new(),
+            table: RwLock::new(Table::default()),
+            kernels: RwLock::new(HashMap::new()),
+            loaded_gen: AtomicU64::new(0),
+            load_lock: Mutex::new(LoadState::default()),
+        }
+    }
+
+    pub fn queue(&self) -> Option<&Arc<dyn core_plugin::Queue>> {
+        self.queue
+            .get_or_init(|| self.dev.create_queue().ok())
+            .as_ref()
+    }
+
+    pub fn table_read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.table.read().unwrap_or_else(|e| e.into_inner())
+    }
+    pub fn table_write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
+        self.table.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn kernel(&self, region: u64) -> Option<KernelRef> {
+        self.kernels
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&region)
+            .copied()
+    }
+
+    /// Load every registered binary not yet loaded here (cheap when none is new).
+    #[inline]
+    pub fn ensure_loaded(&self) {
+        let g = state().generation.load(Ordering::Acquire);
+        if self.loaded_gen.load(Ordering::Acquire) == g {
+            return;
+        }
+        self.load_pending(g);
+    }
+
+    #[cold]
+    fn load_pending(&self, g: u64) {
+        let mut ls = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let bins: Vec<Arc<Registered>> = state()
+            .binaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for b in bins {
+            if ls.loaded.iter().any(|(id, _)| *id == b.id) {
+                continue;
+            }
+            let (prog, kernels) = self.load_binary(&b);
+            ls.loaded.push((b.id, (prog, kernels)));
+        }
+        self.loaded_gen.store(g, Ordering::Release);
+    }
+
+    fn load_binary(&self, b: &Registered) -> Loaded {
+        let Some(img) = b.images.iter().find(|i| self.dev.raw().can_run(i)) else {
+            return (None, vec![]);
+        };
+        let prog = match self.dev.load_image(img) {
+            Ok(p) => p,
+            Err(e) => {
+                msg::error(&format!("Failed to load image: {e}"));
+                return (None, vec![]);
+            }
+        };
+        let mut kernels = Vec::new();
+        let mut kmap = HashMap::new();
+        let usm = usm();
+        for e in &b.entries {
+            if e.kind != 1 || e.flags & ENTRY_REQUIRES != 0 {
+                continue;
+            }
+            if e.flags & ENTRY_INDIRECT != 0 {
+                if let Ok((dptr, _)) = prog.global(&e.name) {
+                    let mut fptr = 0u64;
+                    // SAFETY: the device symbol holds an 8-byte function address.
+                    let ok = unsafe {
+                        self.dev
+                            .copy_from_device(&mut fptr as *mut u64 as *mut u8, dptr, 8)
+                            .is_ok()
+                    };
+                    if ok {
+                        self.insert_permanent(e.addr, 1, fptr, e.name_ptr);
+                    }
+                }
+                continue;
+            }
+            if e.size == 0 {
+                if e.addr == 0 {
+                    continue;
+                }
+                match prog.kernel(&e.name) {
+                    Ok(k) => {
+                        kmap.insert(e.addr, KernelRef(Arc::as_ptr(&k)));
+                        kernels.push(k);
+                    }
+                    Err(_) => msg::error(&format!("Failed to load kernel {}", e.name)),
+                }
+                continue;
+            }
+            match prog.global(&e.name) {
+                Ok((dptr, _)) => {
+                    if usm && e.name.ends_with("_decl_tgt_ref_ptr") && e.flags & ENTRY_LINK == 0 {
+                        // Copy the host ref pointer (host address of the variable).
+                        // SAFETY: both sides are 8-byte pointer slots.
+                        unsafe {
+                            let _ = self.dev.copy_to_device(dptr, e.addr as *const u8, 8);
+                        }
+                    }
+                    self.insert_permanent(e.addr, e.size, dptr.0, e.name_ptr);
+                }
+                Err(_) => {
+                    if msg::info_on(0x40) {
+                        msg::dev_info(
+                            self.id,
+                            &format!(
+                                "variable {} does not have a valid device counterpart",
+                                e.name
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        self.kernels
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(kmap);
+        (Some(prog), kernels)
+    }
+
+    fn insert_permanent(&self, host: u64, size: u64, tgt: u64, name: usize) {
+        let mut t = self.table_write();
+        if t.lookup(host, size).is_some() {
+            return;
+        }
+        t.insert(Entry {
+            hst_base: host,
+            hst_begin: host,
+            hst_end: host + size,
+            tgt_alloc: tgt,
+            tgt_begin: tgt,
+            dyn_rc: INF,
+            hold_rc: 0,
+            name,
+            owned: false,
+            host_ptr: false,
+            shadows: Vec::new(),
+        });
+    }
+
+    /// Drop what was loaded from binary `id` (unregistration).
+    pub fn unload(&self, b: &Registered) {
+        let mut ls = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(pos) = ls.loaded.iter().position(|(id, _)| *id == b.id) else {
+            return;
+        };
+        let (_, (prog, _kernels)) = ls.loaded.remove(pos);
+        if prog.is_none() {
+            return;
+        }
+        {
+            let mut km = self.kernels.write().unwrap_or_else(|e| e.into_inner());
+            for e in &b.entries {
+                if e.size == 0 {
+                    km.remove(&e.addr);
+                }
+            }
+        }
+        let mut t = self.table_write();
+        for e in &b.entries {
+            if e.size > 0 || e.flags & ENTRY_INDIRECT != 0 {
+                if let Some(en) = t.get(e.addr) {
+                    if en.dyn_rc == INF && !en.owned {
+                        t.remove(e.addr);
+                    }
+                }
+            }
+        }
+        // Programs (and kernels) drop here, after the kernel map forgot them.
+    }
+
+    pub fn alloc(&self, size: u64) -> Option<u64> {
+        self.dev
+            .alloc(size as usize, offload_core::AllocKind::Device)
+            .ok()
+            .map(|p| p.0)
+    }
+
+    pub fn free(&self, p: u64) -> bool {
+        self.dev.free(DevicePtr(p)).is_ok()
+    }
+
+    /// # Safety
+    /// Host range valid.
+    pub unsafe fn h2d(&self, tgt: u64, hst: u64, size: u64) -> bool {
+        size == 0
+            || self
+                .dev
+                .raw()
+                .copy_to_device(DevicePtr(tgt), hst as *const u8, size as usize)
+                .is_ok()
+    }
+    /// # Safety
+    /// Host range valid.
+    pub unsafe fn d2h(&self, hst: u64, tgt: u64, size: u64) -> bool {
+        size == 0
+            || self
+                .dev
+                .raw()
+                .copy_from_device(hst as *mut u8, DevicePtr(tgt), size as usize)
+                .is_ok()
+    }
+}
+
+// ---------------------------------------------------------------- registration
+
+/// Read the entry table `[begin, end)` (new or legacy layout).
+///
+/// # Safety
+/// The range must be a valid entry table.
+pub unsafe fn read_entries(begin: *const u8, end: *const u8) -> Vec<HostEntry> {
+    let mut out = Vec::new();
+    if begin.is_null() || end <= begin {
+        return out;
+    }
+    let bytes = end as usize - begin as usize;
+    let cstr = |p: *const std::ffi::c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    let first = std::ptr::read_unaligned(begin as *const u64);
+    if first == 0 {
+        let n = bytes / std::mem::size_of::<EntryTy>();
+        let p = begin as *const EntryTy;
+        for i in 0..n {
+            let e = std::ptr::read_unaligned(p.add(i));
+            out.push(HostEntry {
+                addr: e.address as u64,
+                name_ptr: e.symbol_name as usize,
+                name: cstr(e.symbol_name),
+                size: e.size,
+                flags: e.flags,
+                data: e.data,
+                kind: e.kind,
+            });
+        }
+    } else {
+        let n = bytes / std::mem::size_of::<LegacyEntryTy>();
+        let p = begin as *const LegacyEntryTy;
+        for i in 0..n {
+            let e = std::ptr::read_unaligned(p.add(i));
+            out.push(HostEntry {
+                addr: e.address as u64,
+                name_ptr: e.name as usize,
+                name: cstr(e.name),
+                size: e.size,
+                flags: e.flags as u32,
+                data: e.data as u32 as u64,
+                kind: 1,
+            });
+        }
+    }
+    out
+}
+
+/// Turn one `__tgt_device_image` into DeviceImages, using the enclosing
+/// OffloadBinary (found by walking back from `image_start`) for the triple.
+///
+/// # Safety
+/// The image range must be valid for the life of the registration.
+pub unsafe fn read_image(img: &DeviceImageTy) -> Vec<DeviceImage<'static>> {
+    let start = img.image_start;
+    let end = img.image_end;
+    if start.is_null() || end <= start {
+        return vec![];
+    }
+    let raw: &'static [u8] = std::slice::from_raw_parts(start, end as usize - start as usize);
+    // Walk back (8-byte steps, up to 4 KiB) looking for the OffloadBinary magic.
+    let mut k = 8usize;
+    while k <= 4096 {
+        let hdr = start.wrapping_sub(k);
+        // Only read what is in a mapped region: the header must lie in the
+        // same section; check magic then image_offset of the entry.
+        if (hdr as usize).is_multiple_of(8) && readable(hdr, 32) {
+            let magic = std::slice::from_raw_parts(hdr, 4);
+            if magic == [0x10, 0xFF, 0x10, 0xAD] {
+                let size = std::ptr::read_unaligned(hdr.add(8) as *const u64) as usize;
+                let entry_off = std::ptr::read_unaligned(hdr.add(16) as *const u64) as usize;
+                if size >= k && entry_off + 40 <= size && readable(hdr, size) {
+                    let img_off =
+                        std::ptr::read_unaligned(hdr.add(entry_off + 24) as *const u64) as usize;
+                    if img_off == k {
+                        let whole: &'static [u8] = std::slice::from_raw_parts(hdr, size);
+                        if let Ok(mut imgs) = offload_image::unwrap(whole) {
+                            if !imgs.is_empty() {
+                                for i in imgs.iter_mut() {
+                                    if i.bytes.as_ptr() == start {
+                                        // keep the image as the caller delimited it
+                                    }
+                                }
+                                return imgs;
+                            }
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        k += 8;
+    }
+    offload_image::unwrap(raw).unwrap_or_default()
+}
+
+/// Whether `[p, p+len)` is mapped memory (mincore-free check via the
+/// `/proc/self/maps`-less trick: msync on page boundaries).
+fn readable(p: *const u8, len: usize) -> bool {
+    let page = 4096usize;
+    let a = (p as usize) & !(page - 1);
+    let e = (p as usize + len + page - 1) & !(page - 1);
+    // SAFETY: msync only validates the mapping; MS_ASYNC on private
+    // read-only mappings is a no-op.
+    unsafe { libc::msync(a as *mut c_void, e - a, libc::MS_ASYNC) == 0 }
+}
+
+fn requires_clause(bit: i64) -> &'static str {
+    match bit {
+        REQ_REVERSE_OFFLOAD => "reverse_offload",
+        REQ_UNIFIED_ADDRESS => "unified_address",
+        REQ_UNIFIED_SHARED_MEMORY => "unified_shared_memory",
+        _ => "dynamic_allocators",
+    }
+}
+
+/// Merge the requires flags of one descriptor (fatal when inconsistent).
+pub fn add_requires(flags: i64) {
+    let st = state();
+    let old = st.requires.load(Ordering::Relaxed);
+    if old == 0 {
+        st.requires.store(flags, Ordering::Relaxed);
+        return;
+    }
+    for bit in [
+        REQ_REVERSE_OFFLOAD,
+        REQ_UNIFIED_ADDRESS,
+        REQ_UNIFIED_SHARED_MEMORY,
+        REQ_DYNAMIC_ALLOCATORS,
+    ] {
+        if (old & bit) != (flags & bit) {
+            msg::fatal(
+                2,
+                &format!(
+                    "'#pragma omp requires {}' not used consistently!",
+                    requires_clause(bit)
+                ),
+            );
+        }
+    }
+}
+
+/// `__tgt_register_lib`.
+///
+/// # Safety
+/// `desc` is a valid descriptor that outlives its registration.
+pub unsafe fn register(desc: *const BinDesc) {
+    if desc.is_null() {
+        return;
+    }
+    let st = state();
+    {
+        let bins = st.binaries.lock().unwrap_or_else(|e| e.into_inner());
+        if bins.iter().any(|b| b.desc == desc as usize) {
+            return;
+        }
+    }
+    let d = &*desc;
+    let entries = read_entries(d.host_entries_begin, d.host_entries_end);
+    let mut images = Vec::new();
+    for i in 0..d.num_device_images.max(0) as usize {
+        images.extend(read_image(&*d.device_images.add(i)));
+    }
+    let mut any_req = false;
+    for e in &entries {
+        if e.kind == 1 && e.flags & ENTRY_REQUIRES != 0 {
+            any_req = true;
+            add_requires(e.data as i64);
+        }
+    }
+    if !any_req {
+        add_requires(1); // OMP_REQ_NONE
+    }
+    let core_entries: Vec<OffloadEntry> = entries
+        .iter()
+        .map(|e| OffloadEntry {
+            name: e.name.clone(),
+            host_addr: e.addr,
+            size: e.size,
+            flags: e.flags,
+            data: e.data,
+            producer: e.kind,
+        })
+        .collect();
+    let (bd, failures) = offload::runtime().register_binary(images.clone(), core_entries);
+    for f in failures {
+        msg::error(&format!(
+            "plugin '{}' failed to register the binary: {}",
+            f.plugin, f.error
+        ));
+        if policy() == POLICY_MANDATORY && !num_devices().eq(&0) {
+            // Hook failures are only fatal under the mandatory policy.
+            if raw_policy_is_mandatory() {
+                msg::fatal(
+                    1,
+                    "failure of target construct while offloading is mandatory",
+                );
+            }
+        }
+    }
+    let reg = Arc::new(Registered {
+        desc: desc as usize,
+        id: bd.id,
+        images,
+        entries,
+    });
+    st.binaries
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(reg);
+    st.generation.fetch_add(1, Ordering::AcqRel);
+}
+
+fn raw_policy_is_mandatory() -> bool {
+    let f = dlsym_default(c"__kmpc_get_target_offload");
+    if f.is_null() {
+        return false;
+    }
+    // SAFETY: libomp's `int __kmpc_get_target_offload(void)`.
+    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
+    f() == 2
+}
+
+/// `__tgt_unregister_lib`.
+pub fn unregister(desc: *const BinDesc) {
+    let st = state();
+    let reg = {
+        let mut bins = st.binaries.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(pos) = bins.iter().position(|b| b.desc == desc as usize) else {
+            return;
+        };
+        bins.remove(pos)
+    };
+    let last = st
+        .binaries
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_empty();
+    if last && msg::info_on(msg::INFO_DUMP_TABLE) {
+        for d in st.devices.iter().rev() {
+            crate::target::dump_table(
+                d,
+                "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",
+            );
+        }
+    }
+    for d in &st.devices {
+        d.unload(&reg);
+    }
+    let _ = offload::runtime().unregister_binary(reg.id);
+}

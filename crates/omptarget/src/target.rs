@@ -1,0 +1,1095 @@
+//! Data-mapping constructs and kernel launch (reference section 5, rules 3-13).
+
+use std::ffi::c_void;
+
+use offload_core::plugin::{KernelArgs, LaunchConfig};
+
+use crate::abi::*;
+use crate::mapping::{Entry, Found, Shadow, Table};
+use crate::msg::{self, Loc, P};
+use crate::registry::{self, DevState};
+
+/// The argument arrays of one construct.
+#[derive(Clone, Copy)]
+pub struct Args {
+    pub n: usize,
+    pub base: *mut *mut c_void,
+    pub begin: *mut *mut c_void,
+    pub sizes: *const i64,
+    pub types: *const i64,
+    pub names: *const *mut c_void,
+    pub mappers: *const *mut c_void,
+}
+
+impl Args {
+    #[inline]
+    pub fn base(&self, i: usize) -> u64 {
+        unsafe { *self.base.add(i) as u64 }
+    }
+    #[inline]
+    pub fn begin(&self, i: usize) -> u64 {
+        unsafe { *self.begin.add(i) as u64 }
+    }
+    #[inline]
+    pub fn size(&self, i: usize) -> i64 {
+        if self.sizes.is_null() {
+            0
+        } else {
+            unsafe { *self.sizes.add(i) }
+        }
+    }
+    #[inline]
+    pub fn ty(&self, i: usize) -> i64 {
+        if self.types.is_null() {
+            0
+        } else {
+            unsafe { *self.types.add(i) }
+        }
+    }
+    #[inline]
+    pub fn name(&self, i: usize) -> usize {
+        if self.names.is_null() {
+            0
+        } else {
+            unsafe { *self.names.add(i) as usize }
+        }
+    }
+    #[inline]
+    pub fn mapper(&self, i: usize) -> usize {
+        if self.mappers.is_null() {
+            0
+        } else {
+            unsafe { *self.mappers.add(i) as usize }
+        }
+    }
+}
+
+/// Why a construct failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fail {
+    Present,
+    Illegal,
+    Other,
+}
+
+/// Per-construct bookkeeping.
+#[derive(Default)]
+pub struct Ctx {
+    /// Keys (host begin) of entries created by this construct.
+    pub new_keys: Vec<u64>,
+    /// Deferred ATTACH entries: (pointer address, pointee begin, type).
+    pub attaches: Vec<(u64, u64, i64)>,
+}
+
+// ------------------------------------------------------------ mappers
+
+pub struct MapperComponents {
+    pub comps: Vec<(u64, u64, i64, i64, usize)>,
+}
+
+type MapperFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, i64, *mut c_void);
+
+struct OwnedArgs {
+    base: Vec<*mut c_void>,
+    begin: Vec<*mut c_void>,
+    sizes: Vec<i64>,
+    types: Vec<i64>,
+    names: Vec<*mut c_void>,
+}
+
+impl OwnedArgs {
+    fn args(&mut self) -> Args {
+        Args {
+            n: self.base.len(),
+            base: self.base.as_mut_ptr(),
+            begin: self.begin.as_mut_ptr(),
+            sizes: self.sizes.as_ptr(),
+            types: self.types.as_ptr(),
+            names: self.names.as_ptr(),
+            mappers: std::ptr::null(),
+        }
+    }
+}
+
+fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
+    let mut mc = MapperComponents { comps: Vec::new() };
+    let f: MapperFn = unsafe { std::mem::transmute(a.mapper(i)) };
+    // SAFETY: clang's generated mapper with the documented signature.
+    unsafe {
+        f(
+            &mut mc as *mut MapperComponents as *mut c_void,
+            a.base(i) as *mut c_void,
+            a.begin(i) as *mut c_void,
+            a.size(i),
+            a.ty(i),
+            a.name(i) as *mut c_void,
+        )
+    };
+    let mut o = OwnedArgs {
+        base: vec![],
+        begin: vec![],
+        sizes: vec![],
+        types: vec![],
+        names: vec![],
+    };
+    for (b, p, s, t, n) in mc.comps {
+        o.base.push(b as *mut c_void);
+        o.begin.push(p as *mut c_void);
+        o.sizes.push(s);
+        o.types.push(t);
+        o.names.push(n as *mut c_void);
+    }
+    o
+}
+
+// ------------------------------------------------------------ helpers
+
+fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
+    if msg::info_on(msg::INFO_DATA_TRANSFER) {
+        msg::dev_info(
+            d.id,
+            &format!(
+                "Copying data from host to device, HstPtr={}, TgtPtr={}, Size={size}, Name={}",
+                P(hp),
+                P(tgt),
+                msg::name_of(e_name)
+            ),
+        );
+    }
+    // SAFETY: host range comes from the program's map clause.
+    unsafe { d.h2d(tgt, hp, size) }
+}
+
+fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
+    if msg::info_on(msg::INFO_DATA_TRANSFER) {
+        msg::dev_info(
+            d.id,
+            &format!(
+                "Copying data from device to host, TgtPtr={}, HstPtr={}, Size={size}, Name={}",
+                P(tgt),
+                P(hp),
+                msg::name_of(e_name)
+            ),
+        );
+    }
+    unsafe { d.d2h(hp, tgt, size) }
+}
+
+/// After a TO copy of `[hp, hp+size)`: re-write attached device pointers.
+fn reapply_shadows(d: &DevState, shadows: &[Shadow], hp: u64, size: u64) {
+    for s in shadows {
+        if s.host_ptr_addr >= hp && s.host_ptr_addr + 8 <= hp + size {
+            unsafe { d.h2d(s.tgt_ptr_addr, &s.tgt_value as *const u64 as u64, 8) };
+        }
+    }
+}
+
+/// After a FROM copy of `[hp, hp+size)`: restore host pointer values.
+fn restore_shadows(shadows: &[Shadow], hp: u64, size: u64) {
+    for s in shadows {
+        if s.host_ptr_addr >= hp && s.host_ptr_addr + 8 <= hp + size {
+            // SAFETY: the pointer lies inside host memory the program mapped.
+            unsafe { std::ptr::write_unaligned(s.host_ptr_addr as *mut u64, s.host_value) };
+        }
+    }
+}
+
+fn counts(e: &Entry, hold: bool, note: &str) -> (String, String) {
+    let (mut dc, mut hc) = (msg::rc_str(e.dyn_rc), msg::rc_str(e.hold_rc));
+    if !note.is_empty() {
+        if hold {
+            hc.push_str(note);
+        } else {
+            dc.push_str(note);
+        }
+    }
+    (dc, hc)
+}
+
+pub struct MapResult {
+    pub tgt: u64,
+    pub key: Option<u64>,
+    pub is_new: bool,
+}
+
+/// getTargetPointer: find or create the mapping of `[hp, hp+size)`.
+#[allow(clippy::too_many_arguments)]
+pub fn map_one(
+    d: &DevState,
+    ctx: &mut Ctx,
+    hp: u64,
+    hb: u64,
+    padding: u64,
+    size: u64,
+    name: usize,
+    t: i64,
+    update_ref: bool,
+    to: bool,
+    force_copy: bool,
+) -> Result<MapResult, Fail> {
+    let implicit = t & IMPLICIT != 0;
+    let hold = t & OMPX_HOLD != 0;
+    let always = t & ALWAYS != 0;
+    let mut tbl = d.table_write();
+    let found = tbl.lookup(hp, size);
+    match found {
+        Some((k, f)) if f == Found::Contained || implicit => {
+            let e = tbl.get_mut(k).unwrap();
+            let note = if update_ref {
+                e.inc(hold);
+                " (incremented)"
+            } else {
+                " (update suppressed)"
+            };
+            let tgt = e.tgt_of(hp);
+            if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+                let (dc, hc) = counts(e, hold, note);
+                msg::dev_info(
+                    d.id,
+                    &format!(
+                        "Mapping exists{} with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}, Name={}",
+                        if implicit { " (implicit)" } else { "" },
+                        P(hp),
+                        P(tgt),
+                        msg::name_of(name)
+                    ),
+                );
+            }
+            let host_ptr = e.host_ptr;
+            let ename = e.name;
+            let was_new = ctx.new_keys.contains(&k);
+            if to && !host_ptr && size > 0 && (always || force_copy || was_new) {
+                let shadows = e.shadows.clone();
+                drop(tbl);
+                if !copy_h2d(d, ename, hp, tgt, size) {
+                    return Err(Fail::Other);
+                }
+                reapply_shadows(d, &shadows, hp, size);
+            }
+            Ok(MapResult {
+                tgt,
+                key: Some(k),
+                is_new: false,
+            })
+        }
+        Some((k, _)) => {
+            let e = tbl.get(k).unwrap();
+            msg::message(&format!(
+                "explicit extension not allowed: host address specified is {} ({size} bytes), but device allocation maps to host at {} ({} bytes)",
+                P(hp),
+                P(e.hst_begin),
+                e.size()
+            ));
+            Err(Fail::Illegal)
+        }
+        None if t & PRESENT != 0 => {
+            msg::message(&format!(
+                "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
+                P(hp)
+            ));
+            Err(Fail::Present)
+        }
+        None if size > 0 && registry::usm() && t & CLOSE == 0 => {
+            tbl.insert(Entry {
+                hst_base: hb,
+                hst_begin: hp,
+                hst_end: hp + size,
+                tgt_alloc: hp,
+                tgt_begin: hp,
+                dyn_rc: if hold { 0 } else { 1 },
+                hold_rc: if hold { 1 } else { 0 },
+                name,
+                owned: false,
+                host_ptr: true,
+                shadows: Vec::new(),
+            });
+            ctx.new_keys.push(hp);
+            Ok(MapResult {
+                tgt: hp,
+                key: Some(hp),
+                is_new: true,
+            })
+        }
+        None if size > 0 => {
+            let Some(alloc) = d.alloc(size + padding) else {
+                return Err(Fail::Other);
+            };
+            let tgt = alloc + padding;
+            let e = Entry {
+                hst_base: hb,
+                hst_begin: hp,
+                hst_end: hp + size,
+                tgt_alloc: alloc,
+                tgt_begin: tgt,
+                dyn_rc: if hold { 0 } else { 1 },
+                hold_rc: if hold { 1 } else { 0 },
+                name,
+                owned: true,
+                host_ptr: false,
+                shadows: Vec::new(),
+            };
+            if msg::info_on(msg::INFO_MAPPING_CHANGED) {
+                msg::dev_info(
+                    d.id,
+                    &format!(
+                        "Creating new map entry with HstPtrBase={}, HstPtrBegin={}, TgtAllocBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={}, HoldRefCount={}, Name={}",
+                        P(hb),
+                        P(hp),
+                        P(alloc),
+                        P(tgt),
+                        e.dyn_rc,
+                        e.hold_rc,
+                        msg::name_of(name)
+                    ),
+                );
+            }
+            tbl.insert(e);
+            drop(tbl);
+            ctx.new_keys.push(hp);
+            if to && !copy_h2d(d, name, hp, tgt, size) {
+                return Err(Fail::Other);
+            }
+            Ok(MapResult {
+                tgt,
+                key: Some(hp),
+                is_new: true,
+            })
+        }
+        None => Ok(MapResult {
+            tgt: 0,
+            key: None,
+            is_new: false,
+        }),
+    }
+}
+
+/// Write the device address of the pointee into the device copy of the
+/// pointer at host address `ptr_addr`, and record a shadow pointer.
+fn attach(d: &DevState, ptr_addr: u64, pointee_begin: u64, pointee_tgt: u64) {
+    // SAFETY: `ptr_addr` is the host pointer variable being mapped.
+    let host_value = unsafe { std::ptr::read_unaligned(ptr_addr as *const u64) };
+    let tgt_value = pointee_tgt.wrapping_sub(pointee_begin.wrapping_sub(host_value));
+    let mut tbl = d.table_write();
+    let Some((k, Found::Contained)) = tbl.lookup(ptr_addr, 8) else {
+        return;
+    };
+    let e = tbl.get_mut(k).unwrap();
+    if e.host_ptr {
+        return;
+    }
+    let tgt_ptr_addr = e.tgt_of(ptr_addr);
+    let ename = e.name;
+    let s = Shadow {
+        host_ptr_addr: ptr_addr,
+        host_value,
+        tgt_ptr_addr,
+        tgt_value,
+    };
+    if let Some(old) = e.shadows.iter_mut().find(|s| s.host_ptr_addr == ptr_addr) {
+        *old = s;
+    } else {
+        e.shadows.push(s);
+    }
+    drop(tbl);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    copy_h2d(d, ename, &tgt_value as *const u64 as u64, tgt_ptr_addr, 8);
+}
+
+fn struct_padding(a: &Args, i: usize) -> u64 {
+    let t = a.ty(i);
+    if parent_index(t).is_none() && i + 1 < a.n && parent_index(a.ty(i + 1)) == Some(i) {
+        let base = a.base(i);
+        let align = if base == 0 {
+            16
+        } else {
+            (1u64 << base.trailing_zeros()).min(16)
+        };
+        a.begin(i) % align
+    } else {
+        0
+    }
+}
+
+// ------------------------------------------------------------ enter
+
+pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> Result<(), Fail> {
+    for i in 0..a.n {
+        let t = a.ty(i);
+        if t & (LITERAL | PRIVATE) != 0 {
+            continue;
+        }
+        if a.mapper(i) != 0 {
+            let mut o = run_mapper(a, i);
+            let sub = o.args();
+            data_begin(d, &sub, true, ctx)?;
+            continue;
+        }
+        if t & ATTACH != 0 {
+            ctx.attaches.push((a.base(i), a.begin(i), t));
+            continue;
+        }
+        let hp = a.begin(i);
+        let hb = a.base(i);
+        let size = a.size(i).max(0) as u64;
+        let member = t & MEMBER_OF != 0;
+        let pao = t & PTR_AND_OBJ != 0;
+        let update_ref = (!member || pao) && !(from_mapper && i == 0);
+        let mut ptr_res = None;
+        if pao {
+            let r = map_one(
+                d,
+                ctx,
+                hb,
+                hb,
+                0,
+                8,
+                0,
+                t & !(TO | ALWAYS),
+                !member,
+                false,
+                false,
+            );
+            match r {
+                Ok(r) => ptr_res = Some(r),
+                Err(f) => return Err(f),
+            }
+        }
+        // Members of a struct allocated by this construct are copied too.
+        let force_copy = member && !pao && {
+            let p = parent_index(t).unwrap_or(usize::MAX);
+            p < a.n && {
+                let tbl = d.table_read();
+                tbl.lookup(a.begin(p), 0)
+                    .map(|(k, _)| {
+                        ctx.new_keys.contains(&k)
+                            || tbl.get(k).map(|e| e.total() == 1).unwrap_or(false)
+                    })
+                    .unwrap_or(false)
+            }
+        };
+        let r = map_one(
+            d,
+            ctx,
+            hp,
+            hb,
+            struct_padding(a, i),
+            size,
+            a.name(i),
+            t,
+            update_ref,
+            t & TO != 0,
+            force_copy,
+        )?;
+        if r.tgt == 0 && (size > 0) {
+            return Err(Fail::Other);
+        }
+        if let Some(pr) = ptr_res {
+            if r.key.is_some() && (pr.is_new || r.is_new || t & ALWAYS != 0) {
+                attach(d, hb, hp, r.tgt);
+            }
+        }
+        if t & RETURN_PARAM != 0 {
+            let tb = r.tgt.wrapping_sub(hp.wrapping_sub(hb));
+            unsafe { *a.base.add(i) = tb as *mut c_void };
+        }
+    }
+    Ok(())
+}
+
+/// Handle deferred ATTACH entries (rule 10).
+pub fn process_attaches(d: &DevState, ctx: &mut Ctx) {
+    if ctx.attaches.is_empty() {
+        return;
+    }
+    let always_all = std::env::var_os("LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS").is_some();
+    let attaches = std::mem::take(&mut ctx.attaches);
+    for (ptr_addr, pointee, t) in attaches {
+        if ctx.new_keys.is_empty() && !always_all && t & ALWAYS == 0 {
+            continue;
+        }
+        let tbl = d.table_read();
+        let info = msg::info_on(msg::INFO_MAPPING_EXISTS);
+        let line = |e: &Entry, hp: u64, size: u64| {
+            let (dc, hc) = counts(e, false, " (update suppressed)");
+            msg::dev_info(
+                d.id,
+                &format!(
+                    "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                    P(hp),
+                    P(e.tgt_of(hp))
+                ),
+            );
+        };
+        let Some((ok, _)) = tbl.lookup(pointee, 0) else {
+            continue;
+        };
+        let o = tbl.get(ok).unwrap();
+        if info {
+            line(o, pointee, 0);
+        }
+        let Some((pk, Found::Contained)) = tbl.lookup(ptr_addr, 8) else {
+            continue;
+        };
+        let p = tbl.get(pk).unwrap();
+        if info {
+            line(p, ptr_addr, 8);
+        }
+        if o.host_ptr || p.host_ptr {
+            continue;
+        }
+        if !(always_all
+            || t & ALWAYS != 0
+            || ctx.new_keys.contains(&pk)
+            || ctx.new_keys.contains(&ok))
+        {
+            continue;
+        }
+        let tgt = o.tgt_of(pointee);
+        drop(tbl);
+        attach(d, ptr_addr, pointee, tgt);
+    }
+}
+
+// ------------------------------------------------------------ exit
+
+pub fn data_end(
+    d: &DevState,
+    a: &Args,
+    from_mapper: bool,
+    check_present: bool,
+) -> Result<(), Fail> {
+    let mut removals: Vec<Entry> = Vec::new();
+    let r = data_end_inner(d, a, from_mapper, check_present, &mut removals);
+    for e in removals {
+        if msg::info_on(msg::INFO_MAPPING_CHANGED) {
+            msg::dev_info(
+                d.id,
+                &format!(
+                    "Removing map entry with HstPtrBegin={}, TgtPtrBegin={}, Size={}, Name={}",
+                    P(e.hst_begin),
+                    P(e.tgt_begin),
+                    e.size(),
+                    msg::name_of(e.name)
+                ),
+            );
+        }
+        if e.owned {
+            d.free(e.tgt_alloc);
+        }
+    }
+    r
+}
+
+fn data_end_inner(
+    d: &DevState,
+    a: &Args,
+    from_mapper: bool,
+    check_present: bool,
+    removals: &mut Vec<Entry>,
+) -> Result<(), Fail> {
+    for i in (0..a.n).rev() {
+        let t = a.ty(i);
+        if t & (LITERAL | PRIVATE | ATTACH) != 0 {
+            continue;
+        }
+        if a.mapper(i) != 0 {
+            let mut o = run_mapper(a, i);
+            let sub = o.args();
+            let mut rem = Vec::new();
+            let r = data_end_inner(d, &sub, true, check_present, &mut rem);
+            removals.extend(rem);
+            r?;
+            continue;
+        }
+        let hp = a.begin(i);
+        let size = a.size(i).max(0) as u64;
+        let member = t & MEMBER_OF != 0;
+        let pao = t & PTR_AND_OBJ != 0;
+        let hold = t & OMPX_HOLD != 0;
+        let delete = t & DELETE != 0;
+        let update_ref = (!member || pao) && !(from_mapper && i == 0);
+        let mut tbl = d.table_write();
+        let key = match tbl.lookup(hp, size) {
+            Some((k, Found::Contained)) => Some(k),
+            Some((k, Found::Extends)) if t & IMPLICIT != 0 => Some(k),
+            _ => None,
+        };
+        let Some(k) = key else {
+            drop(tbl);
+            if check_present && t & PRESENT != 0 {
+                msg::message(&format!(
+                    "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
+                    P(hp)
+                ));
+                return Err(Fail::Present);
+            }
+            continue;
+        };
+        let e = tbl.get_mut(k).unwrap();
+        let last;
+        let note;
+        if update_ref {
+            last = e.dec(hold, delete);
+            note = match (last, delete && !hold) {
+                (true, true) => " (reset, delayed deletion)",
+                (true, false) => " (decremented, delayed deletion)",
+                _ => " (decremented)",
+            }
+            .to_string();
+        } else {
+            last = e.would_be_last(hold, delete);
+            note = " (update suppressed)".to_string();
+        }
+        let tgt = e.tgt_of(hp);
+        if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+            let (dc, hc) = counts(e, hold, &note);
+            msg::dev_info(
+                d.id,
+                &format!(
+                    "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                    P(hp),
+                    P(tgt)
+                ),
+            );
+        }
+        let host_ptr = e.host_ptr;
+        let name = e.name;
+        let do_copy = t & FROM != 0 && size > 0 && !host_ptr && (last || t & ALWAYS != 0);
+        let remove = last && update_ref && e.total() == 0;
+        let shadows = if do_copy {
+            e.shadows.clone()
+        } else {
+            Vec::new()
+        };
+        let removed = if remove { tbl.remove(k) } else { None };
+        drop(tbl);
+        if do_copy {
+            if !copy_d2h(d, name, hp, tgt, size) {
+                return Err(Fail::Other);
+            }
+            restore_shadows(&shadows, hp, size);
+        }
+        if let Some(e) = removed {
+            removals.push(e);
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------ update
+
+pub fn data_update(d: &DevState, a: &Args) -> Result<(), Fail> {
+    for i in 0..a.n {
+        let t = a.ty(i);
+        if t & (LITERAL | PRIVATE) != 0 {
+            continue;
+        }
+        if a.mapper(i) != 0 {
+            let mut o = run_mapper(a, i);
+            let sub = o.args();
+            data_update(d, &sub)?;
+            continue;
+        }
+        if t & NON_CONTIG != 0 {
+            let dims = a.size(i).max(0) as usize;
+            if dims == 0 {
+                continue;
+            }
+            // SAFETY: clang passes `dims` descriptors in args[i].
+            let nc = unsafe { std::slice::from_raw_parts(a.begin(i) as *const NonContig, dims) };
+            let size = nc[dims - 1].count * nc[dims - 1].stride;
+            let mut merged = 0;
+            for j in (1..dims).rev() {
+                if nc[j].count * nc[j].stride == nc[j - 1].stride {
+                    merged += 1;
+                }
+            }
+            non_contig(d, a.base(i), nc, size, t, a.name(i), 0, dims - merged, 0)?;
+            continue;
+        }
+        update_one(d, a.begin(i), a.size(i).max(0) as u64, t, a.name(i))?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn non_contig(
+    d: &DevState,
+    base: u64,
+    nc: &[NonContig],
+    size: u64,
+    t: i64,
+    name: usize,
+    dim: usize,
+    ndims: usize,
+    offset: u64,
+) -> Result<(), Fail> {
+    if dim < ndims {
+        for k in 0..nc[dim].count {
+            let off = (nc[dim].offset + k) * nc[dim].stride;
+            if dim != ndims - 1 || k == 0 {
+                non_contig(d, base, nc, size, t, name, dim + 1, ndims, offset + off)?;
+            }
+        }
+        Ok(())
+    } else {
+        update_one(d, base + offset, size, t, name)
+    }
+}
+
+fn update_one(d: &DevState, hp: u64, size: u64, t: i64, name: usize) -> Result<(), Fail> {
+    let (tgt, shadows, host_ptr) = {
+        let tbl = d.table_read();
+        match tbl.lookup(hp, size) {
+            Some((k, Found::Contained)) => {
+                let e = tbl.get(k).unwrap();
+                (e.tgt_of(hp), e.shadows.clone(), e.host_ptr)
+            }
+            _ => {
+                if t & PRESENT != 0 {
+                    msg::message(&format!(
+                        "device mapping required by 'present' motion modifier does not exist for host address {} ({size} bytes)",
+                        P(hp)
+                    ));
+                    return Err(Fail::Present);
+                }
+                return Ok(());
+            }
+        }
+    };
+    if host_ptr || size == 0 {
+        return Ok(());
+    }
+    if t & FROM != 0 {
+        if !copy_d2h(d, name, hp, tgt, size) {
+            return Err(Fail::Other);
+        }
+        restore_shadows(&shadows, hp, size);
+    }
+    if t & TO != 0 {
+        if !copy_h2d(d, name, hp, tgt, size) {
+            return Err(Fail::Other);
+        }
+        reapply_shadows(d, &shadows, hp, size);
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------ reporting
+
+pub fn dump_tables(header: &str) {
+    let st = registry::state();
+    for d in &st.devices {
+        dump_table(d, header);
+    }
+}
+
+pub fn dump_table(d: &DevState, header: &str) {
+    let tbl: std::sync::RwLockReadGuard<'_, Table> = d.table_read();
+    if tbl.is_empty() {
+        msg::dev_info(d.id, "OpenMP Host-Device pointer mappings table empty");
+        return;
+    }
+    msg::dev_info(d.id, header);
+    msg::dev_info(
+        d.id,
+        "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration",
+    );
+    for e in tbl.map.values() {
+        msg::dev_info(
+            d.id,
+            &format!(
+                "{} {} {:<8} {:<11} {:<12} {}",
+                P(e.hst_begin),
+                P(e.tgt_begin),
+                e.size(),
+                msg::rc_str(e.dyn_rc),
+                msg::rc_str(e.hold_rc),
+                msg::declaration_of(e.name)
+            ),
+        );
+    }
+}
+
+fn after_block(loc: &Loc) {
+    dump_tables(&format!(
+        "OpenMP Host-Device pointer mappings after block at {loc}:"
+    ));
+}
+
+/// The abort sequence for a failed construct (handleTargetOutcome).
+pub fn target_failed(loc_ptr: *const Ident) -> ! {
+    let loc = Loc::from_ident(loc_ptr);
+    if msg::info_on(msg::INFO_DUMP_TABLE) {
+        after_block(&loc);
+    } else {
+        msg::error("Consult https://openmp.llvm.org/design/Runtimes.html for debugging options.");
+    }
+    if loc.known {
+        msg::eprint_line(&format!(
+            "{loc}: omptarget fatal error 1: failure of target construct while offloading is mandatory"
+        ));
+        msg::abort()
+    } else {
+        msg::error(
+            "Source location information not present. Compile with -g or -gline-tables-only.",
+        );
+        msg::fatal(
+            1,
+            "failure of target construct while offloading is mandatory",
+        )
+    }
+}
+
+fn print_args(d: &DevState, a: &Args) {
+    for i in 0..a.n {
+        let t = a.ty(i);
+        let s = a.size(i);
+        msg::dev_info(
+            d.id,
+            &format!(
+                "{}({})[{}] {}",
+                msg::arg_kind(t, s),
+                msg::name_of(a.name(i)),
+                s,
+                if t & IMPLICIT != 0 { "(implicit)" } else { "" }
+            ),
+        );
+    }
+}
+
+fn begin_fail_msgs(f: Fail) {
+    match f {
+        Fail::Present => msg::error(
+            "Call to getTargetPointer returned null pointer ('present' map type modifier).",
+        ),
+        Fail::Illegal | Fail::Other => msg::error(
+            "Call to getTargetPointer returned null pointer (device failure or illegal mapping).",
+        ),
+    }
+}
+
+// ------------------------------------------------------------ entry points
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum DataKind {
+    Begin,
+    End,
+    Update,
+}
+
+pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
+    let Some(d) = registry::resolve(device) else {
+        return;
+    };
+    let info = msg::info();
+    if info & msg::INFO_KERNEL_ARGS != 0 {
+        let what = match kind {
+            DataKind::Begin => "Entering OpenMP data region with being_mapper",
+            DataKind::End => "Exiting OpenMP data region with end_mapper",
+            DataKind::Update => "Updating OpenMP data region with update_mapper",
+        };
+        msg::dev_info(
+            d.id,
+            &format!("{what} at {} with {} arguments:", Loc::from_ident(loc), a.n),
+        );
+        print_args(d, a);
+    }
+    let r = match kind {
+        DataKind::Begin => {
+            let mut ctx = Ctx::default();
+            let r = data_begin(d, a, false, &mut ctx);
+            if r.is_ok() {
+                process_attaches(d, &mut ctx);
+            } else if let Err(f) = r {
+                begin_fail_msgs(f);
+            }
+            r
+        }
+        DataKind::End => data_end(d, a, false, true),
+        DataKind::Update => data_update(d, a),
+    };
+    if r.is_err() {
+        target_failed(loc);
+    }
+    if info & msg::INFO_DUMP_TABLE != 0 {
+        after_block(&Loc::from_ident(loc));
+    }
+}
+
+const MAX_STACK_WORDS: usize = 32;
+
+/// `__tgt_target_kernel`: returns 0 when the region ran on the device.
+pub fn target_kernel(
+    loc: *const Ident,
+    device: i64,
+    _num_teams: i32,
+    _thread_limit: i32,
+    region: *mut c_void,
+    ka: &KernelArgsTy,
+) -> i32 {
+    let Some(d) = registry::resolve(device) else {
+        return -1;
+    };
+    let Some(kernel) = d.kernel(region as u64) else {
+        msg::error(&format!(
+            "Failed to launch kernel: no kernel found for host region {}",
+            P(region as u64)
+        ));
+        target_failed(loc);
+    };
+    let a = Args {
+        n: ka.num_args as usize,
+        base: ka.arg_base_ptrs,
+        begin: ka.arg_ptrs,
+        sizes: ka.arg_sizes,
+        types: ka.arg_types,
+        names: ka.arg_names as *const *mut c_void,
+        mappers: ka.arg_mappers as *const *mut c_void,
+    };
+    let info = msg::info();
+    if info & msg::INFO_KERNEL_ARGS != 0 {
+        msg::dev_info(
+            d.id,
+            &format!(
+                "Entering OpenMP kernel at {} with {} arguments:",
+                Loc::from_ident(loc),
+                a.n
+            ),
+        );
+        print_args(d, &a);
+    }
+    let mut ctx = Ctx::default();
+    if a.n > 0 {
+        if let Err(f) = data_begin(d, &a, false, &mut ctx) {
+            begin_fail_msgs(f);
+            msg::error("Call to targetDataBegin failed, abort target.");
+            msg::error("Failed to process data before launching the kernel.");
+            target_failed(loc);
+        }
+        process_attaches(d, &mut ctx);
+    }
+    // Kernel words.
+    let mut stack = [0u64; MAX_STACK_WORDS];
+    let mut heap: Vec<u64> = Vec::new();
+    let mut privates: Vec<u64> = Vec::new();
+    let mut nw = 0usize;
+    let mut push = |w: u64, nw: &mut usize, heap: &mut Vec<u64>| {
+        if *nw < MAX_STACK_WORDS {
+            stack[*nw] = w;
+        } else {
+            if heap.is_empty() {
+                heap.extend_from_slice(&stack);
+            }
+            heap.push(w);
+        }
+        *nw += 1;
+    };
+    if ka.version >= 3 {
+        push(u64::MAX, &mut nw, &mut heap);
+    }
+    let mut failed = false;
+    for i in 0..a.n {
+        let t = a.ty(i);
+        if t & TARGET_PARAM == 0 {
+            continue;
+        }
+        let w = if t & LITERAL != 0 {
+            a.base(i)
+        } else if t & PRIVATE != 0 {
+            let size = a.size(i).max(0) as u64;
+            let off = a.base(i).wrapping_sub(a.begin(i));
+            if size == 0 {
+                a.base(i)
+            } else {
+                match d.alloc(size) {
+                    Some(p) => {
+                        privates.push(p);
+                        if t & TO != 0 {
+                            copy_h2d(d, a.name(i), a.begin(i), p, size);
+                        }
+                        p.wrapping_add(off)
+                    }
+                    None => {
+                        failed = true;
+                        0
+                    }
+                }
+            }
+        } else {
+            let hp = a.begin(i);
+            let size = a.size(i).max(0) as u64;
+            let off = a.base(i).wrapping_sub(hp);
+            let tbl = d.table_read();
+            let tgt = match tbl.lookup(hp, size) {
+                Some((k, f)) if f == Found::Contained || t & IMPLICIT != 0 => {
+                    let e = tbl.get(k).unwrap();
+                    let tgt = e.tgt_of(hp);
+                    if info & msg::INFO_MAPPING_EXISTS != 0 {
+                        let (dc, hc) = counts(e, false, " (update suppressed)");
+                        msg::dev_info(
+                            d.id,
+                            &format!(
+                                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                                P(hp),
+                                P(tgt)
+                            ),
+                        );
+                    }
+                    tgt
+                }
+                _ => {
+                    if registry::usm() {
+                        hp
+                    } else {
+                        0
+                    }
+                }
+            };
+            tgt.wrapping_add(off)
+        };
+        push(w, &mut nw, &mut heap);
+    }
+    if failed {
+        msg::error("Failed to process data before launching the kernel.");
+        target_failed(loc);
+    }
+    let words: &[u64] = if nw <= MAX_STACK_WORDS {
+        &stack[..nw]
+    } else {
+        &heap[..]
+    };
+    // SAFETY: kernel pointers live as long as the device's loaded programs.
+    let k = unsafe { &*kernel.0 };
+    if info & msg::INFO_PLUGIN_KERNEL != 0 {
+        msg::eprint_line(&format!(
+            "\"PluginInterface\" device {} info: Launching kernel {} with [1,1,1] blocks and [1,1,1] threads in Generic mode",
+            d.id,
+            k.name()
+        ));
+    }
+    let launched = match d.queue() {
+        Some(q) => q
+            .launch(k, KernelArgs::Words(words), &LaunchConfig::default())
+            .is_ok(),
+        None => false,
+    };
+    if !launched {
+        msg::error("Executing target region abort target.");
+        target_failed(loc);
+    }
+    if a.n > 0 {
+        if let Err(_f) = data_end(d, &a, false, false) {
+            msg::error("Call to targetDataEnd failed, abort target.");
+            msg::error("Failed to process data after launching the kernel.");
+            target_failed(loc);
+        }
+    }
+    for p in privates {
+        d.free(p);
+    }
+    if info & msg::INFO_DUMP_TABLE != 0 {
+        after_block(&Loc::from_ident(loc));
+    }
+    0
+}

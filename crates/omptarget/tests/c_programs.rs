@@ -1,0 +1,312 @@
+//! Builds each program under tests/c with clang-22 for the x86_64 host
+//! offload target and runs it twice: on LLVM's libomptarget.so.22.1 and on
+//! ours. Stdout and exit status must match; error cases compare the key
+//! stderr lines, and files marked `COMPARE-STDERR` compare all of stderr
+//! after normalising addresses.
+//!
+//! Directives (comment lines at the top of a test file):
+//! `// ENV: K=V ...`, `// ENV-VARIANTS: K=V | K=V`, `// ARGS: a b c` (one run
+//! per argument), `// CXX`, `// SHARED: lib.c`, `// COMPARE-STDERR`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const LLVM_LIB: &str = "/usr/lib/llvm-22/lib";
+
+static RUN_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c")
+}
+
+/// A directory holding `libomptarget.so.22.1` -> our cdylib.
+fn our_lib_dir() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let lib = exe
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("libomptarget.so");
+        assert!(lib.exists(), "cdylib not found at {}", lib.display());
+        let dir = std::env::temp_dir().join(format!("omptarget-ours-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("libomptarget.so.22.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&lib, &link).unwrap();
+        dir
+    })
+}
+
+fn have_clang() -> bool {
+    Command::new("clang-22").arg("--version").output().is_ok()
+        && Path::new(LLVM_LIB).join("libomptarget.so.22.1").exists()
+}
+
+struct Spec {
+    env: Vec<(String, String)>,
+    variants: Vec<Vec<(String, String)>>,
+    args: Vec<String>,
+    cxx: bool,
+    shared: Option<String>,
+    compare_stderr: bool,
+}
+
+fn parse_env(s: &str) -> Vec<(String, String)> {
+    s.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn spec(text: &str) -> Spec {
+    let mut s = Spec {
+        env: vec![],
+        variants: vec![],
+        args: vec![],
+        cxx: false,
+        shared: None,
+        compare_stderr: false,
+    };
+    for line in text.lines().take_while(|l| l.starts_with("//")) {
+        let l = line.trim_start_matches("//").trim();
+        if let Some(v) = l.strip_prefix("ENV-VARIANTS:") {
+            s.variants = v.split('|').map(parse_env).collect();
+        } else if let Some(v) = l.strip_prefix("ENV:") {
+            s.env = parse_env(v);
+        } else if let Some(v) = l.strip_prefix("ARGS:") {
+            s.args = v.split_whitespace().map(String::from).collect();
+        } else if l == "CXX" {
+            s.cxx = true;
+        } else if let Some(v) = l.strip_prefix("SHARED:") {
+            s.shared = Some(v.trim().to_string());
+        } else if l == "COMPARE-STDERR" {
+            s.compare_stderr = true;
+        }
+    }
+    s
+}
+
+fn compile(name: &str, sp: &Spec, out_dir: &Path) -> PathBuf {
+    let src = src_dir().join(name);
+    let cc = if sp.cxx { "clang++-22" } else { "clang-22" };
+    let exe = out_dir.join(name.replace('.', "_"));
+    let mut cmd = Command::new(cc);
+    cmd.args([
+        "-fopenmp",
+        "-fopenmp-targets=x86_64-unknown-linux-gnu",
+        "-O1",
+        "-g",
+    ]);
+    if let Some(lib) = &sp.shared {
+        let so = out_dir.join("libk.so");
+        let st = Command::new("clang-22")
+            .args([
+                "-fopenmp",
+                "-fopenmp-targets=x86_64-unknown-linux-gnu",
+                "-O1",
+                "-g",
+            ])
+            .args(["-fPIC", "-shared", "-o"])
+            .arg(&so)
+            .arg(src_dir().join(lib))
+            .status()
+            .unwrap();
+        assert!(st.success(), "building {lib} failed");
+        cmd.arg(format!("-L{}", out_dir.display()))
+            .arg(format!("-Wl,-rpath,{}", out_dir.display()));
+        cmd.arg(&src).arg("-lk");
+    } else {
+        cmd.arg(&src);
+    }
+    let st = cmd.arg("-o").arg(&exe).status().unwrap();
+    assert!(st.success(), "compiling {name} failed");
+    exe
+}
+
+struct Run {
+    status: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(exe: &Path, lib_path: &str, env: &[(String, String)], arg: Option<&str>) -> Run {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = Command::new(exe);
+    cmd.env("LD_LIBRARY_PATH", lib_path);
+    cmd.env_remove("LIBOMPTARGET_INFO");
+    cmd.env_remove("OMP_TARGET_OFFLOAD");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if let Some(a) = arg {
+        cmd.arg(a);
+    }
+    let o = cmd.output().unwrap();
+    Run {
+        status: o.status.code(),
+        signal: o.status.signal(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Replace addresses and kernel ids so both runtimes' output compares.
+fn normalise(s: &str) -> String {
+    let mut out = String::new();
+    for line in s.lines() {
+        if line.contains("/tmp/tmpfile_") {
+            continue;
+        }
+        let mut l = String::new();
+        let b = line.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'0' && i + 1 < b.len() && b[i + 1] == b'x' {
+                let mut j = i + 2;
+                while j < b.len() && b[j].is_ascii_hexdigit() {
+                    j += 1;
+                }
+                l.push_str("PTR");
+                i = j;
+            } else {
+                l.push(b[i] as char);
+                i += 1;
+            }
+        }
+        // kernel names carry file ids that differ per build
+        let l = match l.find("__omp_offloading_") {
+            Some(p) => {
+                let rest = &l[p..];
+                let end = rest.find(' ').unwrap_or(rest.len());
+                format!("{}KERNEL{}", &l[..p], &rest[end..])
+            }
+            None => l,
+        };
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+/// The stderr lines both runtimes must agree on in error cases.
+fn key_lines(s: &str) -> Vec<String> {
+    normalise(s)
+        .lines()
+        .filter(|l| l.contains("omptarget") && !l.contains(" info: "))
+        .map(String::from)
+        .collect()
+}
+
+fn tmpfiles() -> usize {
+    std::fs::read_dir("/tmp")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("tmpfile_"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn check(name: &str) {
+    if !have_clang() {
+        eprintln!("skipping {name}: clang-22 or LLVM 22 libomptarget not installed");
+        return;
+    }
+    let text = std::fs::read_to_string(src_dir().join(name)).unwrap();
+    let sp = spec(&text);
+    let dir = tempfile_dir(name);
+    let exe = compile(name, &sp, &dir);
+    let ours_path = format!("{}:{LLVM_LIB}", our_lib_dir().display());
+    let variants = if sp.variants.is_empty() {
+        vec![vec![]]
+    } else {
+        sp.variants.clone()
+    };
+    let args: Vec<Option<&str>> = if sp.args.is_empty() {
+        vec![None]
+    } else {
+        sp.args.iter().map(|a| Some(a.as_str())).collect()
+    };
+    for v in &variants {
+        let mut env = sp.env.clone();
+        env.extend(v.iter().cloned());
+        for a in &args {
+            // LLVM's runs (of this and of parallel tests) create
+            // /tmp/tmpfile_*; count around our run while none of ours run.
+            let (before, ours, after) = {
+                let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+                (tmpfiles(), run(&exe, &ours_path, &env, *a), tmpfiles())
+            };
+            let llvm = {
+                let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+                run(&exe, LLVM_LIB, &env, *a)
+            };
+            let what = format!("{name} env={env:?} arg={a:?}");
+            assert!(
+                after <= before,
+                "{what}: our run left /tmp/tmpfile_* files behind"
+            );
+            assert_eq!(
+                (ours.status, ours.signal),
+                (llvm.status, llvm.signal),
+                "{what}: exit status differs\nours stderr:\n{}\nllvm stderr:\n{}",
+                ours.stderr,
+                llvm.stderr
+            );
+            assert_eq!(
+                normalise(&ours.stdout),
+                normalise(&llvm.stdout),
+                "{what}: stdout differs"
+            );
+            if sp.compare_stderr {
+                assert_eq!(
+                    normalise(&ours.stderr),
+                    normalise(&llvm.stderr),
+                    "{what}: stderr differs"
+                );
+            } else if llvm.status != Some(0) {
+                assert_eq!(
+                    key_lines(&ours.stderr),
+                    key_lines(&llvm.stderr),
+                    "{what}: error messages differ"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempfile_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "omptarget-test-{}-{}",
+        std::process::id(),
+        name.replace('.', "_")
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+macro_rules! c_tests {
+    ($($t:ident => $f:literal,)*) => { $( #[test] fn $t() { check($f); } )* };
+}
+
+c_tests! {
+    basic => "basic.c",
+    refcount => "refcount.c",
+    err_present => "err_present.c",
+    globals => "globals.c",
+    structs => "structs.c",
+    use_device_ptr => "use_device_ptr.c",
+    update_strided => "update_strided.c",
+    mapper => "mapper.cpp",
+    devmem => "devmem.c",
+    threads_nowait => "threads_nowait.c",
+    policy => "policy.c",
+    shared_lib => "shared_lib.c",
+    implicit => "implicit.c",
+}
