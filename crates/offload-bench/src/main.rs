@@ -25,7 +25,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve-side") => serve_side(),
-        Some("remote") => remote(args.iter().any(|a| a == "--json"), args.iter().any(|a| a == "--quick")),
+        Some("remote") => remote(
+            args.iter().any(|a| a == "--json"),
+            args.iter().any(|a| a == "--quick"),
+        ),
         _ => {
             eprintln!("usage: offload-bench remote [--json] [--quick]");
             std::process::exit(2);
@@ -42,10 +45,16 @@ fn serve_side() {
             std::thread::spawn(move || tcp_peer(stream));
         }
     });
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let runtime = Arc::new(offload_server::local_runtime());
     rt.block_on(async move {
-        let options = offload_server::ServeOptions { listen: Some("127.0.0.1:0".parse().unwrap()), ..Default::default() };
+        let options = offload_server::ServeOptions {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..Default::default()
+        };
         offload_server::serve(
             options,
             runtime,
@@ -119,8 +128,18 @@ fn empty_kernel_image() -> Vec<u8> {
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("empty.c");
     let so = dir.join("empty.so");
-    std::fs::write(&src, "void empty(const void *a, const void *i) { (void)a; (void)i; }\n").unwrap();
-    let ok = Command::new("clang-22").args(["-O2", "-fPIC", "-shared", "-o"]).arg(&so).arg(&src).status().unwrap().success();
+    std::fs::write(
+        &src,
+        "void empty(const void *a, const void *i) { (void)a; (void)i; }\n",
+    )
+    .unwrap();
+    let ok = Command::new("clang-22")
+        .args(["-O2", "-fPIC", "-shared", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "clang-22 failed");
     let bytes = std::fs::read(&so).unwrap();
     std::fs::remove_dir_all(&dir).ok();
@@ -146,19 +165,43 @@ fn remote(json: bool, quick: bool) {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let grpc = line.split_whitespace().find_map(|w| w.strip_prefix("grpc=")).unwrap().to_string();
-    let tcp = line.split_whitespace().find_map(|w| w.strip_prefix("tcp=")).unwrap().to_string();
-    let (reps, iters, bytes) = if quick { (3, 200, 16 << 20) } else { (7, 2000, 64 << 20) };
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let grpc = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("grpc="))
+        .unwrap()
+        .to_string();
+    let tcp = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("tcp="))
+        .unwrap()
+        .to_string();
+    let (reps, iters, bytes) = if quick {
+        (3, 200, 16 << 20)
+    } else {
+        (7, 2000, 64 << 20)
+    };
 
     // Bare gRPC unary ping on its own channel.
-    let io = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let mut ping_client = io.block_on(async {
-        let ch = tonic::transport::Endpoint::from_shared(format!("http://{grpc}")).unwrap().tcp_nodelay(true).connect().await.unwrap();
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+            .unwrap()
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .unwrap();
         offload_proto::offload_client::OffloadClient::new(ch)
     });
     let ping = time_us(reps, iters, || {
-        io.block_on(ping_client.ping(offload_proto::PingRequest { payload: vec![] })).unwrap();
+        io.block_on(ping_client.ping(offload_proto::PingRequest { payload: vec![] }))
+            .unwrap();
     });
 
     // The remote plugin.
@@ -173,7 +216,13 @@ fn remote(json: bool, quick: bool) {
     let kernel = program.kernel("empty").unwrap();
     let queue = dev.create_queue().unwrap();
     let launch = time_us(reps, iters, || {
-        queue.launch(kernel.as_ref(), KernelArgs::Packed(&[]), &LaunchConfig::default()).unwrap();
+        queue
+            .launch(
+                kernel.as_ref(),
+                KernelArgs::Packed(&[]),
+                &LaunchConfig::default(),
+            )
+            .unwrap();
         queue.synchronize().unwrap();
     });
 
@@ -183,8 +232,12 @@ fn remote(json: bool, quick: bool) {
     let d = dev.alloc(bytes, AllocKind::Device).unwrap();
     let copy_reps = if quick { 3 } else { 7 };
     let gbs = |us: f64| bytes as f64 / us / 1e3;
-    let h2d = gbs(time_us(copy_reps, 2, || unsafe { dev.copy_to_device(d, host.as_ptr(), bytes).unwrap() }));
-    let d2h = gbs(time_us(copy_reps, 2, || unsafe { dev.copy_from_device(back.as_mut_ptr(), d, bytes).unwrap() }));
+    let h2d = gbs(time_us(copy_reps, 2, || unsafe {
+        dev.copy_to_device(d, host.as_ptr(), bytes).unwrap()
+    }));
+    let d2h = gbs(time_us(copy_reps, 2, || unsafe {
+        dev.copy_from_device(back.as_mut_ptr(), d, bytes).unwrap()
+    }));
     dev.free(d).unwrap();
 
     let mut s = TcpStream::connect(&tcp).unwrap();
@@ -209,9 +262,33 @@ fn remote(json: bool, quick: bool) {
     let _ = child.wait();
 
     let rows = [
-        Row { case: "remote launch+sync round trip", ours: launch, baseline: ping, unit: "us", baseline_name: "gRPC unary ping", goal: "<= 1.5x", ok: launch <= 1.5 * ping },
-        Row { case: "remote copy host->device", ours: h2d, baseline: tcp_up, unit: "GB/s", baseline_name: "raw TCP send", goal: ">= 0.70x", ok: h2d >= 0.7 * tcp_up },
-        Row { case: "remote copy device->host", ours: d2h, baseline: tcp_down, unit: "GB/s", baseline_name: "raw TCP receive", goal: ">= 0.70x", ok: d2h >= 0.7 * tcp_down },
+        Row {
+            case: "remote launch+sync round trip",
+            ours: launch,
+            baseline: ping,
+            unit: "us",
+            baseline_name: "gRPC unary ping",
+            goal: "<= 1.5x",
+            ok: launch <= 1.5 * ping,
+        },
+        Row {
+            case: "remote copy host->device",
+            ours: h2d,
+            baseline: tcp_up,
+            unit: "GB/s",
+            baseline_name: "raw TCP send",
+            goal: ">= 0.70x",
+            ok: h2d >= 0.7 * tcp_up,
+        },
+        Row {
+            case: "remote copy device->host",
+            ours: d2h,
+            baseline: tcp_down,
+            unit: "GB/s",
+            baseline_name: "raw TCP receive",
+            goal: ">= 0.70x",
+            ok: d2h >= 0.7 * tcp_down,
+        },
     ];
     if json {
         for r in &rows {
@@ -222,11 +299,22 @@ fn remote(json: bool, quick: bool) {
         }
         return;
     }
-    println!("{:<32} {:>12} {:>12}  {:<18} {:>7}  {:<9} verdict", "case", "ours", "baseline", "baseline is", "ratio", "goal");
+    println!(
+        "{:<32} {:>12} {:>12}  {:<18} {:>7}  {:<9} verdict",
+        "case", "ours", "baseline", "baseline is", "ratio", "goal"
+    );
     for r in &rows {
         println!(
             "{:<32} {:>9.2} {:<2} {:>9.2} {:<2}  {:<18} {:>7.2}  {:<9} {}",
-            r.case, r.ours, r.unit, r.baseline, r.unit, r.baseline_name, r.ours / r.baseline, r.goal, if r.ok { "met" } else { "MISSED" }
+            r.case,
+            r.ours,
+            r.unit,
+            r.baseline,
+            r.unit,
+            r.baseline_name,
+            r.ours / r.baseline,
+            r.goal,
+            if r.ok { "met" } else { "MISSED" }
         );
     }
     let _ = Duration::ZERO;

@@ -103,14 +103,20 @@ impl Config {
             }
         }
         if let Some(v) = lookup("OFFLOAD_REMOTE") {
-            c.remote_servers =
-                v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+            c.remote_servers = v
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
         }
         c.remote_token = lookup("OFFLOAD_REMOTE_TOKEN").filter(|t| !t.is_empty());
-        if let Some(n) = lookup("OFFLOAD_REMOTE_TIMEOUT").and_then(|v| v.trim().parse::<u64>().ok()) {
+        if let Some(n) = lookup("OFFLOAD_REMOTE_TIMEOUT").and_then(|v| v.trim().parse::<u64>().ok())
+        {
             c.remote_timeout_secs = n.max(1);
         }
-        if let Some(n) = lookup("OFFLOAD_REMOTE_CHUNK_SIZE").and_then(|v| v.trim().parse::<usize>().ok()) {
+        if let Some(n) =
+            lookup("OFFLOAD_REMOTE_CHUNK_SIZE").and_then(|v| v.trim().parse::<usize>().ok())
+        {
             c.remote_chunk_size = n.clamp(4096, 64 << 20);
         }
         c

@@ -21,8 +21,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 struct TestPlugin {
     name: &'static str,
     fail_register: bool,
-    /// Runtime pointer, to check that generic registration happened first.
-    rt: Arc<Mutex<Option<usize>>>,
 }
 
 struct TestDevice {
@@ -157,19 +155,14 @@ fn take_log() -> Vec<String> {
     std::mem::take(&mut *log().lock().unwrap())
 }
 
-fn plugins(flag: Arc<Mutex<Option<usize>>>) -> (Vec<PluginEntry>, Arc<Mutex<Option<usize>>>) {
-    // Constructors are plain fns, so the flag travels through a static.
-    static FLAG: Mutex<Option<Arc<Mutex<Option<usize>>>>> = Mutex::new(None);
-    *FLAG.lock().unwrap() = Some(flag.clone());
+fn plugins() -> Vec<PluginEntry> {
     fn make(name: &'static str, fail: bool) -> Result<Box<dyn plugin::Plugin>> {
-        let rt = FLAG.lock().unwrap().clone().unwrap();
         Ok(Box::new(TestPlugin {
             name,
             fail_register: fail,
-            rt,
         }))
     }
-    let entries = vec![
+    vec![
         PluginEntry {
             name: "alpha",
             create: |_| make("alpha", false),
@@ -182,14 +175,13 @@ fn plugins(flag: Arc<Mutex<Option<usize>>>) -> (Vec<PluginEntry>, Arc<Mutex<Opti
             name: "broken",
             create: |_| Err(Error::backend("libvendor.so not found")),
         },
-    ];
-    (entries, flag)
+    ]
 }
 
 #[test]
 fn hooks_nest_generic_first_on_register_and_last_on_unregister() {
     let _g = SERIAL.lock().unwrap();
-    let (entries, _) = plugins(Arc::new(Mutex::new(None)));
+    let entries = plugins();
     let rt: &'static Runtime = Box::leak(Box::new(Runtime::new(Config::default(), &entries)));
     CURRENT.store(
         rt as *const Runtime as *mut Runtime,
@@ -256,7 +248,7 @@ fn hooks_nest_generic_first_on_register_and_last_on_unregister() {
 #[test]
 fn offload_plugins_restricts_what_loads() {
     let _g = SERIAL.lock().unwrap();
-    let (entries, _) = plugins(Arc::new(Mutex::new(None)));
+    let entries = plugins();
     let config = Config {
         plugins: Some(vec!["beta".into()]),
         ..Config::default()
@@ -271,7 +263,7 @@ fn offload_plugins_restricts_what_loads() {
 #[test]
 fn device_allocations_go_through_the_caching_pool() {
     let _g = SERIAL.lock().unwrap();
-    let (entries, _) = plugins(Arc::new(Mutex::new(None)));
+    let entries = plugins();
     let config = Config {
         memory_manager_threshold: 1024,
         ..Config::default()
@@ -316,7 +308,7 @@ fn device_allocations_go_through_the_caching_pool() {
 #[test]
 fn images_are_matched_by_triple_and_arch_and_carry_metadata() {
     let _g = SERIAL.lock().unwrap();
-    let (entries, _) = plugins(Arc::new(Mutex::new(None)));
+    let entries = plugins();
     let rt = Runtime::new(Config::default(), &entries);
     let dev = &rt.devices()[0];
     let entry = |arch: &'static str, bytes: &'static [u8]| {

@@ -1069,8 +1069,10 @@ pub fn target_kernel(
         ));
     }
     let launched = match d.queue() {
+        // Plugins may launch asynchronously (remote); the region ends here.
         Some(q) => q
             .launch(k, KernelArgs::Words(words), &LaunchConfig::default())
+            .and_then(|_| q.synchronize())
             .is_ok(),
         None => false,
     };

@@ -6,7 +6,13 @@
 //!
 //! Directives (comment lines at the top of a test file):
 //! `// ENV: K=V ...`, `// ENV-VARIANTS: K=V | K=V`, `// ARGS: a b c` (one run
-//! per argument), `// CXX`, `// SHARED: lib.c`, `// COMPARE-STDERR`.
+//! per argument), `// CXX`, `// SHARED: lib.c`, `// COMPARE-STDERR`,
+//! `// NO-REMOTE: reason` (skipped in remote mode).
+//!
+//! Remote mode: with `OFFLOAD_TEST_REMOTE=HOST:PORT` our runs use only the
+//! remote plugin against that `offload serve` (token from
+//! `OFFLOAD_REMOTE_TOKEN`), so every target region runs in the server
+//! process, and the output must still equal LLVM's local run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,6 +59,7 @@ struct Spec {
     cxx: bool,
     shared: Option<String>,
     compare_stderr: bool,
+    no_remote: bool,
 }
 
 fn parse_env(s: &str) -> Vec<(String, String)> {
@@ -70,6 +77,7 @@ fn spec(text: &str) -> Spec {
         cxx: false,
         shared: None,
         compare_stderr: false,
+        no_remote: false,
     };
     for line in text.lines().take_while(|l| l.starts_with("//")) {
         let l = line.trim_start_matches("//").trim();
@@ -85,6 +93,8 @@ fn spec(text: &str) -> Spec {
             s.shared = Some(v.trim().to_string());
         } else if l == "COMPARE-STDERR" {
             s.compare_stderr = true;
+        } else if l.starts_with("NO-REMOTE") {
+            s.no_remote = true;
         }
     }
     s
@@ -162,6 +172,8 @@ fn normalise(s: &str) -> String {
         if line.contains("/tmp/tmpfile_") {
             continue;
         }
+        // Remote devices' UIDs name their server: `remote:HOST:PORT/x86_64-0`.
+        let line = strip_remote_uid(line);
         let mut l = String::new();
         let b = line.as_bytes();
         let mut i = 0;
@@ -193,6 +205,24 @@ fn normalise(s: &str) -> String {
     out
 }
 
+fn strip_remote_uid(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(p) = rest.find("remote:") {
+        out.push_str(&rest[..p]);
+        let tail = &rest[p..];
+        match tail.find('/') {
+            Some(slash) if !tail[..slash].contains(' ') => rest = &tail[slash + 1..],
+            _ => {
+                out.push_str("remote:");
+                rest = &tail["remote:".len()..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The stderr lines both runtimes must agree on in error cases.
 fn key_lines(s: &str) -> Vec<String> {
     normalise(s)
@@ -219,6 +249,13 @@ fn check(name: &str) {
     }
     let text = std::fs::read_to_string(src_dir().join(name)).unwrap();
     let sp = spec(&text);
+    let remote = std::env::var("OFFLOAD_TEST_REMOTE")
+        .ok()
+        .filter(|r| !r.is_empty());
+    if remote.is_some() && sp.no_remote {
+        eprintln!("skipping {name} in remote mode (NO-REMOTE)");
+        return;
+    }
     let dir = tempfile_dir(name);
     let exe = compile(name, &sp, &dir);
     let ours_path = format!("{}:{LLVM_LIB}", our_lib_dir().display());
@@ -240,7 +277,12 @@ fn check(name: &str) {
             // /tmp/tmpfile_*; count around our run while none of ours run.
             let (before, ours, after) = {
                 let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-                (tmpfiles(), run(&exe, &ours_path, &env, *a), tmpfiles())
+                let mut ours_env = env.clone();
+                if let Some(r) = &remote {
+                    ours_env.push(("OFFLOAD_PLUGINS".into(), "remote".into()));
+                    ours_env.push(("OFFLOAD_REMOTE".into(), r.clone()));
+                }
+                (tmpfiles(), run(&exe, &ours_path, &ours_env, *a), tmpfiles())
             };
             let llvm = {
                 let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());

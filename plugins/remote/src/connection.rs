@@ -35,14 +35,21 @@ pub fn block_on<F: std::future::Future + Send>(fut: F) -> F::Output
 where
     F::Output: Send,
 {
-    if tokio::runtime::Handle::try_current().is_ok() {
+    // Inside another runtime `block_on` would panic, and during process exit
+    // (atexit handlers, e.g. __tgt_unregister_lib) this thread's tokio
+    // context is already destroyed: use a helper thread in both cases.
+    let usable_here = match tokio::runtime::Handle::try_current() {
+        Ok(_) => false,
+        Err(e) => !e.is_thread_local_destroyed(),
+    };
+    if usable_here {
+        io_runtime().block_on(fut)
+    } else {
         std::thread::scope(|s| {
             s.spawn(|| io_runtime().block_on(fut))
                 .join()
                 .expect("remote I/O thread")
         })
-    } else {
-        io_runtime().block_on(fut)
     }
 }
 

@@ -43,12 +43,15 @@ fn create(config: &Config) -> Result<Box<dyn Plugin>> {
     }))
 }
 
-/// Images shipped per server: (server, image address, length) -> server id.
+/// A shipped image: (server, image address, length).
+type ImageKey = (String, usize, usize);
+
+/// Images shipped per server: image key -> the server's image id.
 #[derive(Default)]
 pub struct ShippedImages {
-    by_image: Mutex<HashMap<(String, usize, usize), u64>>,
+    by_image: Mutex<HashMap<ImageKey, u64>>,
     /// (server, binary) -> the keys it added, to forget them on unregister.
-    by_binary: Mutex<HashMap<(String, u64), Vec<(String, usize, usize)>>>,
+    by_binary: Mutex<HashMap<(String, u64), Vec<ImageKey>>>,
 }
 
 impl ShippedImages {

@@ -1,0 +1,288 @@
+//! Programs, symbols, kernel launches.
+//!
+//! `olCreateProgram` hands the bytes to the core, which unwraps containers
+//! (LLVM OffloadBinary, `1OMP` metadata header) and picks an image the device
+//! can run; the host plugin loads it from an in-memory copy, so the caller's
+//! buffer is not referenced afterwards. The host device (type HOST) loads no
+//! programs: use one of the CPU devices of platform "host" for kernels.
+//!
+//! Kernels receive the argument buffer as one packed block
+//! (`KernelArgs::Packed`), like a CUDA parameter block; on the host plugin a
+//! kernel is `void k(const void *args, const offload_host_item_t *item)`
+//! called once per work item (include/offload/host_kernel.h).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::{Arc, Mutex};
+
+use offload_core::plugin::{KernelArgs, LaunchConfig};
+
+use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
+use crate::handles::{context, DeviceKind, Program, Symbol, SymbolKind};
+use crate::types::*;
+
+pub unsafe fn is_valid_binary(
+    device: ol_device_handle_t,
+    data: *const c_void,
+    size: usize,
+    valid: *mut bool,
+) -> OlResult {
+    let ctx = context()?;
+    check_handle(device, "Device")?;
+    check_ptr(data, "ProgData")?;
+    check_ptr(valid, "Valid")?;
+    let dev = ctx.device(device, "Device")?;
+    let ok = match dev.core() {
+        Some(core) if size > 0 => {
+            core.is_compatible(std::slice::from_raw_parts(data.cast::<u8>(), size))
+        }
+        _ => false,
+    };
+    valid.write(ok);
+    Ok(())
+}
+
+pub unsafe fn create_program(
+    device: ol_device_handle_t,
+    data: *const c_void,
+    size: usize,
+    out: *mut ol_program_handle_t,
+) -> OlResult {
+    let ctx = context()?;
+    check_handle(device, "Device")?;
+    check_ptr(data, "ProgData")?;
+    check_ptr(out, "Program")?;
+    let dev = ctx.device(device, "Device")?;
+    let core = match &dev.kind {
+        DeviceKind::Plugin { core, .. } => core,
+        DeviceKind::Host => {
+            return Err(err(
+                ErrorCode::Unsupported,
+                "the host device (type HOST) does not run programs; load the program on a CPU device of platform 'host'",
+            ))
+        }
+    };
+    if size == 0 {
+        return Err(err(
+            ErrorCode::InvalidSize,
+            "validation failure: ProgDataSize == 0",
+        ));
+    }
+    let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size);
+    let raw = core
+        .load_program(bytes)
+        .map_err(|e| e.context(format!("olCreateProgram on {}", core.label())))?;
+    let h = ctx.programs.insert(Arc::new(Program {
+        device: dev.index,
+        raw,
+        symbols: Mutex::new(HashMap::new()),
+    }));
+    out.write(h as ol_program_handle_t);
+    Ok(())
+}
+
+pub unsafe fn destroy_program(program: ol_program_handle_t) -> OlResult {
+    let ctx = context()?;
+    let p = ctx.program(program)?;
+    ctx.programs.remove(program as usize);
+    let symbols: Vec<usize> = p
+        .symbols
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain()
+        .map(|(_, h)| h)
+        .collect();
+    for h in symbols {
+        ctx.symbols.remove(h);
+    }
+    Ok(())
+}
+
+pub unsafe fn get_symbol(
+    program: ol_program_handle_t,
+    name: *const c_char,
+    kind: ol_symbol_kind_t,
+    out: *mut ol_symbol_handle_t,
+) -> OlResult {
+    let ctx = context()?;
+    check_handle(program, "Program")?;
+    check_ptr(name, "Name")?;
+    check_ptr(out, "Symbol")?;
+    let p = ctx.program(program)?;
+    let name = CStr::from_ptr(name)
+        .to_str()
+        .map_err(|_| err(ErrorCode::InvalidArgument, "symbol name is not valid UTF-8"))?;
+    if kind.name().is_none() {
+        return Err(err(
+            ErrorCode::InvalidEnumeration,
+            format!("ol_symbol_kind_t enum '{}' is invalid", kind.0),
+        ));
+    }
+    let mut cache = p.symbols.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&h) = cache.get(&(name.to_string(), kind.0)) {
+        out.write(h as ol_symbol_handle_t);
+        return Ok(());
+    }
+    let sym_kind = match kind {
+        ol_symbol_kind_t::OL_SYMBOL_KIND_KERNEL => SymbolKind::Kernel(p.raw.kernel(name)?),
+        _ => {
+            let (addr, size) = p.raw.global(name)?;
+            SymbolKind::Global { addr, size }
+        }
+    };
+    let h = ctx.symbols.insert(Arc::new(Symbol {
+        device: p.device,
+        program: program as usize,
+        kind: sym_kind,
+    }));
+    cache.insert((name.to_string(), kind.0), h);
+    out.write(h as ol_symbol_handle_t);
+    Ok(())
+}
+
+fn config_from(ls: &ol_kernel_launch_size_args_t) -> OlResult<LaunchConfig> {
+    let dims = match ls.dimensions {
+        0 => 3,
+        d @ 1..=3 => d,
+        d => {
+            return Err(err(
+                ErrorCode::InvalidArgument,
+                format!("launch has {d} dimensions; at most 3 are supported"),
+            ))
+        }
+    };
+    let pick = |v: ol_dimensions_t| {
+        let all = [v.x, v.y, v.z];
+        [0, 1, 2].map(|i| if i < dims { all[i] } else { 1 })
+    };
+    let num_groups = pick(ls.num_groups);
+    let group_size = pick(ls.group_size);
+    if num_groups.contains(&0) || group_size.contains(&0) {
+        return Err(err(
+            ErrorCode::InvalidSize,
+            format!("launch size has a zero dimension: NumGroups {num_groups:?}, GroupSize {group_size:?}"),
+        ));
+    }
+    let dyn_group_memory = u32::try_from(ls.dyn_shared_memory).map_err(|_| {
+        err(
+            ErrorCode::OutOfResources,
+            format!(
+                "{} bytes of dynamic shared memory requested",
+                ls.dyn_shared_memory
+            ),
+        )
+    })?;
+    Ok(LaunchConfig {
+        num_groups,
+        group_size,
+        dyn_group_memory,
+        tripcount: 0,
+    })
+}
+
+pub unsafe fn launch_kernel(
+    queue: ol_queue_handle_t,
+    device: ol_device_handle_t,
+    kernel: ol_symbol_handle_t,
+    args: *const c_void,
+    args_size: usize,
+    launch: *const ol_kernel_launch_size_args_t,
+) -> OlResult {
+    let ctx = context()?;
+    check_handle(device, "Device")?;
+    check_handle(kernel, "Kernel")?;
+    check_ptr(launch, "LaunchSizeArgs")?;
+    if args_size > 0 && args.is_null() {
+        return Err(err(
+            ErrorCode::InvalidArgument,
+            "validation failure: ArgumentsSize > 0 && ArgumentsData == NULL",
+        ));
+    }
+    let dev = ctx.device(device, "Device")?;
+    let sym = ctx.symbol(kernel, "Kernel")?;
+    let SymbolKind::Kernel(k) = &sym.kind else {
+        return Err(err(
+            ErrorCode::SymbolKind,
+            format!("Kernel {kernel:p} is a global variable, not a kernel"),
+        ));
+    };
+    if sym.device != dev.index {
+        return Err(err(
+            ErrorCode::InvalidDevice,
+            format!(
+                "kernel {kernel:p} belongs to a program of {}, not of {}",
+                ctx.devices[sym.device].label(),
+                dev.label()
+            ),
+        ));
+    }
+    let config = config_from(&*launch)?;
+    let bytes: &[u8] = if args_size == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(args.cast::<u8>(), args_size)
+    };
+    let DeviceKind::Plugin { default_queue, .. } = &dev.kind else {
+        unreachable!("kernels only come from plugin devices");
+    };
+    if queue.is_null() {
+        default_queue.launch(k.as_ref(), KernelArgs::Packed(bytes), &config)?;
+        return default_queue.synchronize();
+    }
+    let q = ctx.queue(queue)?;
+    if q.device != dev.index {
+        return Err(err(
+            ErrorCode::InvalidDevice,
+            format!(
+                "Queue {queue:p} belongs to {}, not to Device {device:p} ({})",
+                ctx.devices[q.device].label(),
+                dev.label()
+            ),
+        ));
+    }
+    match &q.raw {
+        Some(raw) => raw.launch(k.as_ref(), KernelArgs::Packed(bytes), &config),
+        None => Err(err(
+            ErrorCode::Unsupported,
+            "the host device runs no kernels",
+        )),
+    }
+}
+
+pub unsafe fn optimal_occupancy(
+    device: ol_device_handle_t,
+    kernel: ol_symbol_handle_t,
+    shared_memory: usize,
+    group_size: *mut usize,
+) -> OlResult {
+    let ctx = context()?;
+    check_handle(device, "Device")?;
+    check_handle(kernel, "Kernel")?;
+    check_ptr(group_size, "GroupSize")?;
+    let dev = ctx.device(device, "Device")?;
+    let sym = ctx.symbol(kernel, "Kernel")?;
+    let SymbolKind::Kernel(k) = &sym.kind else {
+        return Err(err(
+            ErrorCode::SymbolKind,
+            format!("Kernel {kernel:p} is a global variable, not a kernel"),
+        ));
+    };
+    if sym.device != dev.index {
+        return Err(err(
+            ErrorCode::InvalidDevice,
+            format!("kernel {kernel:p} does not belong to {}", dev.label()),
+        ));
+    }
+    let limit = dev.core().map_or(1, |c| c.info().group_memory_bytes);
+    if shared_memory as u64 > limit {
+        return Err(err(
+            ErrorCode::OutOfResources,
+            format!(
+                "{shared_memory} bytes of shared memory requested; {} offers {limit}",
+                dev.label()
+            ),
+        ));
+    }
+    group_size.write(k.preferred_group_size(shared_memory).max(1) as usize);
+    Ok(())
+}

@@ -1,0 +1,245 @@
+//! Builds the C tests in tests/c/ with clang-22 against `OffloadAPI.h` and
+//! runs them on our `libLLVMOffload.so.22.1` (and the portable one on LLVM's
+//! too), plus Debian's unmodified `llvm-offload-device-info`.
+//!
+//! The library under test is the cdylib cargo built next to this test
+//! executable (`target/<profile>/libLLVMOffload.so`); a directory with the
+//! `libLLVMOffload.so.22.1` / `libLLVMOffload.so` symlinks is made for
+//! linking and for `LD_LIBRARY_PATH`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+const CLANG: &str = "clang-22";
+const LLVM_LIB: &str = "/usr/lib/llvm-22/lib";
+const LLVM_INCLUDE: &str = "/usr/lib/llvm-22/include/offload";
+const OFFLOAD_BINARY_TOOL: &str = "/usr/lib/llvm-22/bin/llvm-offload-binary";
+const DEVICE_INFO_TOOL: &str = "/usr/lib/llvm-22/bin/llvm-offload-device-info";
+
+struct Built {
+    /// Holds our library's symlinks.
+    lib_dir: PathBuf,
+    /// Test binaries and kernel images.
+    dir: PathBuf,
+}
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run_checked(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Build everything once per test process.
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        // current_exe() = target/<profile>/deps/c_api-<hash>
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let cdylib = profile_dir.join("libLLVMOffload.so");
+        assert!(cdylib.exists(), "{} not built", cdylib.display());
+        let dir = profile_dir.join("liboffload-c-tests");
+        let lib_dir = dir.join("lib");
+        std::fs::create_dir_all(&lib_dir).unwrap();
+        for name in ["libLLVMOffload.so.22.1", "libLLVMOffload.so"] {
+            let link = lib_dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&cdylib, &link).unwrap();
+        }
+        let src = manifest_dir().join("tests/c");
+        let include = manifest_dir().join("../../include");
+        // Host kernels: a plain shared object, and the same inside an OffloadBinary.
+        run_checked(
+            Command::new(CLANG)
+                .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-I"])
+                .arg(&include)
+                .arg(src.join("kernels.c"))
+                .arg("-o")
+                .arg(dir.join("kernels.so")),
+        );
+        run_checked(
+            Command::new(OFFLOAD_BINARY_TOOL)
+                .arg("-o")
+                .arg(dir.join("kernels.offbin"))
+                .arg(format!(
+                    "--image=file={},triple=x86_64-unknown-linux-gnu,arch=generic,kind=openmp",
+                    dir.join("kernels.so").display()
+                )),
+        );
+        for t in ["portable", "full", "e2e", "threads"] {
+            run_checked(
+                Command::new(CLANG)
+                    .args([
+                        "-O1",
+                        "-g",
+                        "-Wall",
+                        "-Werror",
+                        "-Wno-unused-function",
+                        "-I",
+                    ])
+                    .arg(LLVM_INCLUDE)
+                    .arg("-I")
+                    .arg(&src)
+                    .arg(src.join(format!("{t}.c")))
+                    .arg("-o")
+                    .arg(dir.join(t))
+                    .arg("-L")
+                    .arg(&lib_dir)
+                    .args(["-lLLVMOffload", "-lpthread"]),
+            );
+        }
+        Built { lib_dir, dir }
+    })
+}
+
+/// Run a built test binary with `lib_dir` first on the library path.
+fn run(test: &str, lib_dir: &Path, args: &[&Path], env: &[(&str, &str)]) -> Output {
+    let b = built();
+    let mut cmd = Command::new(b.dir.join(test));
+    cmd.args(args).env("LD_LIBRARY_PATH", lib_dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn assert_passed(what: &str, out: &Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains(", 0 failures"), "{what}: {stdout}");
+}
+
+#[test]
+fn exports_match_llvm() {
+    let b = built();
+    let list = |lib: &Path| {
+        let out = Command::new("nm")
+            .args(["-D", "--defined-only", "--with-symbol-versions"])
+            .arg(lib)
+            .output()
+            .unwrap();
+        let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+            .filter(|s| s.starts_with("ol"))
+            .collect();
+        v.sort();
+        v
+    };
+    let ours = list(&b.lib_dir.join("libLLVMOffload.so.22.1"));
+    let llvm = list(&Path::new(LLVM_LIB).join("libLLVMOffload.so.22.1"));
+    assert_eq!(ours.len(), 70);
+    assert!(ours.iter().all(|s| s.ends_with("@@VERS1.0")), "{ours:?}");
+    assert_eq!(ours, llvm);
+    let soname = Command::new("readelf")
+        .arg("-d")
+        .arg(b.lib_dir.join("libLLVMOffload.so.22.1"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&soname.stdout).contains("[libLLVMOffload.so.22.1]"));
+}
+
+#[test]
+fn portable_on_ours() {
+    let b = built();
+    assert_passed("portable (ours)", &run("portable", &b.lib_dir, &[], &[]));
+}
+
+#[test]
+fn portable_on_llvm() {
+    let out = run("portable", Path::new(LLVM_LIB), &[], &[]);
+    assert_passed("portable (LLVM 22)", &out);
+}
+
+#[test]
+fn full_api() {
+    let b = built();
+    let kernels = b.dir.join("kernels.so");
+    assert_passed("full", &run("full", &b.lib_dir, &[&kernels], &[]));
+}
+
+#[test]
+fn end_to_end_plain_and_offload_binary() {
+    let b = built();
+    let plain = b.dir.join("kernels.so");
+    let wrapped = b.dir.join("kernels.offbin");
+    let out = run("e2e", &b.lib_dir, &[&plain, &wrapped], &[]);
+    assert_passed("e2e", &out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches(": ok").count(), 2, "{stdout}");
+}
+
+#[test]
+fn threads() {
+    let b = built();
+    let kernels = b.dir.join("kernels.so");
+    assert_passed("threads", &run("threads", &b.lib_dir, &[&kernels], &[]));
+}
+
+#[test]
+fn trace_prints_calls() {
+    let b = built();
+    let out = run("portable", &b.lib_dir, &[], &[("OFFLOAD_TRACE", "1")]);
+    assert_passed("portable (traced)", &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("---> olInit()-> OL_SUCCESS"), "{stderr}");
+    assert!(
+        stderr.contains(".PropName = OL_DEVICE_INFO_TYPE, .PropSize = 4"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("-> OL_ERRC_INVALID_SIZE"), "{stderr}");
+    assert!(stderr.contains("-> OL_ERRC_UNINITIALIZED"), "{stderr}");
+}
+
+#[test]
+fn llvm_offload_device_info_uses_our_library() {
+    let b = built();
+    let out = Command::new(DEVICE_INFO_TOOL)
+        .env("LD_LIBRARY_PATH", &b.lib_dir)
+        .env("LD_DEBUG", "libs")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The dynamic loader initialised our copy, not LLVM's.
+    let ours = format!("{}/libLLVMOffload.so.22.1", b.lib_dir.display());
+    assert!(
+        stderr.contains(&format!("calling init: {ours}")),
+        "our library was not loaded:\n{stderr}"
+    );
+    assert!(!stderr.contains(&format!("calling init: {LLVM_LIB}/libLLVMOffload.so.22.1")));
+    println!("{stdout}");
+    assert!(stdout.contains("Liboffload Version: 0.0.1"), "{stdout}");
+    let devices: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Num Devices: "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("device count");
+    assert!(devices >= 2, "{stdout}");
+    assert_eq!(stdout.matches("Type: CPU").count(), devices - 1, "{stdout}");
+    assert_eq!(stdout.matches("Type: HOST").count(), 1, "{stdout}");
+    assert!(stdout.contains("Platform Name: host"), "{stdout}");
+    assert!(stdout.contains("Platform Backend: HOST"), "{stdout}");
+    assert!(stdout.contains("UID: x86_64-0"), "{stdout}");
+    assert!(stdout.contains("Address Bits: 64"), "{stdout}");
+    assert!(!stdout.contains("Num Compute Units: 0"), "{stdout}");
+}
