@@ -6,6 +6,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Bulk data as `bytes::Bytes`: decoding slices the receive buffer
+        // instead of copying it.
+        .bytes(".")
         .compile_fds(fds)?;
     Ok(())
 }

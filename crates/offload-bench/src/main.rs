@@ -200,8 +200,10 @@ fn remote(json: bool, quick: bool) {
         offload_proto::offload_client::OffloadClient::new(ch)
     });
     let ping = time_us(reps, iters, || {
-        io.block_on(ping_client.ping(offload_proto::PingRequest { payload: vec![] }))
-            .unwrap();
+        io.block_on(ping_client.ping(offload_proto::PingRequest {
+            payload: Default::default(),
+        }))
+        .unwrap();
     });
 
     // The remote plugin.

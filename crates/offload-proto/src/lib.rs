@@ -7,6 +7,7 @@ pub mod v1 {
     tonic::include_proto!("offload.remote.v1");
 }
 
+pub use bytes::Bytes;
 pub use v1::*;
 
 /// Protocol version both sides put in Hello.

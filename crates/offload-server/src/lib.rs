@@ -30,6 +30,9 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// HTTP/2 flow-control window per stream (the connection gets twice that).
 pub const WINDOW_BYTES: u32 = 16 << 20;
 
+/// Largest HTTP/2 frame we accept (the protocol's default is 16 KiB).
+pub const FRAME_BYTES: u32 = 1 << 20;
+
 /// How to serve.
 #[derive(Clone, Debug, Default)]
 pub struct ServeOptions {
@@ -90,6 +93,7 @@ pub async fn serve(
         // Large HTTP/2 windows: bulk copies must not stall on flow control.
         .initial_stream_window_size(Some(WINDOW_BYTES))
         .initial_connection_window_size(Some(2 * WINDOW_BYTES))
+        .max_frame_size(Some(FRAME_BYTES))
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)));
     if let Some((cert, key)) = &options.tls {

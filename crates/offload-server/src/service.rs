@@ -191,7 +191,7 @@ fn shipped(desc: ImageDesc) -> ShippedImage {
         } else {
             format
         },
-        bytes: desc.bytes,
+        bytes: desc.bytes.to_vec(),
         triple: (!desc.triple.is_empty()).then_some(desc.triple),
         arch: (!desc.arch.is_empty()).then_some(desc.arch),
         strings: desc
@@ -334,7 +334,7 @@ impl Offload for Service {
                 // SAFETY: range checked above; `data` holds n bytes.
                 let res =
                     unsafe { dev.copy_from_device(data.as_mut_ptr(), DevicePtr(r.src + off), n) };
-                let item = res.map(|_| DataChunk { data }).map_err(status);
+                let item = res.map(|_| DataChunk { data: data.into() }).map_err(status);
                 let failed = item.is_err();
                 if tx.blocking_send(item).is_err() || failed {
                     return;
@@ -463,13 +463,13 @@ impl Offload for Service {
                         ticket,
                         code: 0,
                         message: String::new(),
-                        data,
+                        data: data.into(),
                     },
                     Err(e) => QueueCompletion {
                         ticket,
                         code: e.code().as_raw(),
                         message: e.message().to_string(),
-                        data: vec![],
+                        data: Default::default(),
                     },
                 };
                 if tx.blocking_send(Ok(completion)).is_err() {

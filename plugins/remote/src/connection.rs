@@ -171,6 +171,7 @@ impl Connection {
             // Large HTTP/2 windows: bulk copies must not stall on flow control.
             .initial_stream_window_size(16 << 20)
             .initial_connection_window_size(32 << 20)
+            .max_frame_size(1 << 20)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(timeout)
             .keep_alive_while_idle(true);

@@ -68,7 +68,7 @@ impl RemoteDevice {
 
 pub fn image_desc(image: &DeviceImage<'_>) -> ImageDesc {
     ImageDesc {
-        bytes: image.bytes.to_vec(),
+        bytes: image.bytes.to_vec().into(),
         triple: image.triple.clone().unwrap_or_default(),
         arch: image.arch.clone().unwrap_or_default(),
         metadata: image
@@ -170,7 +170,7 @@ impl plugin::Device for RemoteDevice {
         let req = FillRequest {
             device: self.remote_id,
             dst: dst.0,
-            pattern: pattern.to_vec(),
+            pattern: pattern.to_vec().into(),
             size: size as u64,
         };
         self.conn

@@ -35,7 +35,7 @@ pub unsafe fn write(
                     device: if first { device } else { 0 },
                     dst: if first { dst.0 } else { 0 },
                     size: if first { size as u64 } else { 0 },
-                    data,
+                    data: data.into(),
                 };
                 if tx.send(msg).await.is_err() {
                     return;

@@ -203,7 +203,7 @@ impl plugin::Queue for RemoteQueue {
                     device: self.device,
                     dst: dst.0 + off as u64,
                     size: n as u64,
-                    data,
+                    data: data.into(),
                 }),
             )?;
             off += n;
@@ -260,7 +260,7 @@ impl plugin::Queue for RemoteQueue {
         let f = FillRequest {
             device: self.device,
             dst: dst.0,
-            pattern: pattern.to_vec(),
+            pattern: pattern.to_vec().into(),
             size: size as u64,
         };
         self.send(false, queue_op::Op::Fill(f)).map(|_| ())
@@ -279,7 +279,7 @@ impl plugin::Queue for RemoteQueue {
         let l = Launch {
             kernel: kernel_id(kernel)?,
             words,
-            packed,
+            packed: packed.into(),
             use_words,
             num_groups: config.num_groups.to_vec(),
             group_size: config.group_size.to_vec(),
