@@ -18,11 +18,20 @@ struct Server {
 
 impl Server {
     fn start(token: Option<&str>) -> Server {
+        Server::start_with(token, &[])
+    }
+
+    fn start_with(token: Option<&str>, extra: &[&str]) -> Server {
+        Server::start_full(token, extra, 2)
+    }
+
+    fn start_full(token: Option<&str>, extra: &[&str], devices: usize) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_offload"));
         cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .env("OFFLOAD_HOST_DEVICES", "2")
+            .args(extra)
+            .env("OFFLOAD_HOST_DEVICES", devices.to_string())
             .env_remove("OFFLOAD_REMOTE")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap());
@@ -338,4 +347,237 @@ fn non_loopback_without_token_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("without a token"), "{err}");
+}
+
+#[test]
+fn tls_with_a_trusted_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let (ca, ca_key, cert, key, csr, ext) = (
+        path("ca.pem"),
+        path("ca.key"),
+        path("cert.pem"),
+        path("key.pem"),
+        path("leaf.csr"),
+        path("ext.cnf"),
+    );
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let steps: [Vec<&str>; 3] = [
+        vec![
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=offload-test-ca",
+            "-keyout",
+            &ca_key,
+            "-out",
+            &ca,
+        ],
+        vec![
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+        ],
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            &ext,
+            "-out",
+            &cert,
+        ],
+    ];
+    for step in &steps {
+        let made = Command::new("openssl")
+            .args(step)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: openssl could not make test certificates");
+            return;
+        }
+    }
+    let cert = PathBuf::from(cert);
+    let key = PathBuf::from(key);
+    let server = Server::start_with(
+        Some("tls-token"),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let config = Config {
+        plugins: Some(vec!["remote".into()]),
+        remote_servers: vec![server.addr.clone()],
+        remote_token: Some("tls-token".into()),
+        remote_tls_ca: Some(PathBuf::from(&ca)),
+        remote_timeout_secs: 5,
+        ..Config::default()
+    };
+    let rt = Runtime::new(config, &offload::builtin_plugins());
+    assert_eq!(rt.devices().len(), 2, "{:?}", rt.failed_plugins());
+    let dev = &rt.devices()[0];
+    let p = dev.alloc(1 << 16, AllocKind::Device).unwrap();
+    let data = vec![0x5au8; 1 << 16];
+    unsafe { dev.copy_to_device(p, data.as_ptr(), data.len()).unwrap() };
+    let mut back = vec![0u8; 1 << 16];
+    unsafe {
+        dev.copy_from_device(back.as_mut_ptr(), p, back.len())
+            .unwrap()
+    };
+    assert_eq!(back, data);
+    // A plain-text client cannot talk to the TLS server.
+    let plain = client(&server.addr, Some("tls-token"));
+    assert!(plain.devices().is_empty());
+}
+
+#[test]
+fn the_server_survives_garbage_and_crashing_clients() {
+    use std::io::Write;
+    let server = Server::start(None);
+    let mut rng = 0x9E3779B97F4A7C15u64;
+    for round in 0..20 {
+        let mut s = std::net::TcpStream::connect(&server.addr).unwrap();
+        let mut junk = vec![0u8; 64 + round * 97];
+        for b in junk.iter_mut() {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            *b = rng as u8;
+        }
+        if round % 2 == 1 {
+            // A valid HTTP/2 preface, then garbage frames.
+            let _ = s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        }
+        let _ = s.write_all(&junk);
+        drop(s);
+    }
+    // Still serving.
+    let rt = client(&server.addr, None);
+    let p = rt.devices()[0].alloc(4096, AllocKind::Device).unwrap();
+    rt.devices()[0].free(p).unwrap();
+}
+
+/// An unmodified clang-22 OpenMP program, run on our libomptarget with only
+/// the remote plugin: its target region runs in the server process.
+#[test]
+fn openmp_target_regions_run_in_the_server_process() {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_offload"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    if !bin_dir.join("libomptarget.so").exists() {
+        eprintln!("skipped: build the workspace first (cargo build --workspace) so libomptarget.so exists");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("pid.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <unistd.h>
+#include <omp.h>
+int main(void) {
+  int host = getpid(), dev = 0, a[64];
+  for (int i = 0; i < 64; i++) a[i] = i;
+#pragma omp target map(from: dev) map(tofrom: a)
+  {
+    dev = getpid();
+    for (int i = 0; i < 64; i++) a[i] *= 3;
+  }
+  long sum = 0;
+  for (int i = 0; i < 64; i++) sum += a[i];
+  printf("devices=%d sum=%ld\n", omp_get_num_devices(), sum);
+  printf("pid %d\n", dev);
+  return dev == host;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("pid");
+    let ok = Command::new("clang-22")
+        .args([
+            "-fopenmp",
+            "-fopenmp-targets=x86_64-unknown-linux-gnu",
+            "-O1",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    // As many devices as LLVM's host plugin reports, so the outputs compare.
+    let server = Server::start_full(Some("omp"), &[], 4);
+    let ours = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .arg("exec")
+        .arg(&exe)
+        .env("OFFLOAD_PLUGINS", "remote")
+        .env("OFFLOAD_REMOTE", &server.addr)
+        .env("OFFLOAD_REMOTE_TOKEN", "omp")
+        .env("OFFLOAD_HOST_DEVICES", "4")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&ours.stdout);
+    assert!(
+        ours.status.success(),
+        "stdout:\n{out}\nstderr:\n{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    let pid: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        pid,
+        server.child.id(),
+        "the region ran in the server process"
+    );
+    // Apart from the pid line, the output equals LLVM's local run.
+    let llvm = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", "/usr/lib/llvm-22/lib")
+        .output()
+        .unwrap();
+    let first = |s: &[u8]| {
+        String::from_utf8_lossy(s)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(first(&ours.stdout), first(&llvm.stdout));
+    assert_eq!(first(&ours.stdout), "devices=4 sum=6048");
+    let log = server.log();
+    assert_eq!(log.matches("binary registered").count(), 1, "{log}");
 }

@@ -36,6 +36,9 @@ pub struct Config {
     /// `OFFLOAD_REMOTE_TIMEOUT` (seconds, default 10): bound on connecting and
     /// on noticing a dead server.
     pub remote_timeout_secs: u64,
+    /// `OFFLOAD_REMOTE_TLS_CA=cert.pem`: talk TLS to the servers, trusting
+    /// this certificate (authority).
+    pub remote_tls_ca: Option<PathBuf>,
     /// `OFFLOAD_REMOTE_CHUNK_SIZE` (bytes, default 1 MiB): size of the pieces
     /// large copies are streamed in.
     pub remote_chunk_size: usize,
@@ -53,6 +56,7 @@ impl Default for Config {
             remote_servers: Vec::new(),
             remote_token: None,
             remote_timeout_secs: 10,
+            remote_tls_ca: None,
             remote_chunk_size: 1 << 20,
         }
     }
@@ -110,6 +114,9 @@ impl Config {
                 .collect();
         }
         c.remote_token = lookup("OFFLOAD_REMOTE_TOKEN").filter(|t| !t.is_empty());
+        c.remote_tls_ca = lookup("OFFLOAD_REMOTE_TLS_CA")
+            .filter(|t| !t.is_empty())
+            .map(PathBuf::from);
         if let Some(n) = lookup("OFFLOAD_REMOTE_TIMEOUT").and_then(|v| v.trim().parse::<u64>().ok())
         {
             c.remote_timeout_secs = n.max(1);

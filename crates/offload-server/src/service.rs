@@ -16,7 +16,7 @@ use offload_proto::offload_server::Offload;
 use offload_proto::*;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::session::{Session, ShippedImage};
 
@@ -449,7 +449,8 @@ impl Offload for Service {
                     Ok(Some(op)) => op,
                     Ok(None) => break,
                     Err(e) => {
-                        warn!(session = %s.id, error = %e, "queue stream failed");
+                        // Usually the client went away mid-stream; the session guard cleans up.
+                        tracing::debug!(session = %s.id, error = %e, "queue stream ended");
                         break;
                     }
                 };

@@ -151,7 +151,7 @@ impl Connection {
     /// Connect, authenticate and open a session.
     pub fn open(addr: &str, config: &Config) -> Result<Arc<Connection>> {
         let timeout = Duration::from_secs(config.remote_timeout_secs);
-        let tls_ca = std::env::var("OFFLOAD_REMOTE_TLS_CA").ok();
+        let tls_ca = config.remote_tls_ca.clone();
         let scheme = if tls_ca.is_some() { "https" } else { "http" };
         let uri = if addr.contains("://") {
             addr.to_string()
@@ -202,7 +202,7 @@ impl Connection {
                         &format!("timed out after {}s", timeout.as_secs()),
                     )
                 })?
-                .map_err(|e| fail("connect", &e))?;
+                .map_err(|e| fail("connect", &error_chain(&e)))?;
             let mut client = OffloadClient::with_interceptor(
                 channel.clone(),
                 Auth {
@@ -311,6 +311,18 @@ impl Connection {
             }
         })
     }
+}
+
+/// An error with its causes: transport errors hide the useful part there.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 fn client_name() -> String {
