@@ -118,7 +118,7 @@ fn memory_programs_and_launches_over_the_wire() {
     unsafe { dev.copy_to_device(p, data.as_ptr(), n).unwrap() };
     let mut back = vec![0u8; n];
     unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
-    assert_eq!(back, data);
+    assert!(back == data, "round trip differs");
     // Fill and device-to-device (same server: done there).
     let q = dev.alloc(64, AllocKind::Device).unwrap();
     dev.fill(q, &[9, 8], 64).unwrap();
@@ -267,6 +267,24 @@ fn clients_cannot_touch_each_others_memory() {
     let e = unsafe { db.raw().copy_to_device(pa, buf.as_ptr(), 16) }.unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
     assert!(db.raw().fill(pa, &[0], 16).is_err());
+    // Large copies take the bulk-data side channel: checked the same way.
+    let big = a.devices()[0].alloc(1 << 20, AllocKind::Device).unwrap();
+    let mut large = vec![0u8; 256 << 10];
+    let e = unsafe {
+        db.raw()
+            .copy_from_device(large.as_mut_ptr(), big, large.len())
+    }
+    .unwrap_err();
+    assert!(e.message().contains("not memory of this session"), "{e}");
+    let e = unsafe { db.raw().copy_to_device(big, large.as_ptr(), large.len()) }.unwrap_err();
+    assert!(e.message().contains("not memory of this session"), "{e}");
+    // The side channel stays usable for B's own memory after the refusals.
+    let mine_big = db.alloc(1 << 20, AllocKind::Device).unwrap();
+    unsafe {
+        db.copy_to_device(mine_big, large.as_ptr(), large.len())
+            .unwrap()
+    };
+    a.devices()[0].free(big).unwrap();
     assert!(db.raw().free(pa, AllocKind::Device).is_err());
     // A's data is intact and A can still free it.
     let mut mine = [0u8; 4];
@@ -445,15 +463,14 @@ fn tls_with_a_trusted_certificate() {
     let rt = Runtime::new(config, &offload::builtin_plugins());
     assert_eq!(rt.devices().len(), 2, "{:?}", rt.failed_plugins());
     let dev = &rt.devices()[0];
-    let p = dev.alloc(1 << 16, AllocKind::Device).unwrap();
-    let data = vec![0x5au8; 1 << 16];
+    // Several 1 MiB gRPC chunks (no plain-text side channel under TLS).
+    let n = (7 << 19) + 3;
+    let p = dev.alloc(n, AllocKind::Device).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
     unsafe { dev.copy_to_device(p, data.as_ptr(), data.len()).unwrap() };
-    let mut back = vec![0u8; 1 << 16];
-    unsafe {
-        dev.copy_from_device(back.as_mut_ptr(), p, back.len())
-            .unwrap()
-    };
-    assert_eq!(back, data);
+    let mut back = vec![0u8; n];
+    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    assert!(back == data, "round trip over TLS differs");
     // A plain-text client cannot talk to the TLS server.
     let plain = client(&server.addr, Some("tls-token"));
     assert!(plain.devices().is_empty());
@@ -580,4 +597,22 @@ int main(void) {
     assert_eq!(first(&ours.stdout), "devices=4 sum=6048");
     let log = server.log();
     assert_eq!(log.matches("binary registered").count(), 1, "{log}");
+}
+
+#[test]
+fn copies_of_more_than_a_gibibyte() {
+    let server = Server::start(None);
+    let rt = client(&server.addr, None);
+    let dev = &rt.devices()[0];
+    let n: usize = (1 << 30) + 4097;
+    let mut data = vec![0u8; n];
+    for (i, chunk) in data.chunks_mut(4096).enumerate() {
+        chunk.fill((i % 251) as u8);
+    }
+    let p = dev.alloc(n, AllocKind::Device).unwrap();
+    unsafe { dev.copy_to_device(p, data.as_ptr(), n).unwrap() };
+    let mut back = vec![0u8; n];
+    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    assert!(back == data, "1 GiB round trip differs");
+    dev.free(p).unwrap();
 }

@@ -12,6 +12,7 @@
 //!   refused unless `insecure` is set. TLS (rustls) is optional.
 //! * Logs are structured (`tracing`): one line per session event.
 
+mod data;
 mod service;
 mod session;
 
@@ -84,7 +85,20 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let devices = runtime.devices().len();
-    let service = Service::new(runtime, options.token.clone());
+    // The bulk-data side channel (plain TCP: not offered under TLS).
+    let data_listener = if options.tls.is_none() {
+        Some(std::net::TcpListener::bind((bound.ip(), 0))?)
+    } else {
+        None
+    };
+    let data_port = match &data_listener {
+        Some(l) => l.local_addr()?.port(),
+        None => 0,
+    };
+    let service = Service::new(runtime, options.token.clone(), data_port);
+    if let Some(listener) = data_listener {
+        data::spawn(listener, service.sessions());
+    }
     let svc = offload_proto::offload_server::OffloadServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

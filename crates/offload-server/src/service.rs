@@ -25,16 +25,19 @@ pub const ERRC_HEADER: &str = "x-offload-errc";
 
 pub struct Service {
     runtime: Arc<Runtime>,
+    /// Port of the bulk-data listener (0 = none).
+    data_port: u16,
     token: Option<String>,
     sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
     server_name: String,
 }
 
 impl Service {
-    pub fn new(runtime: Arc<Runtime>, token: Option<String>) -> Self {
+    pub fn new(runtime: Arc<Runtime>, token: Option<String>, data_port: u16) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         Service {
             runtime,
+            data_port,
             token,
             sessions: Default::default(),
             server_name: format!("{} (pid {})", host.trim(), std::process::id()),
@@ -249,6 +252,12 @@ impl Offload for Service {
             .insert(id.clone(), session.clone());
         info!(session = %id, client = %hello.client, %peer, "session opened");
         let greeting = HelloEvent {
+            data_port: self.data_port as u32,
+            data_secret: if self.data_port != 0 {
+                session.data_secret.clone()
+            } else {
+                String::new()
+            },
             session: id,
             server: self.server_name.clone(),
             protocol_version: PROTOCOL_VERSION,

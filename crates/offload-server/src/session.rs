@@ -61,8 +61,21 @@ struct State {
 pub struct Session {
     pub id: String,
     pub client: String,
+    /// Authenticates this session's bulk-data connections.
+    pub data_secret: String,
     runtime: Arc<Runtime>,
     state: Mutex<State>,
+}
+
+/// `n` random bytes as hex, from the kernel's generator.
+fn random_hex(n: usize) -> String {
+    use std::io::Read;
+    let mut bytes = vec![0u8; n];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    assert!(ok, "reading /dev/urandom");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn next_id() -> u64 {
@@ -84,6 +97,7 @@ impl Session {
         Session {
             id,
             client,
+            data_secret: random_hex(32),
             runtime,
             state: Mutex::new(State::default()),
         }

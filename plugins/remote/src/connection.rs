@@ -86,6 +86,8 @@ pub struct Connection {
     alive: Arc<AtomicBool>,
     pub timeout: Duration,
     pub chunk_size: usize,
+    /// Bulk-data side channel, when the server offers one.
+    pub data: Option<crate::data::DataChannel>,
 }
 
 /// Turn a gRPC status into a runtime error that names the server.
@@ -253,6 +255,15 @@ impl Connection {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
             tracing::info!(server = %addr_owned, session = %first.session, devices = first.devices.len(), "remote session opened");
+            let data = match first.data_port {
+                0 => None,
+                port => crate::data::DataChannel::new(
+                    &addr_owned,
+                    port as u16,
+                    first.data_secret.clone(),
+                    timeout,
+                ),
+            };
             Ok(Arc::new(Connection {
                 addr: addr_owned,
                 client,
@@ -262,6 +273,7 @@ impl Connection {
                 alive,
                 timeout,
                 chunk_size: config.remote_chunk_size,
+                data,
             }))
         })
     }

@@ -13,6 +13,7 @@
 //!   server, after which calls fail at once with an error naming it.
 
 mod connection;
+mod data;
 mod device;
 mod image;
 mod memory;

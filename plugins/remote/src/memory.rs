@@ -18,6 +18,13 @@ pub unsafe fn write(
     size: usize,
 ) -> Result<()> {
     conn.check_alive("write")?;
+    if let Some(data) = conn
+        .data
+        .as_ref()
+        .filter(|_| size >= crate::data::MIN_BYTES)
+    {
+        return data.write(device, dst, src, size);
+    }
     let chunk = conn.chunk_size;
     let src_addr = src as usize;
     let (tx, rx) = tokio::sync::mpsc::channel::<WriteChunk>(4);
@@ -65,6 +72,13 @@ pub unsafe fn read(
     size: usize,
 ) -> Result<()> {
     conn.check_alive("read")?;
+    if let Some(data) = conn
+        .data
+        .as_ref()
+        .filter(|_| size >= crate::data::MIN_BYTES)
+    {
+        return data.read(device, dst, src, size);
+    }
     let mut client = conn.client.clone();
     let dst_addr = dst as usize;
     let req = ReadRequest {

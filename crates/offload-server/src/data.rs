@@ -1,0 +1,216 @@
+//! The bulk-data side channel: plain TCP next to the gRPC port, so large
+//! copies move at socket speed, straight between the socket and device
+//! memory when the device shares the server's address space.
+//!
+//! A connection starts with the session's `data_secret` and a newline (the
+//! secret is handed out only by an authenticated Hello). Then, repeatedly:
+//!
+//! ```text
+//! client: op:u32 (1 = host to device, 2 = device to host) device:u32 addr:u64 len:u64 reserved:u64
+//! op 1:   client sends len bytes; server answers status
+//! op 2:   server answers status; if it is 0, len bytes follow
+//! status: code:u32 (ol_errc_t, 0 = success) msg_len:u32 msg
+//! ```
+//!
+//! Every range is checked against the session's memory, as on gRPC. When
+//! TLS is on there is no side channel (it would be plain text).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+use offload_core::{DevicePtr, Error};
+
+use crate::session::Session;
+
+pub const OP_WRITE: u32 = 1;
+pub const OP_READ: u32 = 2;
+pub const HEADER_BYTES: usize = 32;
+/// Staging buffer for devices whose memory is not ours to address.
+const STAGING: usize = 1 << 20;
+
+type Sessions = Arc<Mutex<HashMap<String, Arc<Session>>>>;
+
+/// Accept data connections on `listener` until the process ends.
+pub fn spawn(listener: TcpListener, sessions: Sessions) {
+    std::thread::Builder::new()
+        .name("offload-data-accept".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let sessions = sessions.clone();
+                let _ = std::thread::Builder::new()
+                    .name("offload-data".into())
+                    .spawn(move || {
+                        if let Err(e) = serve_connection(stream, &sessions) {
+                            tracing::debug!(error = %e, "data connection ended");
+                        }
+                    });
+            }
+        })
+        .expect("starting the data listener");
+}
+
+fn find_session(sessions: &Sessions, secret: &str) -> Option<Arc<Session>> {
+    let map = sessions.lock().unwrap_or_else(|e| e.into_inner());
+    map.values()
+        .find(|s| !secret.is_empty() && s.data_secret == secret)
+        .cloned()
+}
+
+fn still_open(sessions: &Sessions, session: &Session) -> bool {
+    sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&session.id)
+}
+
+fn serve_connection(stream: TcpStream, sessions: &Sessions) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut reader = BufReader::with_capacity(64 << 10, stream.try_clone()?);
+    let mut writer = stream;
+    let mut line = String::new();
+    // The secret line is short; refuse anything long.
+    (&mut reader).take(256).read_line(&mut line)?;
+    let Some(session) = find_session(sessions, line.trim()) else {
+        send_status(
+            &mut writer,
+            Err(Error::invalid_argument(
+                "data channel: unknown session secret",
+            )),
+        )?;
+        return Ok(());
+    };
+    tracing::debug!(session = %session.id, "data connection opened");
+    let mut staging = Vec::new();
+    loop {
+        let mut hdr = [0u8; HEADER_BYTES];
+        match reader.read_exact(&mut hdr) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        if !still_open(sessions, &session) {
+            return Ok(());
+        }
+        let op = u32::from_le_bytes(hdr[0..4].try_into().unwrap());
+        let device = u32::from_le_bytes(hdr[4..8].try_into().unwrap());
+        let addr = u64::from_le_bytes(hdr[8..16].try_into().unwrap());
+        let len = u64::from_le_bytes(hdr[16..24].try_into().unwrap());
+        match op {
+            OP_WRITE => {
+                let result = receive(&session, device, addr, len, &mut reader, &mut staging)?;
+                send_status(&mut writer, result)?;
+            }
+            OP_READ => send(&session, device, addr, len, &mut writer, &mut staging)?,
+            _ => {
+                send_status(
+                    &mut writer,
+                    Err(Error::invalid_argument(format!(
+                        "data channel: unknown operation {op}"
+                    ))),
+                )?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Host to device. On a bad range the bytes are still consumed, so the
+/// stream stays in step, and the error is reported.
+fn receive(
+    session: &Session,
+    device: u32,
+    addr: u64,
+    len: u64,
+    reader: &mut impl Read,
+    staging: &mut Vec<u8>,
+) -> std::io::Result<Result<(), Error>> {
+    let target = session
+        .check(device, addr, len)
+        .and_then(|_| session.device(device).cloned());
+    let dev = match target {
+        Ok(d) => d,
+        Err(e) => {
+            std::io::copy(&mut reader.take(len), &mut std::io::sink())?;
+            return Ok(Err(e));
+        }
+    };
+    if dev.shares_host_memory() {
+        // SAFETY: the range lies inside a live allocation of this session.
+        let dst = unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, len as usize) };
+        reader.read_exact(dst)?;
+        return Ok(Ok(()));
+    }
+    staging.resize(STAGING, 0);
+    let mut done = 0u64;
+    let mut result = Ok(());
+    while done < len {
+        let n = (len - done).min(STAGING as u64) as usize;
+        reader.read_exact(&mut staging[..n])?;
+        if result.is_ok() {
+            // SAFETY: range checked; `staging` holds n bytes.
+            result = unsafe { dev.copy_to_device(DevicePtr(addr + done), staging.as_ptr(), n) };
+        }
+        done += n as u64;
+    }
+    Ok(result)
+}
+
+/// Device to host.
+fn send(
+    session: &Session,
+    device: u32,
+    addr: u64,
+    len: u64,
+    writer: &mut impl Write,
+    staging: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let dev = match session
+        .check(device, addr, len)
+        .and_then(|_| session.device(device).cloned())
+    {
+        Ok(d) => d,
+        Err(e) => return send_status(writer, Err(e)),
+    };
+    if dev.shares_host_memory() {
+        send_status(writer, Ok(()))?;
+        // SAFETY: the range lies inside a live allocation of this session.
+        let src = unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len as usize) };
+        return writer.write_all(src);
+    }
+    // Stage the first piece before committing to success.
+    staging.resize(STAGING, 0);
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(STAGING as u64) as usize;
+        // SAFETY: range checked; `staging` holds n bytes.
+        let r = unsafe { dev.copy_from_device(staging.as_mut_ptr(), DevicePtr(addr + done), n) };
+        if done == 0 {
+            send_status(writer, r.clone())?;
+        }
+        if r.is_err() {
+            // Mid-stream failure: the client sees a short stream and drops it.
+            return Err(std::io::Error::other("device read failed mid-transfer"));
+        }
+        writer.write_all(&staging[..n])?;
+        done += n as u64;
+    }
+    if len == 0 {
+        send_status(writer, Ok(()))?;
+    }
+    Ok(())
+}
+
+fn send_status(w: &mut impl Write, result: Result<(), Error>) -> std::io::Result<()> {
+    let (code, msg) = match result {
+        Ok(()) => (0u32, String::new()),
+        Err(e) => (e.code().as_raw(), e.message().to_string()),
+    };
+    let mut out = Vec::with_capacity(8 + msg.len());
+    out.extend_from_slice(&code.to_le_bytes());
+    out.extend_from_slice(&(msg.len() as u32).to_le_bytes());
+    out.extend_from_slice(msg.as_bytes());
+    w.write_all(&out)?;
+    w.flush()
+}

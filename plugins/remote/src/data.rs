@@ -1,0 +1,158 @@
+//! Client side of the bulk-data side channel (protocol described in
+//! offload-server's `data` module): large copies go over plain TCP,
+//! straight from and into the caller's memory.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use offload_core::{DevicePtr, Error, ErrorCode, Result};
+
+use crate::connection::errc_from_raw;
+
+const OP_WRITE: u32 = 1;
+const OP_READ: u32 = 2;
+
+/// Copies at least this large use the side channel.
+pub const MIN_BYTES: usize = 64 << 10;
+
+pub struct DataChannel {
+    addr: SocketAddr,
+    secret: String,
+    timeout: Duration,
+    /// Idle connections; a copy takes one (or opens one) and gives it back.
+    idle: Mutex<Vec<TcpStream>>,
+    label: String,
+}
+
+impl DataChannel {
+    /// The side channel of a server at `server` (HOST:PORT) with `port`.
+    pub fn new(server: &str, port: u16, secret: String, timeout: Duration) -> Option<DataChannel> {
+        let host = server.rsplit_once(':').map(|(h, _)| h).unwrap_or(server);
+        let host = host
+            .trim_start_matches("http://")
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let addr = (host, port).to_socket_addrs().ok()?.next()?;
+        Some(DataChannel {
+            addr,
+            secret,
+            timeout,
+            idle: Mutex::new(Vec::new()),
+            label: server.to_string(),
+        })
+    }
+
+    fn error(&self, what: &str, e: impl std::fmt::Display) -> Error {
+        Error::new(
+            ErrorCode::BackendFailure,
+            format!("remote server {}: {what} (data channel): {e}", self.label),
+        )
+    }
+
+    fn take(&self) -> Result<TcpStream> {
+        if let Some(s) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(s);
+        }
+        let mut s = TcpStream::connect_timeout(&self.addr, self.timeout)
+            .map_err(|e| self.error("connect", e))?;
+        s.set_nodelay(true).ok();
+        s.set_read_timeout(Some(self.timeout)).ok();
+        s.set_write_timeout(Some(self.timeout)).ok();
+        s.write_all(format!("{}\n", self.secret).as_bytes())
+            .map_err(|e| self.error("connect", e))?;
+        Ok(s)
+    }
+
+    fn give_back(&self, s: TcpStream) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+    }
+
+    fn header(op: u32, device: u32, addr: u64, len: usize) -> [u8; 32] {
+        let mut h = [0u8; 32];
+        h[0..4].copy_from_slice(&op.to_le_bytes());
+        h[4..8].copy_from_slice(&device.to_le_bytes());
+        h[8..16].copy_from_slice(&addr.to_le_bytes());
+        h[16..24].copy_from_slice(&(len as u64).to_le_bytes());
+        h
+    }
+
+    /// Read a status; `Ok(Err(..))` is an error the server reported.
+    fn status(&self, s: &mut TcpStream) -> std::io::Result<Result<()>> {
+        let mut st = [0u8; 8];
+        s.read_exact(&mut st)?;
+        let code = u32::from_le_bytes(st[0..4].try_into().unwrap());
+        let n = u32::from_le_bytes(st[4..8].try_into().unwrap()) as usize;
+        let mut msg = vec![0u8; n.min(64 << 10)];
+        s.read_exact(&mut msg)?;
+        if code == 0 {
+            return Ok(Ok(()));
+        }
+        let code = errc_from_raw(code).unwrap_or(ErrorCode::BackendFailure);
+        Ok(Err(Error::new(
+            code,
+            format!(
+                "remote server {}: {}",
+                self.label,
+                String::from_utf8_lossy(&msg)
+            ),
+        )))
+    }
+
+    /// Host to device.
+    ///
+    /// # Safety
+    /// `src` valid for `size` bytes.
+    pub unsafe fn write(
+        &self,
+        device: u32,
+        dst: DevicePtr,
+        src: *const u8,
+        size: usize,
+    ) -> Result<()> {
+        let mut s = self.take()?;
+        let data = std::slice::from_raw_parts(src, size);
+        let io = (|| {
+            s.write_all(&Self::header(OP_WRITE, device, dst.0, size))?;
+            s.write_all(data)?;
+            self.status(&mut s)
+        })();
+        match io {
+            Ok(r) => {
+                self.give_back(s);
+                r
+            }
+            Err(e) => Err(self.error("copy to device", e)),
+        }
+    }
+
+    /// Device to host.
+    ///
+    /// # Safety
+    /// `dst` valid for `size` bytes.
+    pub unsafe fn read(
+        &self,
+        device: u32,
+        dst: *mut u8,
+        src: DevicePtr,
+        size: usize,
+    ) -> Result<()> {
+        let mut s = self.take()?;
+        let out = std::slice::from_raw_parts_mut(dst, size);
+        let io = (|| {
+            s.write_all(&Self::header(OP_READ, device, src.0, size))?;
+            match self.status(&mut s)? {
+                Ok(()) => s.read_exact(out).map(|_| Ok(())),
+                Err(e) => Ok(Err(e)),
+            }
+        })();
+        match io {
+            Ok(r) => {
+                self.give_back(s);
+                r
+            }
+            Err(e) => Err(self.error("copy from device", e)),
+        }
+    }
+}
