@@ -2,6 +2,9 @@
 # Install what the project needs on Debian bookworm (with Rust already
 # installed) and build the workspace. Safe to run again: installed packages
 # are skipped.
+#
+#   scripts/setup.sh            install, then build release (what the demo uses)
+#   scripts/setup.sh --debug    install, then build debug (what the tests use)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +25,13 @@ fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
 
-echo "setup: building the workspace (release)" >&2
-cargo build --release --workspace --quiet
+PROFILE=release
+[ "${1:-}" = "--debug" ] && PROFILE=debug
+echo "setup: building the workspace ($PROFILE)" >&2
+if [ "$PROFILE" = release ]; then
+  cargo build --release --workspace --quiet
+else
+  cargo build --workspace --quiet
+fi
 # Lay out the drop-in library directory next to the `offload` binary.
-./target/release/offload lib-dir >/dev/null
+"./target/$PROFILE/offload" lib-dir >/dev/null

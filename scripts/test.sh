@@ -3,9 +3,11 @@
 # all tests (unit, integration with clang-22-built C programs, doctests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+# Installs packages and builds the workspace (debug): the integration tests
+# load the drop-in libraries and run the `offload` binary.
+./scripts/setup.sh --debug
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-# Build the drop-in libraries first: integration tests load them.
-cargo build --workspace --quiet
 cargo test --workspace --no-fail-fast
+# OpenMP programs against `offload serve` (loopback, then a network namespace).
+./scripts/remote-tests.sh
