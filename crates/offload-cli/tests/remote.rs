@@ -616,3 +616,91 @@ fn copies_of_more_than_a_gibibyte() {
     assert!(back == data, "1 GiB round trip differs");
     dev.free(p).unwrap();
 }
+
+/// Killing the server while an OpenMP program offloads to it ends the
+/// program with an error (default policy = mandatory), within 30 seconds.
+#[test]
+fn an_openmp_program_fails_cleanly_when_its_server_dies() {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_offload"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    if !bin_dir.join("libomptarget.so").exists() {
+        eprintln!("skipped: build the workspace first (cargo build --workspace) so libomptarget.so exists");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("loop.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+  int x = 0;
+  for (int i = 0; i < 1200; i++) {
+#pragma omp target map(tofrom: x)
+    x++;
+    if (i == 0) { printf("first region done\n"); fflush(stdout); }
+    usleep(25000);
+  }
+  printf("x=%d\n", x);
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("loop");
+    let ok = Command::new("clang-22")
+        .args([
+            "-fopenmp",
+            "-fopenmp-targets=x86_64-unknown-linux-gnu",
+            "-O1",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let mut server = Server::start(None);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .arg("exec")
+        .arg(&exe)
+        .env("OFFLOAD_PLUGINS", "remote")
+        .env("OFFLOAD_REMOTE", &server.addr)
+        .env("OFFLOAD_REMOTE_TIMEOUT", "5")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "first region done");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let killed_at = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(30),
+            "client still running 30 s after the server died"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        !status.success(),
+        "the program must fail, not report success"
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("omptarget"),
+        "no omptarget error message:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "a panic escaped:\n{err}");
+}

@@ -56,6 +56,12 @@ pub fn error(s: &str) {
     eprint_line(&format!("omptarget error: {s}"));
 }
 
+/// A plugin operation failed: say why, with the plugin's own message (it
+/// names the device, address or server), in the plugin layer's format.
+pub fn plugin_error(what: &str, e: &offload_core::Error) {
+    eprint_line(&format!("\"PluginInterface\" error: {what}: {e}"));
+}
+
 /// `omptarget fatal error <code>: <msg>` then abort.
 pub fn fatal(code: i64, s: &str) -> ! {
     eprint_line(&format!("omptarget fatal error {code}: {s}"));

@@ -106,13 +106,19 @@ pub fn rpc_error(addr: &str, what: &str, s: tonic::Status) -> Error {
         tonic::Code::Unimplemented => ErrorCode::Unsupported,
         _ => ErrorCode::BackendFailure,
     });
+    // Transport failures keep the useful part ("connection refused") in
+    // the status's causes.
+    let detail = match std::error::Error::source(&s) {
+        Some(cause) => format!("{}: {}", s.message(), error_chain(cause)),
+        None => s.message().to_string(),
+    };
     let msg = if s.code() == tonic::Code::Unavailable || s.code() == tonic::Code::Cancelled {
         format!(
             "remote server {addr}: {what}: server unreachable or gone ({})",
             s.message()
         )
     } else {
-        format!("remote server {addr}: {what}: {}", s.message())
+        format!("remote server {addr}: {what}: {detail}")
     };
     Error::new(code, msg)
 }
