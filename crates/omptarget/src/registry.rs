@@ -378,35 +378,57 @@ impl DevState {
     }
 
     pub fn alloc(&self, size: u64) -> Option<u64> {
-        self.dev
+        match self
+            .dev
             .alloc(size as usize, offload_core::AllocKind::Device)
-            .ok()
-            .map(|p| p.0)
+        {
+            Ok(p) => Some(p.0),
+            Err(e) => {
+                crate::msg::plugin_error("Failure to allocate device memory", &e);
+                None
+            }
+        }
     }
 
     pub fn free(&self, p: u64) -> bool {
-        self.dev.free(DevicePtr(p)).is_ok()
+        reported(
+            self.dev.free(DevicePtr(p)),
+            "Failure to deallocate device memory",
+        )
     }
 
     /// # Safety
     /// Host range valid.
     pub unsafe fn h2d(&self, tgt: u64, hst: u64, size: u64) -> bool {
         size == 0
-            || self
-                .dev
-                .raw()
-                .copy_to_device(DevicePtr(tgt), hst as *const u8, size as usize)
-                .is_ok()
+            || reported(
+                self.dev
+                    .raw()
+                    .copy_to_device(DevicePtr(tgt), hst as *const u8, size as usize),
+                "Failure to copy data from host to device",
+            )
     }
     /// # Safety
     /// Host range valid.
     pub unsafe fn d2h(&self, hst: u64, tgt: u64, size: u64) -> bool {
         size == 0
-            || self
-                .dev
-                .raw()
-                .copy_from_device(hst as *mut u8, DevicePtr(tgt), size as usize)
-                .is_ok()
+            || reported(
+                self.dev
+                    .raw()
+                    .copy_from_device(hst as *mut u8, DevicePtr(tgt), size as usize),
+                "Failure to copy data from device to host",
+            )
+    }
+}
+
+/// True on success; prints the plugin's reason on failure.
+fn reported(r: offload_core::Result<()>, what: &str) -> bool {
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            crate::msg::plugin_error(what, &e);
+            false
+        }
     }
 }
 
@@ -627,6 +649,11 @@ pub unsafe fn register(desc: *const BinDesc) {
         .unwrap_or_else(|e| e.into_inner())
         .push(reg);
     st.generation.fetch_add(1, Ordering::AcqRel);
+    // Settle the offload policy now, at registration (a global constructor),
+    // like LLVM's libomptarget, whose constructor connects to libomp: asking
+    // libomp runs its serial initialisation (OMPT tool search, dlopen of
+    // libarcher, ~2-3 ms), which would otherwise land in the first construct.
+    let _ = policy();
 }
 
 fn raw_policy_is_mandatory() -> bool {

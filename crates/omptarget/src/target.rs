@@ -280,14 +280,11 @@ pub fn map_one(
                 P(e.hst_begin),
                 e.size()
             ));
+            if t & PRESENT != 0 {
+                present_missing(hp, size);
+                return Err(Fail::Present);
+            }
             Err(Fail::Illegal)
-        }
-        None if t & PRESENT != 0 => {
-            msg::message(&format!(
-                "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
-                P(hp)
-            ));
-            Err(Fail::Present)
         }
         None if size > 0 && registry::usm() && t & CLOSE == 0 => {
             tbl.insert(Entry {
@@ -309,6 +306,12 @@ pub fn map_one(
                 key: Some(hp),
                 is_new: true,
             })
+        }
+        // LLVM checks unified shared memory before the `present` modifier:
+        // host memory is always "present" there.
+        None if t & PRESENT != 0 => {
+            present_missing(hp, size);
+            Err(Fail::Present)
         }
         None if size > 0 => {
             let Some(alloc) = d.alloc(size + padding) else {
@@ -858,6 +861,13 @@ fn print_args(d: &DevState, a: &Args) {
     }
 }
 
+fn present_missing(hp: u64, size: u64) {
+    msg::message(&format!(
+        "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
+        P(hp)
+    ));
+}
+
 fn begin_fail_msgs(f: Fail) {
     match f {
         Fail::Present => msg::error(
@@ -1070,10 +1080,16 @@ pub fn target_kernel(
     }
     let launched = match d.queue() {
         // Plugins may launch asynchronously (remote); the region ends here.
-        Some(q) => q
+        Some(q) => match q
             .launch(k, KernelArgs::Words(words), &LaunchConfig::default())
             .and_then(|_| q.synchronize())
-            .is_ok(),
+        {
+            Ok(()) => true,
+            Err(e) => {
+                msg::plugin_error(&format!("Failure to run target region {}", k.name()), &e);
+                false
+            }
+        },
         None => false,
     };
     if !launched {
