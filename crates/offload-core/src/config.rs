@@ -28,6 +28,9 @@ pub struct Config {
     pub host_devices: usize,
     /// `LIBOMPTARGET_PROFILE`: where to write a trace-event profile.
     pub profile: Option<PathBuf>,
+    /// `LIBOMPTARGET_PROFILE_GRANULARITY` (µs, default 500 as LLVM):
+    /// shorter events only count in the totals.
+    pub profile_granularity_us: u64,
     /// `OFFLOAD_REMOTE=HOST:PORT[,HOST:PORT...]`: servers whose devices the
     /// remote plugin adds.
     pub remote_servers: Vec<String>,
@@ -53,6 +56,7 @@ impl Default for Config {
             plugins: None,
             host_devices: DEFAULT_HOST_DEVICES,
             profile: None,
+            profile_granularity_us: 500,
             remote_servers: Vec::new(),
             remote_token: None,
             remote_timeout_secs: 10,
@@ -105,6 +109,11 @@ impl Config {
             if !v.is_empty() {
                 c.profile = Some(PathBuf::from(v));
             }
+        }
+        if let Some(n) =
+            lookup("LIBOMPTARGET_PROFILE_GRANULARITY").and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            c.profile_granularity_us = n;
         }
         if let Some(v) = lookup("OFFLOAD_REMOTE") {
             c.remote_servers = v

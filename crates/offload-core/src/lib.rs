@@ -13,7 +13,8 @@
 //!   one-to-one onto liboffload's `ol_errc_t`; messages name the device,
 //!   image or address at fault. Bad input is an error, never a panic.
 //! * **Every public operation opens a `tracing` span**;
-//!   `LIBOMPTARGET_DEBUG=1` prints them.
+//!   `LIBOMPTARGET_DEBUG=1` prints them, `LIBOMPTARGET_PROFILE=<file>`
+//!   writes them as a Chrome trace-event profile.
 
 pub mod binary;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod error;
 pub mod image;
 pub mod memory;
 pub mod plugin;
+pub mod profile;
 pub mod runtime;
 pub mod trace;
 

@@ -1,5 +1,6 @@
-//! `LIBOMPTARGET_DEBUG=1` prints the runtime's operations to stderr.
-//! The test re-runs its own binary as a child with the variable set.
+//! `LIBOMPTARGET_DEBUG=1` prints the runtime's operations to stderr;
+//! `LIBOMPTARGET_PROFILE=<file>` writes them as a trace-event profile.
+//! The tests re-run their own binary as a child with the variables set.
 
 use std::process::Command;
 
@@ -52,5 +53,53 @@ fn debug_variable_prints_spans_to_stderr() {
     assert!(
         !off.contains("runtime_init"),
         "no output without the variable:\n{off}"
+    );
+}
+
+#[test]
+fn profile_variable_writes_a_trace_event_file() {
+    if std::env::var_os(CHILD).is_some() {
+        exercise_runtime();
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("profile.json");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "profile_variable_writes_a_trace_event_file",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("LIBOMPTARGET_PROFILE", &file)
+        .env("LIBOMPTARGET_PROFILE_GRANULARITY", "0")
+        .env_remove("LIBOMPTARGET_DEBUG")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&file).expect("profile written at exit");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let events = json["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = events.iter().filter_map(|e| e["name"].as_str()).collect();
+    for want in [
+        "alloc",
+        "fill",
+        "copy_from_device",
+        "load_program",
+        "Total alloc",
+        "process_name",
+    ] {
+        assert!(names.contains(&want), "no '{want}' event in {names:?}");
+    }
+    let alloc = events.iter().find(|e| e["name"] == "alloc").unwrap();
+    assert_eq!(alloc["ph"], "X");
+    assert!(alloc["dur"].as_f64().unwrap() >= 0.0);
+    assert!(
+        alloc["args"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("size=64"),
+        "{alloc}"
     );
 }
