@@ -227,8 +227,10 @@ fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<V
                 ),
                 P::OL_DEVICE_INFO_VENDOR_ID => Value::U32(vendor_id(&info.vendor)),
                 P::OL_DEVICE_INFO_NUM_COMPUTE_UNITS => Value::U32(info.compute_units),
-                P::OL_DEVICE_INFO_MAX_CLOCK_FREQUENCY => Value::U32(info.clock_mhz),
-                P::OL_DEVICE_INFO_MEMORY_CLOCK_RATE => Value::U32(0),
+                P::OL_DEVICE_INFO_MAX_CLOCK_FREQUENCY => Value::U32(info.clock_mhz.max(1)),
+                // No unprivileged source for a CPU's memory clock: report the
+                // core clock (nonzero, as LLVM's unittests require).
+                P::OL_DEVICE_INFO_MEMORY_CLOCK_RATE => Value::U32(info.clock_mhz.max(1)),
                 P::OL_DEVICE_INFO_ADDRESS_BITS => Value::U32(info.address_bits),
                 P::OL_DEVICE_INFO_MAX_MEM_ALLOC_SIZE => Value::U64(info.global_memory_bytes),
                 P::OL_DEVICE_INFO_GLOBAL_MEM_SIZE => Value::U64(info.global_memory_bytes),
@@ -263,8 +265,9 @@ fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<V
                 P::OL_DEVICE_INFO_MAX_WORK_SIZE_PER_DIMENSION => Value::Dims([u32::MAX; 3]),
                 P::OL_DEVICE_INFO_VENDOR_ID => Value::U32(0),
                 P::OL_DEVICE_INFO_NUM_COMPUTE_UNITS => Value::U32(1),
-                P::OL_DEVICE_INFO_MAX_CLOCK_FREQUENCY => Value::U32(facts().1),
-                P::OL_DEVICE_INFO_MEMORY_CLOCK_RATE => Value::U32(0),
+                P::OL_DEVICE_INFO_MAX_CLOCK_FREQUENCY | P::OL_DEVICE_INFO_MEMORY_CLOCK_RATE => {
+                    Value::U32(facts().1.max(1))
+                }
                 P::OL_DEVICE_INFO_ADDRESS_BITS => Value::U32(usize::BITS),
                 P::OL_DEVICE_INFO_MAX_MEM_ALLOC_SIZE | P::OL_DEVICE_INFO_GLOBAL_MEM_SIZE => {
                     Value::U64(facts().2)

@@ -119,10 +119,11 @@ pub unsafe fn memcpy(
     size: usize,
 ) -> OlResult {
     let ctx = context()?;
-    check_ptr(dst, "DstPtr")?;
+    // LLVM's order: handles, then pointers.
     check_handle(dst_device, "DstDevice")?;
-    check_ptr(src, "SrcPtr")?;
     check_handle(src_device, "SrcDevice")?;
+    check_ptr(dst, "DstPtr")?;
+    check_ptr(src, "SrcPtr")?;
     let ddev = ctx.device(dst_device, "DstDevice")?;
     let sdev = ctx.device(src_device, "SrcDevice")?;
     let q = if queue.is_null() {
@@ -130,6 +131,14 @@ pub unsafe fn memcpy(
     } else {
         Some(ctx.queue(queue)?)
     };
+    // The header: "If a queue is specified, at least one device must be a
+    // non-host device" (LLVM checks this before anything else, size 0 too).
+    if q.is_some() && sdev.is_host() && ddev.is_host() {
+        return Err(err(
+            ErrorCode::InvalidArgument,
+            "one of DstDevice and SrcDevice must be a non-host device if queue is specified",
+        ));
+    }
     if size == 0 {
         return Ok(());
     }

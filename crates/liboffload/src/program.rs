@@ -63,9 +63,11 @@ pub unsafe fn create_program(
         }
     };
     if size == 0 {
+        // The header lists no size check; an empty image is simply not a
+        // valid binary (LLVM's unittests expect OL_ERRC_INVALID_BINARY).
         return Err(err(
-            ErrorCode::InvalidSize,
-            "validation failure: ProgDataSize == 0",
+            ErrorCode::InvalidBinary,
+            "ProgDataSize is 0: an empty image is not a valid binary",
         ));
     }
     let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size);
@@ -189,15 +191,16 @@ pub unsafe fn launch_kernel(
     launch: *const ol_kernel_launch_size_args_t,
 ) -> OlResult {
     let ctx = context()?;
-    check_handle(device, "Device")?;
-    check_handle(kernel, "Kernel")?;
-    check_ptr(launch, "LaunchSizeArgs")?;
+    // LLVM's order: the arguments check comes first (as in the header).
     if args_size > 0 && args.is_null() {
         return Err(err(
             ErrorCode::InvalidArgument,
             "validation failure: ArgumentsSize > 0 && ArgumentsData == NULL",
         ));
     }
+    check_handle(device, "Device")?;
+    check_handle(kernel, "Kernel")?;
+    check_ptr(launch, "LaunchSizeArgs")?;
     let dev = ctx.device(device, "Device")?;
     let sym = ctx.symbol(kernel, "Kernel")?;
     let SymbolKind::Kernel(k) = &sym.kind else {

@@ -77,7 +77,7 @@ fn built() -> &'static Built {
                     dir.join("kernels.so").display()
                 )),
         );
-        for t in ["portable", "full", "e2e", "threads"] {
+        for t in ["portable", "full", "e2e", "threads", "conformance"] {
             run_checked(
                 Command::new(CLANG)
                     .args([
@@ -185,6 +185,21 @@ fn end_to_end_plain_and_offload_binary() {
     assert_passed("e2e", &out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.matches(": ok").count(), 2, "{stdout}");
+}
+
+/// The cases of LLVM's own conformance suite (offload/unittests/OffloadAPI),
+/// re-expressed in C, on every CPU device and the HOST device.
+#[test]
+fn llvm_unittest_conformance() {
+    let b = built();
+    let kernels = b.dir.join("kernels.so");
+    let out = run(
+        "conformance",
+        &b.lib_dir,
+        &[&kernels],
+        &[("OFFLOAD_HOST_DEVICES", "2")],
+    );
+    assert_passed("conformance", &out);
 }
 
 #[test]

@@ -174,6 +174,31 @@ pub struct DevState {
     pub kernels: RwLock<HashMap<u64, KernelRef>>,
     loaded_gen: AtomicU64,
     load_lock: Mutex<LoadState>,
+    /// Freed small blocks of mapped data and firstprivate copies, kept for
+    /// reuse (LLVM's libomptarget keeps a similar size-class memory manager).
+    cache: Mutex<BlockCache>,
+}
+
+/// Size classes 64 B .. 64 KiB (powers of two), at most `CACHE_PER_CLASS`
+/// blocks each, so at most ~16 MiB of device memory stays cached.
+const CACHE_MIN_SHIFT: u32 = 6;
+const CACHE_MAX_SHIFT: u32 = 16;
+const CACHE_CLASSES: usize = (CACHE_MAX_SHIFT - CACHE_MIN_SHIFT + 1) as usize;
+const CACHE_PER_CLASS: usize = 128;
+
+#[derive(Default)]
+struct BlockCache {
+    free: [Vec<u64>; CACHE_CLASSES],
+}
+
+/// The size class of a `size`-byte block, if small enough to cache.
+#[inline]
+fn size_class(size: u64) -> Option<usize> {
+    if size == 0 || size > 1 << CACHE_MAX_SHIFT {
+        return None;
+    }
+    let shift = (64 - (size - 1).leading_zeros()).max(CACHE_MIN_SHIFT);
+    Some((shift - CACHE_MIN_SHIFT) as usize)
 }
 
 type Loaded = (
@@ -197,6 +222,7 @@ impl DevState {
             kernels: RwLock::new(HashMap::new()),
             loaded_gen: AtomicU64::new(0),
             load_lock: Mutex::new(LoadState::default()),
+            cache: Mutex::new(BlockCache::default()),
         }
     }
 
@@ -388,6 +414,31 @@ impl DevState {
                 None
             }
         }
+    }
+
+    /// Device memory for runtime-owned data (mapped blocks, private copies):
+    /// small sizes come from the block cache. Free with [`Self::free_block`].
+    pub fn alloc_block(&self, size: u64) -> Option<u64> {
+        let Some(c) = size_class(size) else {
+            return self.alloc(size);
+        };
+        let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).free[c].pop();
+        match cached {
+            Some(p) => Some(p),
+            None => self.alloc(1 << (c as u32 + CACHE_MIN_SHIFT)),
+        }
+    }
+
+    /// Release a block from [`Self::alloc_block`] of the same `size`.
+    pub fn free_block(&self, p: u64, size: u64) -> bool {
+        if let Some(c) = size_class(size) {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.free[c].len() < CACHE_PER_CLASS {
+                cache.free[c].push(p);
+                return true;
+            }
+        }
+        self.free(p)
     }
 
     pub fn free(&self, p: u64) -> bool {
@@ -692,5 +743,13 @@ pub fn unregister(desc: *const BinDesc) {
     for d in &st.devices {
         d.unload(&reg);
     }
-    let _ = offload::runtime().unregister_binary(reg.id);
+    // Unregister-hook failures are reported, never fatal (we are exiting).
+    match offload::runtime().unregister_binary(reg.id) {
+        Ok(failures) => {
+            for f in failures {
+                msg::error(&format!("plugin '{}' failed to unregister the binary: {}", f.plugin, f.error));
+            }
+        }
+        Err(e) => msg::error(&format!("unregistering the binary failed: {e}")),
+    }
 }

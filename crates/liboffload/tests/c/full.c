@@ -241,7 +241,7 @@ static void test_programs(const char *path) {
   CHECK(!valid);
   ol_program_handle_t prog, prog1;
   EXPECT(OL_ERRC_INVALID_BINARY, olCreateProgram(D0, "garbage garbage garbage", 24, &prog));
-  EXPECT(OL_ERRC_INVALID_SIZE, olCreateProgram(D0, img, 0, &prog));
+  EXPECT(OL_ERRC_INVALID_BINARY, olCreateProgram(D0, img, 0, &prog));
   EXPECT(OL_ERRC_UNSUPPORTED, olCreateProgram(H, img, size, &prog));
   EXPECT(OL_ERRC_INVALID_NULL_POINTER, olCreateProgram(D0, img, size, NULL));
   OK(olCreateProgram(D0, img, size, &prog));

@@ -226,6 +226,32 @@ int main(void) {
   EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olLaunchKernel(NULL, NULL, (ol_symbol_handle_t)src, NULL, 0, &ls));
   EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olCalculateOptimalOccupancy(h, NULL, 0, &s));
   EXPECT(OL_ERRC_INVALID_SIZE, olMemFill(NULL, dst, 3, &a, 4));
+  /* Validation order with several bad arguments (the header's @returns
+   * order): olMemcpy checks both device handles before the pointers;
+   * olLaunchKernel checks ArgumentsSize/ArgumentsData before the handles;
+   * sizes come before handles where the header lists them first. */
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olMemcpy(NULL, NULL, NULL, NULL, NULL, 0));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olMemcpy(NULL, NULL, NULL, &a, h, 4));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olMemcpy(NULL, NULL, h, NULL, NULL, 4));
+  EXPECT(OL_ERRC_INVALID_NULL_POINTER, olMemcpy(NULL, NULL, h, NULL, h, 4));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olLaunchKernel(NULL, NULL, NULL, NULL, 8, NULL));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olLaunchKernel(NULL, NULL, NULL, NULL, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_NULL_POINTER, olLaunchKernel(NULL, h, (ol_symbol_handle_t)src, NULL, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemAlloc(NULL, OL_ALLOC_TYPE_DEVICE, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olMemAlloc(NULL, OL_ALLOC_TYPE_DEVICE, 8, NULL));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemRegister(NULL, NULL, 0, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olMemRegister(NULL, NULL, 8, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemFill(NULL, NULL, 3, NULL, 8));
+  EXPECT(OL_ERRC_INVALID_NULL_POINTER, olMemFill(NULL, NULL, 4, &a, 8));
+  EXPECT(OL_ERRC_INVALID_SIZE, olGetDeviceInfo(NULL, OL_DEVICE_INFO_TYPE, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olGetDeviceInfo(NULL, OL_DEVICE_INFO_TYPE, 4, NULL));
+  EXPECT(OL_ERRC_INVALID_SIZE, olGetMemInfo(NULL, OL_MEM_INFO_FORCE_UINT32, 0, NULL));
+  EXPECT(OL_ERRC_NOT_FOUND, olGetMemInfo((void *)0x1234, OL_MEM_INFO_FORCE_UINT32, 8, &s));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olWaitEvents(NULL, NULL, 1));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olCreateProgram(NULL, NULL, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_NULL_POINTER, olCreateProgram(h, NULL, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_NULL_HANDLE, olCalculateOptimalOccupancy(NULL, NULL, 0, NULL));
+  EXPECT(OL_ERRC_INVALID_NULL_POINTER, olIterateDevices(NULL, NULL));
 
   /* Reference counting: two inits, two shutdowns, then uninitialised. */
   OK(olShutDown());
