@@ -106,21 +106,39 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median over `reps` batches of the per-iteration time of `f` (µs).
-fn time_us(reps: usize, iters: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..iters.min(100) {
+/// Per-iteration time (µs) of one batch of `iters` calls.
+fn batch_us(iters: usize, f: &mut impl FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..iters {
         f();
     }
-    let samples = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            t.elapsed().as_secs_f64() * 1e6 / iters as f64
-        })
-        .collect();
-    median(samples)
+    t.elapsed().as_secs_f64() * 1e6 / iters as f64
+}
+
+/// Median per-iteration times (µs) of `a` and `b`, measured in alternating
+/// batches so that load from elsewhere hits both alike.
+fn interleaved_us(
+    reps: usize,
+    iters: usize,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> (f64, f64) {
+    for _ in 0..iters.min(100) {
+        a();
+        b();
+    }
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    for r in 0..reps {
+        // ABBA order within each pair of rounds.
+        if r % 2 == 0 {
+            sa.push(batch_us(iters, &mut a));
+            sb.push(batch_us(iters, &mut b));
+        } else {
+            sb.push(batch_us(iters, &mut b));
+            sa.push(batch_us(iters, &mut a));
+        }
+    }
+    (median(sa), median(sb))
 }
 
 fn empty_kernel_image() -> Vec<u8> {
@@ -199,13 +217,6 @@ fn remote(json: bool, quick: bool) {
             .unwrap();
         offload_proto::offload_client::OffloadClient::new(ch)
     });
-    let ping = time_us(reps, iters, || {
-        io.block_on(ping_client.ping(offload_proto::PingRequest {
-            payload: Default::default(),
-        }))
-        .unwrap();
-    });
-
     // The remote plugin.
     let config = Config {
         plugins: Some(vec!["remote".into()]),
@@ -217,49 +228,65 @@ fn remote(json: bool, quick: bool) {
     let program = dev.load_program(&empty_kernel_image()).unwrap();
     let kernel = program.kernel("empty").unwrap();
     let queue = dev.create_queue().unwrap();
-    let launch = time_us(reps, iters, || {
-        queue
-            .launch(
-                kernel.as_ref(),
-                KernelArgs::Packed(&[]),
-                &LaunchConfig::default(),
-            )
+    let (launch, ping) = interleaved_us(
+        reps,
+        iters,
+        || {
+            queue
+                .launch(
+                    kernel.as_ref(),
+                    KernelArgs::Packed(&[]),
+                    &LaunchConfig::default(),
+                )
+                .unwrap();
+            queue.synchronize().unwrap();
+        },
+        || {
+            io.block_on(ping_client.ping(offload_proto::PingRequest {
+                payload: Default::default(),
+            }))
             .unwrap();
-        queue.synchronize().unwrap();
-    });
+        },
+    );
 
-    // Bandwidth.
+    // Bandwidth, against raw TCP between the same two processes.
     let host = vec![7u8; bytes];
     let mut back = vec![0u8; bytes];
+    let mut tcp_back = vec![0u8; bytes];
     let d = dev.alloc(bytes, AllocKind::Device).unwrap();
-    let copy_reps = if quick { 3 } else { 7 };
+    let copy_reps = if quick { 3 } else { 9 };
     let gbs = |us: f64| bytes as f64 / us / 1e3;
-    let h2d = gbs(time_us(copy_reps, 2, || unsafe {
-        dev.copy_to_device(d, host.as_ptr(), bytes).unwrap()
-    }));
-    let d2h = gbs(time_us(copy_reps, 2, || unsafe {
-        dev.copy_from_device(back.as_mut_ptr(), d, bytes).unwrap()
-    }));
-    dev.free(d).unwrap();
-
-    let mut s = TcpStream::connect(&tcp).unwrap();
-    s.set_nodelay(true).unwrap();
-    let mut tcp_send = || {
-        let mut hdr = [0u8; 9];
+    let mut up = TcpStream::connect(&tcp).unwrap();
+    up.set_nodelay(true).unwrap();
+    let mut down = TcpStream::connect(&tcp).unwrap();
+    down.set_nodelay(true).unwrap();
+    let header = |op: u8| {
+        let mut hdr = [op; 9];
         hdr[1..].copy_from_slice(&(bytes as u64).to_le_bytes());
-        s.write_all(&hdr).unwrap();
-        s.write_all(&host).unwrap();
-        let mut ack = [0u8; 1];
-        s.read_exact(&mut ack).unwrap();
+        hdr
     };
-    let tcp_up = gbs(time_us(copy_reps, 2, &mut tcp_send));
-    let mut s2 = TcpStream::connect(&tcp).unwrap();
-    let tcp_down = gbs(time_us(copy_reps, 2, || {
-        let mut hdr = [1u8; 9];
-        hdr[1..].copy_from_slice(&(bytes as u64).to_le_bytes());
-        s2.write_all(&hdr).unwrap();
-        s2.read_exact(&mut back).unwrap();
-    }));
+    let (h2d_us, up_us) = interleaved_us(
+        copy_reps,
+        2,
+        || unsafe { dev.copy_to_device(d, host.as_ptr(), bytes).unwrap() },
+        || {
+            up.write_all(&header(0)).unwrap();
+            up.write_all(&host).unwrap();
+            let mut ack = [0u8; 1];
+            up.read_exact(&mut ack).unwrap();
+        },
+    );
+    let (d2h_us, down_us) = interleaved_us(
+        copy_reps,
+        2,
+        || unsafe { dev.copy_from_device(back.as_mut_ptr(), d, bytes).unwrap() },
+        || {
+            down.write_all(&header(1)).unwrap();
+            down.read_exact(&mut tcp_back).unwrap();
+        },
+    );
+    let (h2d, tcp_up, d2h, tcp_down) = (gbs(h2d_us), gbs(up_us), gbs(d2h_us), gbs(down_us));
+    dev.free(d).unwrap();
     let _ = child.kill();
     let _ = child.wait();
 
