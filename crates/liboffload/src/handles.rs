@@ -22,6 +22,7 @@ use offload_core::{Config, Runtime};
 
 use crate::error::{err, uninitialized, ErrorCode, OlResult};
 use crate::types::*;
+use crate::worker::Worker;
 
 /// Reference count of `olInit` calls; guards creation and teardown.
 static REFS: Mutex<usize> = Mutex::new(0);
@@ -118,14 +119,20 @@ impl Device {
 
 pub struct Queue {
     pub device: usize,
-    /// None on the host device (work runs synchronously).
+    /// The plugin queue the worker drives; None on the host device (its
+    /// worker copies, fills and calls host functions itself).
     pub raw: Option<Arc<dyn plugin::Queue>>,
+    /// Runs the queue's operations in order, off the caller's thread.
+    pub worker: Arc<Worker>,
 }
 
 pub struct Event {
     /// Handle value of the queue the event was recorded on.
     pub queue: usize,
-    pub raw: Option<Arc<dyn plugin::Event>>,
+    /// That queue's worker (it outlives the queue handle).
+    pub worker: Arc<Worker>,
+    /// Complete once the worker has run this many operations.
+    pub position: u64,
 }
 
 pub struct Program {
@@ -143,6 +150,8 @@ pub enum SymbolKind {
 pub struct Symbol {
     pub device: usize,
     pub program: usize,
+    /// The loaded program: queued launches keep it alive.
+    pub loaded: Arc<dyn plugin::Program>,
     pub kind: SymbolKind,
 }
 
@@ -229,6 +238,9 @@ pub struct Context {
     /// Every live olMemAlloc allocation, by base address.
     pub allocations: Mutex<BTreeMap<usize, Allocation>>,
     pub registrations: Mutex<Vec<Registration>>,
+    /// Worker threads of destroyed queues (still running their last work;
+    /// joined at teardown, finished ones pruned when more are added).
+    pub retired: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 /// The API version as LLVM prints it in platform versions.
@@ -300,15 +312,29 @@ impl Context {
             symbols: Registry::default(),
             allocations: Mutex::new(BTreeMap::new()),
             registrations: Mutex::new(Vec::new()),
+            retired: Mutex::new(Vec::new()),
         }
     }
 
     /// Release everything (last olShutDown). Objects still referenced by
     /// calls in flight on other threads are dropped when those calls return.
     fn teardown(&self) {
+        // Drain every queue (destroyed ones too) and join its worker before
+        // anything their work may touch goes away.
+        let mut threads =
+            std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
         for q in self.queues.drain() {
-            if let Some(raw) = &q.raw {
-                let _ = raw.synchronize();
+            let (thread, _) = q.worker.close();
+            threads.extend(thread);
+        }
+        for t in threads {
+            crate::worker::join(t);
+        }
+        for q in self.queues.drain() {
+            // Created by a call that raced with the shutdown.
+            let (thread, _) = q.worker.close();
+            if let Some(t) = thread {
+                crate::worker::join(t);
             }
         }
         self.events.drain();
@@ -330,6 +356,20 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         self.runtime.shutdown();
+    }
+
+    /// Keep a destroyed queue's worker thread until teardown.
+    pub fn retire(&self, thread: std::thread::JoinHandle<()>) {
+        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *retired)
+            .into_iter()
+            .partition(|t| t.is_finished());
+        *retired = running;
+        retired.push(thread);
+        drop(retired);
+        for t in done {
+            crate::worker::join(t);
+        }
     }
 
     pub fn device_handle(&self, index: usize) -> ol_device_handle_t {

@@ -318,10 +318,7 @@ pub unsafe fn queue_info(h: ol_queue_handle_t, prop: ol_queue_info_t, out: Out) 
     let q = ctx.queue(h)?;
     let v = match prop {
         ol_queue_info_t::OL_QUEUE_INFO_DEVICE => Value::Ptr(ctx.device_handle(q.device) as usize),
-        ol_queue_info_t::OL_QUEUE_INFO_EMPTY => Value::Bool(match &q.raw {
-            Some(raw) => raw.is_idle()?,
-            None => true,
-        }),
+        ol_queue_info_t::OL_QUEUE_INFO_EMPTY => Value::Bool(q.worker.is_empty()),
         _ => return Err(bad_enum("getQueueInfo", prop.0)),
     };
     out.deliver(v, prop.name().unwrap_or("?"))
@@ -335,10 +332,7 @@ pub unsafe fn event_info(h: ol_event_handle_t, prop: ol_event_info_t, out: Out) 
     let e = ctx.event(h)?;
     let v = match prop {
         ol_event_info_t::OL_EVENT_INFO_QUEUE => Value::Ptr(e.queue),
-        ol_event_info_t::OL_EVENT_INFO_IS_COMPLETE => Value::Bool(match &e.raw {
-            Some(raw) => raw.is_complete()?,
-            None => true,
-        }),
+        ol_event_info_t::OL_EVENT_INFO_IS_COMPLETE => Value::Bool(e.worker.reached(e.position)),
         _ => return Err(bad_enum("getEventInfo", prop.0)),
     };
     out.deliver(v, prop.name().unwrap_or("?"))

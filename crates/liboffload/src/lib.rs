@@ -16,6 +16,9 @@
 //! * **Results never dangle** ([`error`]): errors are interned, immortal
 //!   `{Code, Details}` objects; `Details` names the culprit.
 //! * **`OFFLOAD_TRACE=1`** prints each call, its arguments and result ([`trace`]).
+//! * **Queues are asynchronous and in-order** ([`worker`], [`queue`]): each ol
+//!   queue has a worker thread that runs its operations; enqueuing calls copy
+//!   what they need (argument blocks, fill patterns) and return at once.
 //!
 //! # Safety
 //!
@@ -34,6 +37,7 @@ pub mod program;
 pub mod queue;
 pub mod trace;
 pub mod types;
+pub mod worker;
 
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};

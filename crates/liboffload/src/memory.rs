@@ -8,12 +8,12 @@
 //! allocator and its own allocation table).
 
 use std::ffi::c_void;
-use std::sync::Arc;
 
 use offload_core::plugin::DevicePtr;
 
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
 use crate::handles::{alloc_kind, context, Allocation, Context, DeviceKind, Registration};
+use crate::queue::{finish, submit};
 use crate::types::*;
 
 const HOST_ALIGN: usize = 64;
@@ -142,46 +142,58 @@ pub unsafe fn memcpy(
     if size == 0 {
         return Ok(());
     }
-    // The plugin queue to use when it belongs to `dev`; otherwise the copy
-    // runs synchronously after the queue's earlier work.
-    let queue_for = |dev: usize| -> OlResult<Option<Arc<dyn offload_core::plugin::Queue>>> {
-        match &q {
-            Some(q) if q.device == dev => Ok(q.raw.clone()),
-            Some(q) => {
-                if let Some(raw) = &q.raw {
-                    raw.synchronize()?;
-                }
-                Ok(None)
-            }
-            None => Ok(None),
-        }
-    };
-    let dptr = DevicePtr(dst as u64);
-    let sptr = DevicePtr(src as u64);
+    // With a queue the copy runs on its worker, after the queue's earlier
+    // work, through the plugin queue when that belongs to the device whose
+    // memory is named (else through the core device); without one, now.
+    let q = q.as_deref();
+    let raw_for = |dev: usize| q.filter(|q| q.device == dev).and_then(|q| q.raw.clone());
+    let (d, s) = (dst as usize, src as usize);
     match (&sdev.kind, &ddev.kind) {
-        (DeviceKind::Host, DeviceKind::Host) => {
-            queue_for(usize::MAX)?;
-            std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), size);
+        (DeviceKind::Host, DeviceKind::Host) => submit(q, move || {
+            // SAFETY: the caller names `size` valid bytes at both addresses.
+            unsafe { std::ptr::copy(s as *const u8, d as *mut u8, size) };
             Ok(())
-        }
-        (DeviceKind::Host, DeviceKind::Plugin { core, .. }) => match queue_for(ddev.index)? {
-            Some(raw) => raw.copy_to_device(dptr, src.cast(), size),
-            None => core.copy_to_device(dptr, src.cast(), size),
-        },
-        (DeviceKind::Plugin { core, .. }, DeviceKind::Host) => match queue_for(sdev.index)? {
-            Some(raw) => raw.copy_from_device(dst.cast(), sptr, size),
-            None => core.copy_from_device(dst.cast(), sptr, size),
-        },
-        (DeviceKind::Plugin { core: s, .. }, DeviceKind::Plugin { core: d, .. }) => {
-            if sdev.index == ddev.index {
-                match queue_for(sdev.index)? {
-                    Some(raw) => raw.copy_within(dptr, sptr, size),
-                    None => s.copy_to(d, dptr, sptr, size),
+        }),
+        (DeviceKind::Host, DeviceKind::Plugin { core, .. }) => {
+            let (raw, core) = (raw_for(ddev.index), core.clone());
+            submit(q, move || unsafe {
+                // SAFETY: as above.
+                match raw {
+                    Some(raw) => finish(
+                        &*raw,
+                        raw.copy_to_device(DevicePtr(d as u64), s as *const u8, size),
+                    ),
+                    None => core.copy_to_device(DevicePtr(d as u64), s as *const u8, size),
                 }
+            })
+        }
+        (DeviceKind::Plugin { core, .. }, DeviceKind::Host) => {
+            let (raw, core) = (raw_for(sdev.index), core.clone());
+            submit(q, move || unsafe {
+                // SAFETY: as above.
+                match raw {
+                    Some(raw) => finish(
+                        &*raw,
+                        raw.copy_from_device(d as *mut u8, DevicePtr(s as u64), size),
+                    ),
+                    None => core.copy_from_device(d as *mut u8, DevicePtr(s as u64), size),
+                }
+            })
+        }
+        (DeviceKind::Plugin { core: sc, .. }, DeviceKind::Plugin { core: dc, .. }) => {
+            let raw = if sdev.index == ddev.index {
+                raw_for(sdev.index)
             } else {
-                queue_for(usize::MAX)?;
-                s.copy_to(d, dptr, sptr, size)
-            }
+                None
+            };
+            let (sc, dc) = (sc.clone(), dc.clone());
+            submit(q, move || match raw {
+                Some(raw) => finish(
+                    &*raw,
+                    raw.copy_within(DevicePtr(d as u64), DevicePtr(s as u64), size),
+                ),
+                None => sc.copy_to(&dc, DevicePtr(d as u64), DevicePtr(s as u64), size),
+            })
         }
     }
 }
@@ -248,14 +260,34 @@ pub unsafe fn fill(
         }
     };
     let dev = &ctx.devices[device];
-    match (&dev.kind, q.as_ref().and_then(|q| q.raw.clone())) {
-        (DeviceKind::Host, _) => {
-            host_fill(ptr.cast(), pat, size);
+    let Some(q) = q else {
+        // No queue: now, in the calling thread.
+        return match &dev.kind {
+            DeviceKind::Host => {
+                host_fill(ptr.cast(), pat, size);
+                Ok(())
+            }
+            DeviceKind::Plugin { core, .. } => core.fill(DevicePtr(ptr as u64), pat, size),
+        };
+    };
+    // Queued: the pattern is copied now (the caller may reuse its buffer).
+    let pat = pat.to_vec();
+    let p = ptr as usize;
+    let op: Box<dyn FnOnce() -> OlResult + Send> = match (&dev.kind, q.raw.clone()) {
+        (DeviceKind::Host, _) => Box::new(move || {
+            // SAFETY: the caller names `size` writable bytes at `p`.
+            unsafe { host_fill(p as *mut u8, &pat, size) };
             Ok(())
+        }),
+        (DeviceKind::Plugin { .. }, Some(raw)) => {
+            Box::new(move || finish(&*raw, raw.fill(DevicePtr(p as u64), &pat, size)))
         }
-        (DeviceKind::Plugin { .. }, Some(raw)) => raw.fill(DevicePtr(ptr as u64), pat, size),
-        (DeviceKind::Plugin { core, .. }, None) => core.fill(DevicePtr(ptr as u64), pat, size),
-    }
+        (DeviceKind::Plugin { core, .. }, None) => {
+            let core = core.clone();
+            Box::new(move || core.fill(DevicePtr(p as u64), &pat, size))
+        }
+    };
+    q.worker.enqueue(op)
 }
 
 pub unsafe fn register(

@@ -19,6 +19,7 @@ use offload_core::plugin::{KernelArgs, LaunchConfig};
 
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
 use crate::handles::{context, DeviceKind, Program, Symbol, SymbolKind};
+use crate::queue::finish;
 use crate::types::*;
 
 pub unsafe fn is_valid_binary(
@@ -135,6 +136,7 @@ pub unsafe fn get_symbol(
     let h = ctx.symbols.insert(Arc::new(Symbol {
         device: p.device,
         program: program as usize,
+        loaded: p.raw.clone(),
         kind: sym_kind,
     }));
     cache.insert((name.to_string(), kind.0), h);
@@ -220,6 +222,7 @@ pub unsafe fn launch_kernel(
         ));
     }
     let config = config_from(&*launch)?;
+    check_limits(dev, &config)?;
     let bytes: &[u8] = if args_size == 0 {
         &[]
     } else {
@@ -243,13 +246,65 @@ pub unsafe fn launch_kernel(
             ),
         ));
     }
-    match &q.raw {
-        Some(raw) => raw.launch(k.as_ref(), KernelArgs::Packed(bytes), &config),
-        None => Err(err(
+    let Some(raw) = q.raw.clone() else {
+        return Err(err(
             ErrorCode::Unsupported,
             "the host device runs no kernels",
-        )),
+        ));
+    };
+    // Runs on the queue's worker: the argument buffer is copied now (the
+    // caller may reuse it as soon as we return), and the symbol keeps the
+    // kernel's program loaded until the launch has run even if the program
+    // is destroyed meanwhile.
+    let args = bytes.to_vec();
+    q.worker.enqueue(Box::new(move || {
+        let SymbolKind::Kernel(k) = &sym.kind else {
+            unreachable!("checked above");
+        };
+        finish(
+            &*raw,
+            raw.launch(k.as_ref(), KernelArgs::Packed(&args), &config),
+        )
+    }))
+}
+
+/// What the device would reject when the launch runs, checked now so that
+/// olLaunchKernel returns the error (as LLVM's plugins do) instead of the
+/// next synchronisation.
+fn check_limits(dev: &crate::handles::Device, config: &LaunchConfig) -> OlResult {
+    let Some(core) = dev.core() else {
+        return Ok(());
+    };
+    let info = core.info();
+    let items = config.total_items_per_group();
+    let per_dim = config
+        .group_size
+        .iter()
+        .zip(info.max_group_size_per_dim)
+        .any(|(&g, max)| max > 0 && g > max);
+    if (info.max_group_size > 0 && items > info.max_group_size as u64) || per_dim {
+        return Err(err(
+            ErrorCode::InvalidArgument,
+            format!(
+                "group size {:?} exceeds {}'s limit of {} work items",
+                config.group_size,
+                dev.label(),
+                info.max_group_size
+            ),
+        ));
     }
+    if info.group_memory_bytes > 0 && config.dyn_group_memory as u64 > info.group_memory_bytes {
+        return Err(err(
+            ErrorCode::OutOfResources,
+            format!(
+                "{} bytes of dynamic group memory requested; {} offers {}",
+                config.dyn_group_memory,
+                dev.label(),
+                info.group_memory_bytes
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub unsafe fn optimal_occupancy(

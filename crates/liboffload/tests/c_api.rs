@@ -77,7 +77,7 @@ fn built() -> &'static Built {
                     dir.join("kernels.so").display()
                 )),
         );
-        for t in ["portable", "full", "e2e", "threads", "conformance"] {
+        for t in ["portable", "full", "e2e", "threads", "conformance", "async"] {
             run_checked(
                 Command::new(CLANG)
                     .args([
@@ -207,6 +207,23 @@ fn threads() {
     let b = built();
     let kernels = b.dir.join("kernels.so");
     assert_passed("threads", &run("threads", &b.lib_dir, &[&kernels], &[]));
+}
+
+/// Asynchronous, in-order queues: blocking host functions released by the
+/// caller, events and olWaitEvents across queues, OL_QUEUE_INFO_EMPTY,
+/// argument buffers reused at once, errors, concurrent enqueues, destroy of
+/// a busy queue, shutdown draining and joining the workers.
+#[test]
+fn async_queues() {
+    let b = built();
+    let kernels = b.dir.join("kernels.so");
+    let out = run(
+        "async",
+        &b.lib_dir,
+        &[&kernels],
+        &[("OFFLOAD_HOST_DEVICES", "2")],
+    );
+    assert_passed("async", &out);
 }
 
 #[test]

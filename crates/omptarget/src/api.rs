@@ -27,18 +27,32 @@ pub fn api_device(dev: i64) -> Result<Option<&'static DevState>, ()> {
     Ok(Some(d))
 }
 
+/// Like [`api_device`], but an out-of-range device is LLVM's fatal error
+/// (every device-memory routine but `omp_get_mapped_ptr` behaves so).
+pub fn checked_device(dev: i64) -> Option<&'static DevState> {
+    match api_device(dev) {
+        Ok(d) => d,
+        Err(()) => {
+            let n = registry::num_devices();
+            msg::fatal(
+                dev,
+                &format!("\"invalid value\" device number '{dev}' out of range, only {n} devices available"),
+            )
+        }
+    }
+}
+
 pub fn target_alloc(size: usize, dev: i64, kind: AllocKind) -> *mut c_void {
     if size == 0 {
         return std::ptr::null_mut();
     }
-    match api_device(dev) {
-        Ok(None) => unsafe { libc::malloc(size) },
-        Ok(Some(d)) => d
+    match checked_device(dev) {
+        None => unsafe { libc::malloc(size) },
+        Some(d) => d
             .dev
             .alloc(size, kind)
             .map(|p| p.0 as *mut c_void)
             .unwrap_or(std::ptr::null_mut()),
-        Err(()) => std::ptr::null_mut(),
     }
 }
 
@@ -46,9 +60,9 @@ pub fn target_free(p: *mut c_void, dev: i64) {
     if p.is_null() {
         return;
     }
-    match api_device(dev) {
-        Ok(None) => unsafe { libc::free(p) },
-        Ok(Some(d)) => {
+    match checked_device(dev) {
+        None => unsafe { libc::free(p) },
+        Some(d) => {
             if d.dev.free(DevicePtr(p as u64)).is_err() {
                 msg::fatal(
                     1,
@@ -56,7 +70,6 @@ pub fn target_free(p: *mut c_void, dev: i64) {
                 );
             }
         }
-        Err(()) => {}
     }
 }
 
@@ -65,9 +78,7 @@ pub fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64) -> i32
     if len == 0 {
         return 0;
     }
-    let (Ok(dd), Ok(sd)) = (api_device(dst_dev), api_device(src_dev)) else {
-        return -1; // OFFLOAD_FAIL
-    };
+    let (dd, sd) = (checked_device(dst_dev), checked_device(src_dev));
     if msg::info_on(msg::INFO_DATA_TRANSFER) {
         match (dd, sd) {
             (Some(d), None) => msg::dev_info(
@@ -177,14 +188,13 @@ pub fn memset(p: *mut c_void, val: i32, n: usize, dev: i64) -> *mut c_void {
     if p.is_null() || n == 0 {
         return p;
     }
-    match api_device(dev) {
-        Ok(None) => unsafe {
+    match checked_device(dev) {
+        None => unsafe {
             libc::memset(p, val, n);
         },
-        Ok(Some(d)) => {
+        Some(d) => {
             let _ = d.dev.fill(DevicePtr(p as u64), &[val as u8], n);
         }
-        Err(()) => {}
     }
     p
 }
@@ -193,14 +203,33 @@ pub fn is_present(p: *const c_void, dev: i64) -> i32 {
     if p.is_null() {
         return 0;
     }
-    match api_device(dev) {
-        Ok(None) => 1,
-        Ok(Some(d)) => {
+    match checked_device(dev) {
+        None => 1,
+        Some(d) => {
             d.ensure_loaded();
             let t = d.table_read();
-            matches!(t.lookup(p as u64, 1), Some((_, Found::Contained))) as i32
+            match t.lookup(p as u64, 1) {
+                Some((k, Found::Contained)) => {
+                    // LLVM looks the byte up like a map would, and says so.
+                    let e = t.get(k).unwrap();
+                    let tgt = e.tgt_of(p as u64);
+                    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+                        msg::dev_info(
+                            d.id,
+                            &format!(
+                                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
+                                msg::P(p as u64),
+                                msg::P(tgt),
+                                msg::rc_str(e.dyn_rc),
+                                msg::rc_str(e.hold_rc)
+                            ),
+                        );
+                    }
+                    1
+                }
+                _ => 0,
+            }
         }
-        Err(()) => 0,
     }
 }
 
@@ -217,18 +246,6 @@ pub fn mapped_ptr(p: *const c_void, dev: i64) -> *mut c_void {
                 Some((k, Found::Contained)) => {
                     let e = t.get(k).unwrap();
                     let tgt = e.tgt_of(p as u64);
-                    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
-                        msg::dev_info(
-                            d.id,
-                            &format!(
-                                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
-                                msg::P(p as u64),
-                                msg::P(tgt),
-                                msg::rc_str(e.dyn_rc),
-                                msg::rc_str(e.hold_rc)
-                            ),
-                        );
-                    }
                     tgt as *mut c_void
                 }
                 _ => std::ptr::null_mut(),
@@ -242,7 +259,7 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
     if host == 0 || dptr == 0 || size == 0 {
         return -1;
     }
-    let Ok(Some(d)) = api_device(dev) else {
+    let Some(d) = checked_device(dev) else {
         return -1;
     };
     d.ensure_loaded();
@@ -276,7 +293,7 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
 }
 
 pub fn disassociate(host: u64, dev: i64) -> i32 {
-    let Ok(Some(d)) = api_device(dev) else {
+    let Some(d) = checked_device(dev) else {
         return -1;
     };
     let mut t = d.table_write();
@@ -367,4 +384,48 @@ fn name_by_tgt(d: &DevState, tgt: u64) -> String {
         }
     }
     "unknown".into()
+}
+
+/// Wait until the tasks that the given OpenMP depend objects order this
+/// operation after have finished (the `*_async` routines' `depobj_list`).
+/// The operation itself then runs at once, so anything ordered after it is
+/// trivially satisfied.
+pub fn wait_depobjs(count: i32, list: *const *const c_void) {
+    if count <= 0 || list.is_null() {
+        return;
+    }
+    /// libomp's `kmp_depend_info_t`: base address, length, flag byte.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct DependInfo {
+        base: usize,
+        len: usize,
+        flags: u8,
+    }
+    type WaitDeps =
+        unsafe extern "C" fn(*const c_void, i32, i32, *const DependInfo, i32, *const DependInfo);
+    type ThreadNum = unsafe extern "C" fn(*const c_void) -> i32;
+    let wait = registry::dlsym_default(c"__kmpc_omp_wait_deps");
+    let gtid = registry::dlsym_default(c"__kmpc_global_thread_num");
+    if wait.is_null() || gtid.is_null() {
+        return;
+    }
+    // SAFETY: each depobj points at libomp's record of one dependence.
+    let deps: Vec<DependInfo> = (0..count as usize)
+        .filter_map(|i| unsafe { (*list.add(i) as *const DependInfo).as_ref().copied() })
+        .collect();
+    // SAFETY: libomp's entry points, with the signatures it exports.
+    unsafe {
+        let wait: WaitDeps = std::mem::transmute::<*mut c_void, WaitDeps>(wait);
+        let gtid: ThreadNum = std::mem::transmute::<*mut c_void, ThreadNum>(gtid);
+        let g = gtid(std::ptr::null());
+        wait(
+            std::ptr::null(),
+            g,
+            deps.len() as i32,
+            deps.as_ptr(),
+            0,
+            std::ptr::null(),
+        );
+    }
 }

@@ -611,9 +611,13 @@ pub extern "C" fn omp_target_memcpy_async(
     src_off: usize,
     dst_dev: i32,
     src_dev: i32,
-    _depobj_count: i32,
-    _depobj_list: *mut c_void,
+    depobj_count: i32,
+    depobj_list: *mut c_void,
 ) -> i32 {
+    guard!(api::wait_depobjs(
+        depobj_count,
+        depobj_list as *const *const c_void
+    ));
     omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev)
 }
 
@@ -659,9 +663,13 @@ pub extern "C" fn omp_target_memcpy_rect_async(
     src_dims: *const usize,
     dst_dev: i32,
     src_dev: i32,
-    _depobj_count: i32,
-    _depobj_list: *mut c_void,
+    depobj_count: i32,
+    depobj_list: *mut c_void,
 ) -> i32 {
+    guard!(api::wait_depobjs(
+        depobj_count,
+        depobj_list as *const *const c_void
+    ));
     omp_target_memcpy_rect(
         dst, src, elem, ndims, volume, dst_off, src_off, dst_dims, src_dims, dst_dev, src_dev,
     )
@@ -678,10 +686,13 @@ pub extern "C" fn omp_target_memset_async(
     val: i32,
     n: usize,
     dev: i32,
-    _depobj_count: i32,
-    _depobj_list: *mut c_void,
+    depobj_count: i32,
+    depobj_list: *mut c_void,
 ) -> *mut c_void {
-    guard!(api::memset(p, val, n, dev as i64))
+    guard!({
+        api::wait_depobjs(depobj_count, depobj_list as *const *const c_void);
+        api::memset(p, val, n, dev as i64)
+    })
 }
 
 #[no_mangle]
@@ -691,7 +702,9 @@ pub extern "C" fn omp_target_is_present(p: *const c_void, dev: i32) -> i32 {
 
 #[no_mangle]
 pub extern "C" fn omp_target_is_accessible(_p: *const c_void, _size: usize, dev: i32) -> i32 {
-    guard!((dev as i64 == api::initial_device()) as i32)
+    // Out-of-range devices are fatal; host memory is not "accessible" from
+    // the host plugin's devices in LLVM 22 either.
+    guard!(api::checked_device(dev as i64).is_none() as i32)
 }
 
 #[no_mangle]

@@ -69,13 +69,11 @@ pub fn fatal(code: i64, s: &str) -> ! {
 }
 
 pub fn abort() -> ! {
+    // Like LLVM: stderr lines are already written; buffered stdout is lost,
+    // as with any abort().
     let _ = std::io::stderr().flush();
-    let _ = std::io::stdout().flush();
-    // SAFETY: plain libc call; flushes C stdio like LLVM's abort path.
-    unsafe {
-        libc::fflush(std::ptr::null_mut());
-        libc::abort()
-    }
+    // SAFETY: plain libc call.
+    unsafe { libc::abort() }
 }
 
 /// `0x%016lx`.

@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use offload_core::plugin::{self as core_plugin, DevicePtr};
@@ -19,7 +20,7 @@ pub const POLICY_DISABLED: u8 = 0;
 pub const POLICY_MANDATORY: u8 = 2;
 static POLICY: AtomicU8 = AtomicU8::new(0xFF);
 
-fn dlsym_default(name: &CStr) -> *mut c_void {
+pub fn dlsym_default(name: &CStr) -> *mut c_void {
     // SAFETY: looking up a symbol by a NUL-terminated name.
     unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
 }
@@ -132,9 +133,10 @@ pub struct State {
     pub requires: AtomicI64,
 }
 
+static STATE: OnceLock<State> = OnceLock::new();
+
 pub fn state() -> &'static State {
-    static S: OnceLock<State> = OnceLock::new();
-    S.get_or_init(|| {
+    STATE.get_or_init(|| {
         let rt = offload::runtime();
         let devices = rt
             .devices()
@@ -166,12 +168,79 @@ pub struct KernelRef(pub *const dyn core_plugin::Kernel);
 unsafe impl Send for KernelRef {}
 unsafe impl Sync for KernelRef {}
 
+/// Region id -> kernel, read on every launch without a lock: readers load
+/// an immutable map; (rare) updates at image load/unload publish a new copy.
+/// Replaced maps are kept until exit so a concurrent reader never sees a
+/// freed one.
+#[derive(Default)]
+struct KernelMap {
+    current: AtomicPtr<KMap>,
+    // Boxed on purpose: readers may still hold the published address.
+    #[allow(clippy::vec_box)]
+    retired: Mutex<Vec<Box<KMap>>>,
+}
+
+type KMap = HashMap<u64, KernelRef, BuildHasherDefault<AddrHasher>>;
+
+/// Region ids are addresses: a multiplicative hash is enough.
+#[derive(Default)]
+struct AddrHasher(u64);
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+impl KernelMap {
+    #[inline]
+    fn get(&self, region: u64) -> Option<KernelRef> {
+        let p = self.current.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: published maps are never freed before the process exits.
+        unsafe { &*p }.get(&region).copied()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut KMap)) {
+        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = self.current.load(Ordering::Acquire);
+        let mut next = if cur.is_null() {
+            KMap::default()
+        } else {
+            // SAFETY: see `get`; updates are serialised by `retired`.
+            unsafe { &*cur }.clone()
+        };
+        f(&mut next);
+        self.current
+            .store(Box::into_raw(Box::new(next)), Ordering::Release);
+        if !cur.is_null() {
+            // SAFETY: `cur` came from `Box::into_raw` and is no longer published.
+            retired.push(unsafe { Box::from_raw(cur) });
+        }
+    }
+}
+
+/// Keeps a value off the cache lines of its neighbours (no false sharing).
+#[repr(align(128))]
+struct Padded<T>(T);
+
 pub struct DevState {
     pub id: usize,
     pub dev: Arc<offload_core::Device>,
     queue: OnceLock<Option<Arc<dyn core_plugin::Queue>>>,
-    pub table: RwLock<Table>,
-    pub kernels: RwLock<HashMap<u64, KernelRef>>,
+    /// On its own cache lines: it is written by every mapping construct,
+    /// while the fields around it are read by every launch.
+    table: Padded<RwLock<Table>>,
+    kernels: KernelMap,
     loaded_gen: AtomicU64,
     load_lock: Mutex<LoadState>,
     /// Freed small blocks of mapped data and firstprivate copies, kept for
@@ -189,6 +258,49 @@ const CACHE_PER_CLASS: usize = 128;
 #[derive(Default)]
 struct BlockCache {
     free: [Vec<u64>; CACHE_CLASSES],
+}
+
+/// Per-thread front of the block cache (no lock, no shared cache lines
+/// for threads that map their own data); emptied into the device's cache
+/// when the thread exits.
+const THREAD_CACHE_PER_CLASS: usize = 32;
+type ClassLists = [Vec<u64>; CACHE_CLASSES];
+
+struct ThreadCache(Vec<ClassLists>);
+
+impl Drop for ThreadCache {
+    fn drop(&mut self) {
+        let Some(st) = STATE.get() else { return };
+        for (dev, lists) in self.0.iter_mut().enumerate() {
+            if let Some(d) = st.devices.get(dev) {
+                let mut cache = d.cache.lock().unwrap_or_else(|e| e.into_inner());
+                for (c, l) in lists.iter_mut().enumerate() {
+                    cache.free[c].append(l);
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    static THREAD_CACHE: std::cell::RefCell<ThreadCache> =
+        const { std::cell::RefCell::new(ThreadCache(Vec::new())) };
+}
+
+/// Run `f` on this thread's lists for device `dev`; None when the
+/// thread-local storage is gone (thread exit).
+#[inline]
+fn with_thread_cache<R>(dev: usize, f: impl FnOnce(&mut ClassLists) -> R) -> Option<R> {
+    THREAD_CACHE
+        .try_with(|tc| {
+            let mut tc = tc.try_borrow_mut().ok()?;
+            if tc.0.len() <= dev {
+                tc.0.resize_with(dev + 1, Default::default);
+            }
+            Some(f(&mut tc.0[dev]))
+        })
+        .ok()
+        .flatten()
 }
 
 /// The size class of a `size`-byte block, if small enough to cache.
@@ -218,8 +330,8 @@ impl DevState {
             id,
             dev,
             queue: OnceLock::new(),
-            table: RwLock::new(Table::default()),
-            kernels: RwLock::new(HashMap::new()),
+            table: Padded(RwLock::new(Table::default())),
+            kernels: KernelMap::default(),
             loaded_gen: AtomicU64::new(0),
             load_lock: Mutex::new(LoadState::default()),
             cache: Mutex::new(BlockCache::default()),
@@ -233,18 +345,15 @@ impl DevState {
     }
 
     pub fn table_read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
-        self.table.read().unwrap_or_else(|e| e.into_inner())
+        self.table.0.read().unwrap_or_else(|e| e.into_inner())
     }
     pub fn table_write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
-        self.table.write().unwrap_or_else(|e| e.into_inner())
+        self.table.0.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    #[inline]
     pub fn kernel(&self, region: u64) -> Option<KernelRef> {
-        self.kernels
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&region)
-            .copied()
+        self.kernels.get(region)
     }
 
     /// Load every registered binary not yet loaded here (cheap when none is new).
@@ -345,10 +454,7 @@ impl DevState {
                 }
             }
         }
-        self.kernels
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(kmap);
+        self.kernels.update(|m| m.extend(kmap));
         (Some(prog), kernels)
     }
 
@@ -382,14 +488,13 @@ impl DevState {
         if prog.is_none() {
             return;
         }
-        {
-            let mut km = self.kernels.write().unwrap_or_else(|e| e.into_inner());
+        self.kernels.update(|km| {
             for e in &b.entries {
                 if e.size == 0 {
                     km.remove(&e.addr);
                 }
             }
-        }
+        });
         let mut t = self.table_write();
         for e in &b.entries {
             if e.size > 0 || e.flags & ENTRY_INDIRECT != 0 {
@@ -422,6 +527,9 @@ impl DevState {
         let Some(c) = size_class(size) else {
             return self.alloc(size);
         };
+        if let Some(p) = with_thread_cache(self.id, |tc| tc[c].pop()).flatten() {
+            return Some(p);
+        }
         let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).free[c].pop();
         match cached {
             Some(p) => Some(p),
@@ -432,6 +540,12 @@ impl DevState {
     /// Release a block from [`Self::alloc_block`] of the same `size`.
     pub fn free_block(&self, p: u64, size: u64) -> bool {
         if let Some(c) = size_class(size) {
+            let kept = with_thread_cache(self.id, |tc| {
+                (tc[c].len() < THREAD_CACHE_PER_CLASS).then(|| tc[c].push(p))
+            });
+            if kept.flatten().is_some() {
+                return true;
+            }
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             if cache.free[c].len() < CACHE_PER_CLASS {
                 cache.free[c].push(p);
@@ -639,6 +753,7 @@ pub unsafe fn register(desc: *const BinDesc) {
     if desc.is_null() {
         return;
     }
+    TLS_PROBE.with(|_| ());
     let st = state();
     {
         let bins = st.binaries.lock().unwrap_or_else(|e| e.into_inner());
@@ -740,6 +855,12 @@ pub fn unregister(desc: *const BinDesc) {
             );
         }
     }
+    if tracing::dispatcher::has_been_set() && TLS_PROBE.try_with(|_| ()).is_err() {
+        // Called from exit() after this thread's TLS destructors ran, with
+        // LIBOMPTARGET_DEBUG/PROFILE on: the tracing subscriber can no longer
+        // open spans (it would panic), and the process is ending anyway.
+        return;
+    }
     for d in &st.devices {
         d.unload(&reg);
     }
@@ -747,9 +868,22 @@ pub fn unregister(desc: *const BinDesc) {
     match offload::runtime().unregister_binary(reg.id) {
         Ok(failures) => {
             for f in failures {
-                msg::error(&format!("plugin '{}' failed to unregister the binary: {}", f.plugin, f.error));
+                msg::error(&format!(
+                    "plugin '{}' failed to unregister the binary: {}",
+                    f.plugin, f.error
+                ));
             }
         }
         Err(e) => msg::error(&format!("unregistering the binary failed: {e}")),
     }
+}
+
+/// Touched at registration so that its destructor is registered before the
+/// tracing subscriber's: once it is gone, this thread's TLS is torn down.
+struct TlsProbe;
+impl Drop for TlsProbe {
+    fn drop(&mut self) {}
+}
+thread_local! {
+    static TLS_PROBE: TlsProbe = const { TlsProbe };
 }

@@ -79,7 +79,13 @@ pub struct Ctx {
     pub new_keys: Vec<u64>,
     /// Deferred ATTACH entries: (pointer address, pointee begin, type).
     pub attaches: Vec<(u64, u64, i64)>,
+    /// Device address found or created for each top-level argument of a
+    /// `target` construct (`NO_TGT` = not known), so that the kernel
+    /// arguments need no second lookup. Empty outside `target`.
+    pub arg_tgt: Vec<u64>,
 }
+
+pub const NO_TGT: u64 = u64::MAX;
 
 // ------------------------------------------------------------ mappers
 
@@ -314,7 +320,7 @@ pub fn map_one(
             Err(Fail::Present)
         }
         None if size > 0 => {
-            let Some(alloc) = d.alloc(size + padding) else {
+            let Some(alloc) = d.alloc_block(size + padding) else {
                 return Err(Fail::Other);
             };
             let tgt = alloc + padding;
@@ -486,6 +492,11 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
         if r.tgt == 0 && (size > 0) {
             return Err(Fail::Other);
         }
+        if !from_mapper && r.key.is_some() {
+            if let Some(slot) = ctx.arg_tgt.get_mut(i) {
+                *slot = r.tgt;
+            }
+        }
         if let Some(pr) = ptr_res {
             if r.key.is_some() && (pr.is_new || r.is_new || t & ALWAYS != 0) {
                 attach(d, hb, hp, r.tgt);
@@ -561,7 +572,7 @@ pub fn data_end(
     from_mapper: bool,
     check_present: bool,
 ) -> Result<(), Fail> {
-    let mut removals: Vec<Entry> = Vec::new();
+    let mut removals: Vec<Entry> = Vec::with_capacity(if from_mapper { 0 } else { a.n });
     let r = data_end_inner(d, a, from_mapper, check_present, &mut removals);
     for e in removals {
         if msg::info_on(msg::INFO_MAPPING_CHANGED) {
@@ -577,7 +588,7 @@ pub fn data_end(
             );
         }
         if e.owned {
-            d.free(e.tgt_alloc);
+            d.free_block(e.tgt_alloc, e.tgt_begin - e.tgt_alloc + e.size());
         }
     }
     r
@@ -637,15 +648,14 @@ fn data_end_inner(
                 (true, true) => " (reset, delayed deletion)",
                 (true, false) => " (decremented, delayed deletion)",
                 _ => " (decremented)",
-            }
-            .to_string();
+            };
         } else {
             last = e.would_be_last(hold, delete);
-            note = " (update suppressed)".to_string();
+            note = " (update suppressed)";
         }
         let tgt = e.tgt_of(hp);
         if msg::info_on(msg::INFO_MAPPING_EXISTS) {
-            let (dc, hc) = counts(e, hold, &note);
+            let (dc, hc) = counts(e, hold, note);
             msg::dev_info(
                 d.id,
                 &format!(
@@ -971,6 +981,8 @@ pub fn target_kernel(
     }
     let mut ctx = Ctx::default();
     if a.n > 0 {
+        ctx.arg_tgt = vec![NO_TGT; a.n];
+        ctx.new_keys = Vec::with_capacity(a.n);
         if let Err(f) = data_begin(d, &a, false, &mut ctx) {
             begin_fail_msgs(f);
             msg::error("Call to targetDataBegin failed, abort target.");
@@ -982,7 +994,7 @@ pub fn target_kernel(
     // Kernel words.
     let mut stack = [0u64; MAX_STACK_WORDS];
     let mut heap: Vec<u64> = Vec::new();
-    let mut privates: Vec<u64> = Vec::new();
+    let mut privates: Vec<(u64, u64)> = Vec::new();
     let mut nw = 0usize;
     let mut push = |w: u64, nw: &mut usize, heap: &mut Vec<u64>| {
         if *nw < MAX_STACK_WORDS {
@@ -1012,9 +1024,9 @@ pub fn target_kernel(
             if size == 0 {
                 a.base(i)
             } else {
-                match d.alloc(size) {
+                match d.alloc_block(size) {
                     Some(p) => {
-                        privates.push(p);
+                        privates.push((p, size));
                         if t & TO != 0 {
                             copy_h2d(d, a.name(i), a.begin(i), p, size);
                         }
@@ -1026,6 +1038,9 @@ pub fn target_kernel(
                     }
                 }
             }
+        } else if info & msg::INFO_MAPPING_EXISTS == 0 && ctx.arg_tgt[i] != NO_TGT {
+            // Found or created by data_begin above; our reference keeps it.
+            ctx.arg_tgt[i].wrapping_add(a.base(i).wrapping_sub(a.begin(i)))
         } else {
             let hp = a.begin(i);
             let size = a.size(i).max(0) as u64;
@@ -1103,8 +1118,8 @@ pub fn target_kernel(
             target_failed(loc);
         }
     }
-    for p in privates {
-        d.free(p);
+    for (p, size) in privates {
+        d.free_block(p, size);
     }
     if info & msg::INFO_DUMP_TABLE != 0 {
         after_block(&Loc::from_ident(loc));

@@ -276,7 +276,9 @@ static void fill_case(ol_device_handle_t d, ol_queue_handle_t q, const void *pat
   unsigned char *got = mem, *copy = NULL;
   if (device_mem) {
     copy = malloc(n);
-    /* H -> H with a queue is refused (header), so no queue on the host device. */
+    /* H -> H with a queue is refused (header), so no queue on the host
+     * device; a NULL-queue copy is not ordered after the queue: sync first. */
+    if (d == H) OK(olSyncQueue(q));
     OK(olMemcpy(d == H ? NULL : q, copy, H, mem, d, n));
     got = copy;
   }

@@ -27,6 +27,8 @@ static void *worker(void *arg) {
     fails += olMemAlloc(D[dev], it % 3, n * sizeof(int), (void **)&d) != NULL;
     if (!d) continue;
     fails += olMemcpy(q, d, D[dev], h, H, n * sizeof(int)) != NULL;
+    /* Queues are asynchronous: a NULL-queue launch is not ordered after them. */
+    if (it % 2 == 0) fails += olSyncQueue(q) != NULL;
     struct { int *x; int v; size_t n; } args = {d, (int)id, n};
     ol_kernel_launch_size_args_t ls = {1, {(uint32_t)((n + 63) / 64), 1, 1}, {64, 1, 1}, 0};
     fails += olLaunchKernel(it % 2 ? q : NULL, D[dev], K[dev], &args, sizeof args, &ls) != NULL;

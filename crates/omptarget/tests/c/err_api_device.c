@@ -1,4 +1,3 @@
-// KNOWN-DIFF: device API routines (alloc/free/memcpy/memset/is_present/associate/...) with an out-of-range device must be the fatal 'device number out of range' error
 // ARGS: 1 2 3 4 5 6 7 8 9 10 11 12 13
 // ENV-VARIANTS: OMP_TARGET_OFFLOAD=DEFAULT | OMP_TARGET_OFFLOAD=DISABLED
 // device-memory API routines called with out-of-range / negative device numbers

@@ -1,4 +1,3 @@
-// KNOWN-DIFF: omp_target_memcpy_async ignores its depobj list; must run after/ before tasks with conflicting dependences
 // omp_target_memcpy_async ordered through depend objects with a nowait target task and taskwait
 #include <omp.h>
 #include <stdio.h>
