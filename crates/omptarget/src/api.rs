@@ -246,6 +246,19 @@ pub fn mapped_ptr(p: *const c_void, dev: i64) -> *mut c_void {
                 Some((k, Found::Contained)) => {
                     let e = t.get(k).unwrap();
                     let tgt = e.tgt_of(p as u64);
+                    // LLVM looks the byte up like a map would, and says so.
+                    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+                        msg::dev_info(
+                            d.id,
+                            &format!(
+                                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
+                                msg::P(p as u64),
+                                msg::P(tgt),
+                                msg::rc_str(e.dyn_rc),
+                                msg::rc_str(e.hold_rc)
+                            ),
+                        );
+                    }
                     tgt as *mut c_void
                 }
                 _ => std::ptr::null_mut(),

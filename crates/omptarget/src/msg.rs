@@ -12,6 +12,7 @@ pub const INFO_DUMP_TABLE: u32 = 0x04;
 pub const INFO_MAPPING_CHANGED: u32 = 0x08;
 pub const INFO_PLUGIN_KERNEL: u32 = 0x10;
 pub const INFO_DATA_TRANSFER: u32 = 0x20;
+pub const INFO_EMPTY_MAPPING: u32 = 0x40;
 
 /// u32::MAX = not read yet.
 static INFO: AtomicU32 = AtomicU32::new(u32::MAX - 1);

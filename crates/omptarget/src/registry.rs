@@ -442,7 +442,7 @@ impl DevState {
                     self.insert_permanent(e.addr, e.size, dptr.0, e.name_ptr);
                 }
                 Err(_) => {
-                    if msg::info_on(0x40) {
+                    if msg::info_on(msg::INFO_EMPTY_MAPPING) {
                         msg::dev_info(
                             self.id,
                             &format!(

@@ -216,6 +216,8 @@ pub struct MapResult {
     pub tgt: u64,
     pub key: Option<u64>,
     pub is_new: bool,
+    /// Host memory used directly (unified shared memory, no entry).
+    pub host: bool,
 }
 
 /// getTargetPointer: find or create the mapping of `[hp, hp+size)`.
@@ -276,6 +278,7 @@ pub fn map_one(
                 tgt,
                 key: Some(k),
                 is_new: false,
+                host: false,
             })
         }
         Some((k, _)) => {
@@ -292,25 +295,24 @@ pub fn map_one(
             }
             Err(Fail::Illegal)
         }
+        // LLVM 22 creates no entry under unified shared memory: the host
+        // address is used directly and nothing is recorded.
         None if size > 0 && registry::usm() && t & CLOSE == 0 => {
-            tbl.insert(Entry {
-                hst_base: hb,
-                hst_begin: hp,
-                hst_end: hp + size,
-                tgt_alloc: hp,
-                tgt_begin: hp,
-                dyn_rc: if hold { 0 } else { 1 },
-                hold_rc: if hold { 1 } else { 0 },
-                name,
-                owned: false,
-                host_ptr: true,
-                shadows: Vec::new(),
-            });
-            ctx.new_keys.push(hp);
+            drop(tbl);
+            if msg::info_on(msg::INFO_MAPPING_CHANGED) {
+                msg::dev_info(
+                    d.id,
+                    &format!(
+                        "Return HstPtrBegin {} Size={size} for unified shared memory",
+                        P(hp)
+                    ),
+                );
+            }
             Ok(MapResult {
                 tgt: hp,
-                key: Some(hp),
-                is_new: true,
+                key: None,
+                is_new: false,
+                host: true,
             })
         }
         // LLVM checks unified shared memory before the `present` modifier:
@@ -362,12 +364,14 @@ pub fn map_one(
                 tgt,
                 key: Some(hp),
                 is_new: true,
+                host: false,
             })
         }
         None => Ok(MapResult {
             tgt: 0,
             key: None,
             is_new: false,
+            host: false,
         }),
     }
 }
@@ -492,7 +496,7 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
         if r.tgt == 0 && (size > 0) {
             return Err(Fail::Other);
         }
-        if !from_mapper && r.key.is_some() {
+        if !from_mapper && (r.key.is_some() || r.host) {
             if let Some(slot) = ctx.arg_tgt.get_mut(i) {
                 *slot = r.tgt;
             }
@@ -502,9 +506,25 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
                 attach(d, hb, hp, r.tgt);
             }
         }
-        if t & RETURN_PARAM != 0 {
+        if t & RETURN_PARAM != 0 && r.key.is_some() {
+            // Not mapped: the host address stays (OpenMP 5.1).
             let tb = r.tgt.wrapping_sub(hp.wrapping_sub(hb));
             unsafe { *a.base.add(i) = tb as *mut c_void };
+        }
+        if r.key.is_none()
+            && !r.host
+            && t != 0
+            && !member
+            && t & IMPLICIT == 0
+            && msg::info_on(msg::INFO_EMPTY_MAPPING)
+        {
+            msg::dev_info(
+                d.id,
+                &format!(
+                    "variable {} does not have a valid device counterpart",
+                    msg::name_of(a.name(i))
+                ),
+            );
         }
     }
     Ok(())
@@ -522,6 +542,19 @@ pub fn process_attaches(d: &DevState, ctx: &mut Ctx) {
             continue;
         }
         let tbl = d.table_read();
+        // Decide by address range first (LLVM: pointer or pointee inside an
+        // allocation made by this construct); nothing is looked up or
+        // printed otherwise.
+        let in_new = |addr: u64, len: u64| {
+            ctx.new_keys.iter().any(|&k| {
+                tbl.get(k).is_some_and(|e| {
+                    addr >= e.hst_begin && addr.saturating_add(len.max(1)) <= e.hst_end
+                })
+            })
+        };
+        if !(always_all || t & ALWAYS != 0 || in_new(ptr_addr, 8) || in_new(pointee, 0)) {
+            continue;
+        }
         let info = msg::info_on(msg::INFO_MAPPING_EXISTS);
         let line = |e: &Entry, hp: u64, size: u64| {
             let (dc, hc) = counts(e, false, " (update suppressed)");
@@ -549,13 +582,6 @@ pub fn process_attaches(d: &DevState, ctx: &mut Ctx) {
             line(p, ptr_addr, 8);
         }
         if o.host_ptr || p.host_ptr {
-            continue;
-        }
-        if !(always_all
-            || t & ALWAYS != 0
-            || ctx.new_keys.contains(&pk)
-            || ctx.new_keys.contains(&ok))
-        {
             continue;
         }
         let tgt = o.tgt_of(pointee);
@@ -630,7 +656,7 @@ fn data_end_inner(
         };
         let Some(k) = key else {
             drop(tbl);
-            if check_present && t & PRESENT != 0 {
+            if check_present && t & PRESENT != 0 && !registry::usm() {
                 msg::message(&format!(
                     "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
                     P(hp)
@@ -750,16 +776,28 @@ fn non_contig(
     }
 }
 
-fn update_one(d: &DevState, hp: u64, size: u64, t: i64, name: usize) -> Result<(), Fail> {
-    let (tgt, shadows, host_ptr) = {
+fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<(), Fail> {
+    let (tgt, shadows, host_ptr, name) = {
         let tbl = d.table_read();
         match tbl.lookup(hp, size) {
             Some((k, Found::Contained)) => {
                 let e = tbl.get(k).unwrap();
-                (e.tgt_of(hp), e.shadows.clone(), e.host_ptr)
+                let tgt = e.tgt_of(hp);
+                if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+                    let (dc, hc) = counts(e, false, " (update suppressed)");
+                    msg::dev_info(
+                        d.id,
+                        &format!(
+                            "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                            P(hp),
+                            P(tgt)
+                        ),
+                    );
+                }
+                (tgt, e.shadows.clone(), e.host_ptr, e.name)
             }
             _ => {
-                if t & PRESENT != 0 {
+                if t & PRESENT != 0 && !registry::usm() {
                     msg::message(&format!(
                         "device mapping required by 'present' motion modifier does not exist for host address {} ({size} bytes)",
                         P(hp)
@@ -907,7 +945,7 @@ pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
         let what = match kind {
             DataKind::Begin => "Entering OpenMP data region with being_mapper",
             DataKind::End => "Exiting OpenMP data region with end_mapper",
-            DataKind::Update => "Updating OpenMP data region with update_mapper",
+            DataKind::Update => "Updating data within the OpenMP data region with update_mapper",
         };
         msg::dev_info(
             d.id,
@@ -938,6 +976,130 @@ pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
 }
 
 const MAX_STACK_WORDS: usize = 32;
+
+/// PTR_AND_OBJ | LITERAL | IMPLICIT: a by-reference capture of a lambda.
+const LAMBDA_CAPTURE: i64 = PTR_AND_OBJ | LITERAL | IMPLICIT;
+/// Firstprivate copies up to this size are packed into one transfer.
+const FP_PACK_THRESHOLD: u64 = 1024;
+const FP_MAX_ALIGN: u64 = 16;
+
+/// Alignment of a host address, at most 16 (getPartialStructRequiredAlignment).
+fn required_alignment(p: u64) -> u64 {
+    if p == 0 {
+        FP_MAX_ALIGN
+    } else {
+        (1u64 << p.trailing_zeros()).min(FP_MAX_ALIGN)
+    }
+}
+
+/// The map name LLVM prints for a copy without a known entry: the entry
+/// containing `[hp, hp+size)` or overlapping it from the left, else the next
+/// entry above, else the one below (lookupMapping's choice), else none.
+fn lookup_name(d: &DevState, hp: u64, size: u64) -> usize {
+    let tbl = d.table_read();
+    let left = tbl.map.range(..=hp).next_back();
+    if let Some((_, e)) = left {
+        if hp < e.hst_end {
+            return e.name;
+        }
+    }
+    let upper = tbl
+        .map
+        .range((std::ops::Bound::Excluded(hp), std::ops::Bound::Unbounded))
+        .next();
+    let _ = size;
+    upper.or(left).map(|(_, e)| e.name).unwrap_or(0)
+}
+
+/// Write the device address of a lambda's by-reference capture into the
+/// device copy of the lambda (LLVM's lambda handling in processDataBefore).
+fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
+    let Some(parent) = parent_index(a.ty(i)) else {
+        return;
+    };
+    if parent != last_param.0 {
+        return;
+    }
+    let hp_val = a.begin(i);
+    let size = a.size(i).max(0) as u64;
+    let tgt_ptr_begin = last_param
+        .1
+        .wrapping_add(a.base(i).wrapping_sub(a.begin(parent)));
+    let (value, name) = {
+        let tbl = d.table_read();
+        let Some((k, _)) = tbl.lookup(hp_val, size) else {
+            return;
+        };
+        let e = tbl.get(k).unwrap();
+        let tgt = e.tgt_of(hp_val);
+        if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+            let (dc, hc) = counts(e, false, " (update suppressed)");
+            msg::dev_info(
+                d.id,
+                &format!(
+                    "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                    P(hp_val),
+                    P(tgt)
+                ),
+            );
+        }
+        (tgt, e.name)
+    };
+    copy_h2d(d, name, &value as *const u64 as u64, tgt_ptr_begin, 8);
+}
+
+/// Copy the packed small firstprivates in one transfer and fill in their
+/// kernel words.
+#[inline(never)]
+fn pack_firstprivates(
+    d: &DevState,
+    info: u32,
+    packed: &[(usize, u64, u64, u64, u64, u64)],
+    privates: &mut Vec<(u64, u64)>,
+    stack: &mut [u64; MAX_STACK_WORDS],
+    heap: &mut [u64],
+) -> bool {
+    let total: u64 = packed.iter().map(|&(_, _, s, p, _, _)| s + p).sum();
+    let mut small = [0u8; 4096];
+    let mut big = Vec::new();
+    let buf: &mut [u8] = if total as usize <= small.len() {
+        &mut small[..total as usize]
+    } else {
+        big.resize(total as usize, 0u8);
+        &mut big[..]
+    };
+    let mut at = 0usize;
+    for &(_, hp, size, padding, _, _) in packed {
+        at += padding as usize;
+        // SAFETY: `[hp, hp+size)` is the firstprivate host variable.
+        let src = unsafe { std::slice::from_raw_parts(hp as *const u8, size as usize) };
+        buf[at..at + size as usize].copy_from_slice(src);
+        at += size as usize;
+    }
+    let Some(p) = d.alloc_block(total) else {
+        return false;
+    };
+    privates.push((p, total));
+    let bp = buf.as_ptr() as u64;
+    let name = if info & msg::INFO_DATA_TRANSFER != 0 {
+        lookup_name(d, bp, total)
+    } else {
+        0
+    };
+    copy_h2d(d, name, bp, p, total);
+    let mut tp = p;
+    for &(idx, _, size, padding, off, _) in packed {
+        tp += padding;
+        let w = tp.wrapping_add(off);
+        if heap.is_empty() {
+            stack[idx] = w;
+        } else {
+            heap[idx] = w;
+        }
+        tp += size;
+    }
+    true
+}
 
 /// `__tgt_target_kernel`: returns 0 when the region ran on the device.
 pub fn target_kernel(
@@ -1011,9 +1173,19 @@ pub fn target_kernel(
         push(u64::MAX, &mut nw, &mut heap);
     }
     let mut failed = false;
+    // Small firstprivate copies packed into one transfer after the loop
+    // (LLVM's PrivateArgumentManager): (word index, host begin, size,
+    // padding, base offset, start alignment).
+    let mut packed: Vec<(usize, u64, u64, u64, u64, u64)> = Vec::new();
+    // The argument index and word of the last target parameter (parent of
+    // lambda captures that follow it).
+    let mut last_param = (usize::MAX, 0u64);
     for i in 0..a.n {
         let t = a.ty(i);
         if t & TARGET_PARAM == 0 {
+            if t & LAMBDA_CAPTURE == LAMBDA_CAPTURE {
+                lambda_capture(d, &a, i, last_param);
+            }
             continue;
         }
         let w = if t & LITERAL != 0 {
@@ -1021,14 +1193,42 @@ pub fn target_kernel(
         } else if t & PRIVATE != 0 {
             let size = a.size(i).max(0) as u64;
             let off = a.base(i).wrapping_sub(a.begin(i));
+            let first_private = t & TO != 0;
             if size == 0 {
                 a.base(i)
+            } else if first_private
+                && size <= FP_PACK_THRESHOLD
+                && !(i + 1 < a.n && a.ty(i + 1) & MEMBER_OF != 0)
+            {
+                let hp = a.begin(i);
+                let (padding, align) = match packed.last() {
+                    None => (0, FP_MAX_ALIGN),
+                    Some(&(_, _, lsize, _, _, lalign)) => {
+                        let mut start = lalign;
+                        if lsize % start != 0 {
+                            start = lsize % start;
+                        }
+                        let req = required_alignment(hp);
+                        if req > start {
+                            (req - start, req)
+                        } else {
+                            (0, start)
+                        }
+                    }
+                };
+                packed.push((nw, hp, size, padding, off, align));
+                0
             } else {
                 match d.alloc_block(size) {
                     Some(p) => {
                         privates.push((p, size));
-                        if t & TO != 0 {
-                            copy_h2d(d, a.name(i), a.begin(i), p, size);
+                        if first_private {
+                            let name = if info & msg::INFO_DATA_TRANSFER != 0 {
+                                lookup_name(d, a.begin(i), size)
+                            } else {
+                                0
+                            };
+                            copy_h2d(d, name, a.begin(i), p, size);
                         }
                         p.wrapping_add(off)
                     }
@@ -1063,17 +1263,16 @@ pub fn target_kernel(
                     }
                     tgt
                 }
-                _ => {
-                    if registry::usm() {
-                        hp
-                    } else {
-                        0
-                    }
-                }
+                // Not mapped: the kernel sees the host address (OpenMP 5.2).
+                _ => hp,
             };
             tgt.wrapping_add(off)
         };
+        last_param = (i, w);
         push(w, &mut nw, &mut heap);
+    }
+    if !packed.is_empty() && !failed {
+        failed = !pack_firstprivates(d, info, &packed, &mut privates, &mut stack, &mut heap);
     }
     if failed {
         msg::error("Failed to process data before launching the kernel.");

@@ -1,4 +1,3 @@
-// KNOWN-DIFF: firstprivate copies <= 1024 bytes are packed into one transfer; copy-line Name comes from the neighbouring table entry (or unknown)
 // ENV: LIBOMPTARGET_INFO=32
 // COMPARE-STDERR
 // data-transfer INFO lines of firstprivate copies: small ones are packed into one transfer, names come from the table

@@ -1,4 +1,3 @@
-// KNOWN-DIFF: target update INFO: header text 'Updating data within the OpenMP data region', missing 'Mapping exists ... (update suppressed)' lookup line, copy Name must be the table entry's name; omp_target_is_present prints a Size=1 'Mapping exists' line
 // ENV: LIBOMPTARGET_INFO=-1
 // COMPARE-STDERR
 // INFO output of target update on sections/members of larger entries and of presence queries

@@ -1,4 +1,3 @@
-// KNOWN-DIFF: lambda by-reference captures (MEMBER_OF|PTR_AND_OBJ|LITERAL|IMPLICIT of a firstprivate lambda) are not re-pointed to the device copies
 // CXX
 // lambdas capturing by reference used inside target regions (captured pointers re-targeted to device copies)
 #include <cstdio>

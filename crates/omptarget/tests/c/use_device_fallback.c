@@ -1,4 +1,3 @@
-// KNOWN-DIFF: use_device_ptr/use_device_addr of unmapped storage must return the host address (OpenMP 5.1), not NULL / device-offset garbage
 // use_device_ptr / use_device_addr of storage that is not mapped: OpenMP 5.1 keeps the host address
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,3 @@
-// KNOWN-DIFF: under unified_shared_memory explicit maps create no table entries in LLVM 22 ('Return HstPtrBegin ... for unified shared memory'; is_present 0, get_mapped_ptr NULL)
 // ENV: LIBOMPTARGET_INFO=-1
 // COMPARE-STDERR
 // unified_shared_memory: explicit maps of host storage create no map entries (presence, mapped pointer, INFO)

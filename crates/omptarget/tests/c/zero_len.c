@@ -1,4 +1,4 @@
-// KNOWN-DIFF: INFO: missing 'variable X does not have a valid device counterpart' for unmapped zero-length sections; spurious pointee 'Mapping exists' from ATTACH entries that are not attached; entry pending deletion still visible to later exit lookups
+// KNOWN-DIFF: INFO: on exit of target data map(tofrom: bp[0:0], big) the bp[0:0] lookup must still find big pending deletion (Mapping exists ... Size=0, DynRefCount=0 (decremented)) and Removing map entry shows Size=0
 // ENV: LIBOMPTARGET_INFO=-1
 // COMPARE-STDERR
 // zero-length sections: on NULL, on mapped storage (inside and at the end), in enter/exit data, with present

@@ -1,4 +1,3 @@
-// KNOWN-DIFF: kernel argument of an unmapped zero-length section must be the host address (OpenMP 5.2), not NULL
 // zero-length sections of pointers whose storage is not mapped: the kernel sees the host address (OpenMP 5.2)
 #include <stdio.h>
 #include <stdlib.h>
