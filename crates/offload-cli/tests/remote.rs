@@ -503,22 +503,44 @@ fn the_server_survives_garbage_and_crashing_clients() {
     rt.devices()[0].free(p).unwrap();
 }
 
-/// An unmodified clang-22 OpenMP program, run on our libomptarget with only
-/// the remote plugin: its target region runs in the server process.
-#[test]
-fn openmp_target_regions_run_in_the_server_process() {
+/// Build an OpenMP offload program with clang-22, or None (with a note) when
+/// the workspace's libomptarget.so has not been built yet.
+fn build_openmp(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_offload"))
         .parent()
         .unwrap()
         .to_path_buf();
     if !bin_dir.join("libomptarget.so").exists() {
         eprintln!("skipped: build the workspace first (cargo build --workspace) so libomptarget.so exists");
-        return;
+        return None;
     }
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    let ok = Command::new("clang-22")
+        .args([
+            "-fopenmp",
+            "-fopenmp-targets=x86_64-unknown-linux-gnu",
+            "-O1",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "clang-22 failed on {name}.c");
+    Some(exe)
+}
+
+/// An unmodified clang-22 OpenMP program, run on our libomptarget with only
+/// the remote plugin: its target region runs in the server process.
+#[test]
+fn openmp_target_regions_run_in_the_server_process() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("pid.c");
-    std::fs::write(
-        &src,
+    let Some(exe) = build_openmp(
+        dir.path(),
+        "pid",
         r#"#include <stdio.h>
 #include <unistd.h>
 #include <omp.h>
@@ -537,22 +559,9 @@ int main(void) {
   return dev == host;
 }
 "#,
-    )
-    .unwrap();
-    let exe = dir.path().join("pid");
-    let ok = Command::new("clang-22")
-        .args([
-            "-fopenmp",
-            "-fopenmp-targets=x86_64-unknown-linux-gnu",
-            "-O1",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    ) else {
+        return;
+    };
     // As many devices as LLVM's host plugin reports, so the outputs compare.
     let server = Server::start_full(Some("omp"), &[], 4);
     let ours = Command::new(env!("CARGO_BIN_EXE_offload"))
@@ -621,18 +630,10 @@ fn copies_of_more_than_a_gibibyte() {
 /// program with an error (default policy = mandatory), within 30 seconds.
 #[test]
 fn an_openmp_program_fails_cleanly_when_its_server_dies() {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_offload"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    if !bin_dir.join("libomptarget.so").exists() {
-        eprintln!("skipped: build the workspace first (cargo build --workspace) so libomptarget.so exists");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("loop.c");
-    std::fs::write(
-        &src,
+    let Some(exe) = build_openmp(
+        dir.path(),
+        "loop",
         r#"#include <stdio.h>
 #include <unistd.h>
 int main(void) {
@@ -647,22 +648,9 @@ int main(void) {
   return 0;
 }
 "#,
-    )
-    .unwrap();
-    let exe = dir.path().join("loop");
-    let ok = Command::new("clang-22")
-        .args([
-            "-fopenmp",
-            "-fopenmp-targets=x86_64-unknown-linux-gnu",
-            "-O1",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    ) else {
+        return;
+    };
     let mut server = Server::start(None);
     let mut child = Command::new(env!("CARGO_BIN_EXE_offload"))
         .arg("exec")

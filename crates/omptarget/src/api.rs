@@ -199,37 +199,38 @@ pub fn memset(p: *mut c_void, val: i32, n: usize, dev: i64) -> *mut c_void {
     p
 }
 
+/// Look one byte up in `d`'s table the way LLVM's API routines do: the
+/// device address if it is mapped, with the "Mapping exists" INFO line.
+fn lookup_byte(d: &DevState, p: u64) -> Option<u64> {
+    d.ensure_loaded();
+    let t = d.table_read();
+    let Some((k, Found::Contained)) = t.lookup(p, 1) else {
+        return None;
+    };
+    let e = t.get(k).unwrap();
+    let tgt = e.tgt_of(p);
+    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+        msg::dev_info(
+            d.id,
+            &format!(
+                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
+                msg::P(p),
+                msg::P(tgt),
+                msg::rc_str(e.dyn_rc),
+                msg::rc_str(e.hold_rc)
+            ),
+        );
+    }
+    Some(tgt)
+}
+
 pub fn is_present(p: *const c_void, dev: i64) -> i32 {
     if p.is_null() {
         return 0;
     }
     match checked_device(dev) {
         None => 1,
-        Some(d) => {
-            d.ensure_loaded();
-            let t = d.table_read();
-            match t.lookup(p as u64, 1) {
-                Some((k, Found::Contained)) => {
-                    // LLVM looks the byte up like a map would, and says so.
-                    let e = t.get(k).unwrap();
-                    let tgt = e.tgt_of(p as u64);
-                    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
-                        msg::dev_info(
-                            d.id,
-                            &format!(
-                                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
-                                msg::P(p as u64),
-                                msg::P(tgt),
-                                msg::rc_str(e.dyn_rc),
-                                msg::rc_str(e.hold_rc)
-                            ),
-                        );
-                    }
-                    1
-                }
-                _ => 0,
-            }
-        }
+        Some(d) => lookup_byte(d, p as u64).is_some() as i32,
     }
 }
 
@@ -237,33 +238,10 @@ pub fn mapped_ptr(p: *const c_void, dev: i64) -> *mut c_void {
     if p.is_null() {
         return std::ptr::null_mut();
     }
+    // Unlike the other routines, a bad device here is just "not mapped".
     match api_device(dev) {
         Ok(None) => p as *mut c_void,
-        Ok(Some(d)) => {
-            d.ensure_loaded();
-            let t = d.table_read();
-            match t.lookup(p as u64, 1) {
-                Some((k, Found::Contained)) => {
-                    let e = t.get(k).unwrap();
-                    let tgt = e.tgt_of(p as u64);
-                    // LLVM looks the byte up like a map would, and says so.
-                    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
-                        msg::dev_info(
-                            d.id,
-                            &format!(
-                                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
-                                msg::P(p as u64),
-                                msg::P(tgt),
-                                msg::rc_str(e.dyn_rc),
-                                msg::rc_str(e.hold_rc)
-                            ),
-                        );
-                    }
-                    tgt as *mut c_void
-                }
-                _ => std::ptr::null_mut(),
-            }
-        }
+        Ok(Some(d)) => lookup_byte(d, p as u64).map_or(std::ptr::null_mut(), |t| t as *mut c_void),
         Err(()) => std::ptr::null_mut(),
     }
 }
