@@ -1,4 +1,5 @@
 // ENV-VARIANTS: OMP_DEFAULT_DEVICE=0 | OMP_DEFAULT_DEVICE=2 | OMP_DEFAULT_DEVICE=3 | OMP_DEFAULT_DEVICE=4
+// NO-REMOTE: omp_get_device_num() inside a region asks the OpenMP runtime of the process that runs it (the server's)
 // device() clauses on several devices, default device from the environment, omp_get_device_num in regions,
 // per-device mapping tables, omp_set_default_device
 #include <omp.h>

@@ -1,4 +1,5 @@
 // ENV: LIBOMPTARGET_INFO=-1
+// NO-REMOTE: libomp's team-size warning is printed by the process that runs the kernel (the server)
 // COMPARE-STDERR
 // INFO output of a non-trivial program: teams loops, reductions, nested data regions, struct members, nowait
 #include <stdio.h>

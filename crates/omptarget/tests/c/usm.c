@@ -1,4 +1,5 @@
 // requires unified_shared_memory: host pointers used directly, close forces copies, malloc'd data without maps
+// NO-REMOTE: unified shared memory needs host and device to share one address space
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>

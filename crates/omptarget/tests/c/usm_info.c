@@ -1,4 +1,5 @@
 // ENV: LIBOMPTARGET_INFO=-1
+// NO-REMOTE: unified shared memory needs host and device to share one address space
 // COMPARE-STDERR
 // unified_shared_memory: explicit maps of host storage create no map entries (presence, mapped pointer, INFO)
 #include <omp.h>
