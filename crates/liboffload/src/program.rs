@@ -15,10 +15,10 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex};
 
-use offload_core::plugin::{KernelArgs, LaunchConfig};
+use offload_core::plugin::{self, KernelArgs, LaunchConfig};
 
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
-use crate::handles::{context, DeviceKind, Program, Symbol, SymbolKind};
+use crate::handles::{context, Context, Device, DeviceKind, Program, Symbol, SymbolKind};
 use crate::queue::finish;
 use crate::types::*;
 
@@ -184,6 +184,34 @@ fn config_from(ls: &ol_kernel_launch_size_args_t) -> OlResult<LaunchConfig> {
     })
 }
 
+/// The symbol `kernel`, checked to be a kernel of a program of `dev`; the
+/// symbol keeps the kernel's program loaded.
+fn kernel_symbol(
+    ctx: &Context,
+    dev: &Device,
+    kernel: ol_symbol_handle_t,
+) -> OlResult<(Arc<Symbol>, Arc<dyn plugin::Kernel>)> {
+    let sym = ctx.symbol(kernel, "Kernel")?;
+    let SymbolKind::Kernel(k) = &sym.kind else {
+        return Err(err(
+            ErrorCode::SymbolKind,
+            format!("Kernel {kernel:p} is a global variable, not a kernel"),
+        ));
+    };
+    if sym.device != dev.index {
+        return Err(err(
+            ErrorCode::InvalidDevice,
+            format!(
+                "kernel {kernel:p} belongs to a program of {}, not of {}",
+                ctx.devices[sym.device].label(),
+                dev.label()
+            ),
+        ));
+    }
+    let k = k.clone();
+    Ok((sym, k))
+}
+
 pub unsafe fn launch_kernel(
     queue: ol_queue_handle_t,
     device: ol_device_handle_t,
@@ -204,23 +232,7 @@ pub unsafe fn launch_kernel(
     check_handle(kernel, "Kernel")?;
     check_ptr(launch, "LaunchSizeArgs")?;
     let dev = ctx.device(device, "Device")?;
-    let sym = ctx.symbol(kernel, "Kernel")?;
-    let SymbolKind::Kernel(k) = &sym.kind else {
-        return Err(err(
-            ErrorCode::SymbolKind,
-            format!("Kernel {kernel:p} is a global variable, not a kernel"),
-        ));
-    };
-    if sym.device != dev.index {
-        return Err(err(
-            ErrorCode::InvalidDevice,
-            format!(
-                "kernel {kernel:p} belongs to a program of {}, not of {}",
-                ctx.devices[sym.device].label(),
-                dev.label()
-            ),
-        ));
-    }
+    let (sym, k) = kernel_symbol(&ctx, dev, kernel)?;
     let config = config_from(&*launch)?;
     check_limits(dev, &config)?;
     let bytes: &[u8] = if args_size == 0 {
@@ -318,19 +330,7 @@ pub unsafe fn optimal_occupancy(
     check_handle(kernel, "Kernel")?;
     check_ptr(group_size, "GroupSize")?;
     let dev = ctx.device(device, "Device")?;
-    let sym = ctx.symbol(kernel, "Kernel")?;
-    let SymbolKind::Kernel(k) = &sym.kind else {
-        return Err(err(
-            ErrorCode::SymbolKind,
-            format!("Kernel {kernel:p} is a global variable, not a kernel"),
-        ));
-    };
-    if sym.device != dev.index {
-        return Err(err(
-            ErrorCode::InvalidDevice,
-            format!("kernel {kernel:p} does not belong to {}", dev.label()),
-        ));
-    }
+    let (_sym, k) = kernel_symbol(&ctx, dev, kernel)?;
     let limit = dev.core().map_or(1, |c| c.info().group_memory_bytes);
     if shared_memory as u64 > limit {
         return Err(err(
