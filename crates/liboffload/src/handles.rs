@@ -1,10 +1,15 @@
 //! Library state and handle registries.
 //!
-//! `olInit` (reference counted) builds a [`Context`]: a fresh core
-//! [`Runtime`] with every built-in plugin, one platform per plugin that has
-//! devices plus the synthetic "Host" platform, and their devices. The last
-//! `olShutDown` drops it, which destroys every queue, event and program still
-//! alive, frees every allocation and deinitialises the plugins.
+//! `olInit` (reference counted) builds a [`Context`] over the process's one
+//! core [`Runtime`] (shared with the OpenMP face when both live in one
+//! library): one platform per plugin that has devices plus the synthetic
+//! "Host" platform, and their devices (ol device N is runtime device N; the
+//! host device comes last). The last `olShutDown` drops the context, which
+//! destroys every queue, event and program still alive and frees every
+//! allocation made through the ol* API.
+//!
+//! This face keeps handles only: memory is in the core's allocation index
+//! (owner [`OL_OWNER`]), queues and events are core queues and events.
 //!
 //! Every handle is the address of one of our own objects, but it is never
 //! dereferenced before it has been found in the registry of its kind:
@@ -14,15 +19,17 @@
 //! never a crash. Looking a handle up clones an `Arc`, so an object destroyed
 //! by another thread stays alive until the call using it returns.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use offload_core::plugin::{self, AllocKind, Backend, DevicePtr};
-use offload_core::{Config, Runtime};
+use offload_core::plugin::{AllocKind, Backend, DevicePtr};
+use offload_core::{Owner, Runtime};
 
 use crate::error::{err, uninitialized, ErrorCode, OlResult};
 use crate::types::*;
-use crate::worker::Worker;
+
+/// Owner of every allocation and registration made through the ol* API.
+pub const OL_OWNER: Owner = Owner(1);
 
 /// Reference count of `olInit` calls; guards creation and teardown.
 static REFS: Mutex<usize> = Mutex::new(0);
@@ -75,11 +82,7 @@ pub struct Platform {
 /// What backs a device handle.
 pub enum DeviceKind {
     /// A device of a plugin: runs programs.
-    Plugin {
-        core: Arc<offload_core::Device>,
-        /// Used for work given with a NULL queue.
-        default_queue: Arc<dyn plugin::Queue>,
-    },
+    Plugin { core: Arc<offload_core::Device> },
     /// The `OL_DEVICE_TYPE_HOST` device: names host memory in copies;
     /// allocations are host memory, queues run work synchronously, and it
     /// loads no programs.
@@ -119,39 +122,36 @@ impl Device {
 
 pub struct Queue {
     pub device: usize,
-    /// The plugin queue the worker drives; None on the host device (its
-    /// worker copies, fills and calls host functions itself).
-    pub raw: Option<Arc<dyn plugin::Queue>>,
-    /// Runs the queue's operations in order, off the caller's thread.
-    pub worker: Arc<Worker>,
+    pub core: offload_core::Queue,
 }
 
 pub struct Event {
     /// Handle value of the queue the event was recorded on.
     pub queue: usize,
-    /// That queue's worker (it outlives the queue handle).
-    pub worker: Arc<Worker>,
-    /// Complete once the worker has run this many operations.
-    pub position: u64,
+    pub core: offload_core::Event,
 }
 
 pub struct Program {
     pub device: usize,
-    pub raw: Arc<dyn plugin::Program>,
+    pub core: Arc<offload_core::Program>,
     /// Symbols handed out, by (name, kind): repeated lookups return the same handle.
     pub symbols: Mutex<HashMap<(String, u32), usize>>,
 }
 
 pub enum SymbolKind {
-    Kernel(Arc<dyn plugin::Kernel>),
-    Global { addr: DevicePtr, size: u64 },
+    /// A kernel: it keeps its program loaded (queued launches too).
+    Kernel(Arc<offload_core::Kernel>),
+    Global {
+        addr: DevicePtr,
+        size: u64,
+        /// Keeps the global's program loaded.
+        program: Arc<offload_core::Program>,
+    },
 }
 
 pub struct Symbol {
     pub device: usize,
     pub program: usize,
-    /// The loaded program: queued launches keep it alive.
-    pub loaded: Arc<dyn plugin::Program>,
     pub kind: SymbolKind,
 }
 
@@ -164,15 +164,8 @@ impl Symbol {
     }
 }
 
-/// A live olMemAlloc allocation.
-#[derive(Debug, Clone, Copy)]
-pub struct Allocation {
-    pub size: usize,
-    pub kind: ol_alloc_type_t,
-    pub device: usize,
-}
-
-/// A live olMemRegister registration.
+/// A live olMemRegister registration (the core files the range; this
+/// counts its users).
 #[derive(Debug, Clone, Copy)]
 pub struct Registration {
     pub device: usize,
@@ -228,19 +221,14 @@ impl<T> Registry<T> {
 }
 
 pub struct Context {
-    pub runtime: Runtime,
+    pub runtime: &'static Runtime,
     pub platforms: Vec<Box<Platform>>,
     pub devices: Vec<Box<Device>>,
     pub queues: Registry<Queue>,
     pub events: Registry<Event>,
     pub programs: Registry<Program>,
     pub symbols: Registry<Symbol>,
-    /// Every live olMemAlloc allocation, by base address.
-    pub allocations: Mutex<BTreeMap<usize, Allocation>>,
     pub registrations: Mutex<Vec<Registration>>,
-    /// Worker threads of destroyed queues (still running their last work;
-    /// joined at teardown, finished ones pruned when more are added).
-    pub retired: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 /// The API version as LLVM prints it in platform versions.
@@ -260,7 +248,7 @@ fn plugin_platform(name: &str, backend: Backend) -> Platform {
 
 impl Context {
     fn new() -> Context {
-        let runtime = Runtime::new(Config::get().clone(), &offload::builtin_plugins());
+        let runtime = offload_plugins::runtime();
         let mut platforms: Vec<Box<Platform>> = Vec::new();
         let mut devices: Vec<Box<Device>> = Vec::new();
         for (plugin, range) in runtime.plugins() {
@@ -271,20 +259,11 @@ impl Context {
             let platform = platforms.len();
             platforms.push(Box::new(plugin_platform(plugin.name(), backend)));
             for id in range {
-                let core = runtime.devices()[id].clone();
-                let default_queue = match core.create_queue() {
-                    Ok(q) => q,
-                    Err(e) => {
-                        tracing::warn!(device = core.label(), error = %e, "no default queue; device skipped");
-                        continue;
-                    }
-                };
                 devices.push(Box::new(Device {
                     index: devices.len(),
                     platform,
                     kind: DeviceKind::Plugin {
-                        core,
-                        default_queue,
+                        core: runtime.devices()[id].clone(),
                     },
                 }));
             }
@@ -310,65 +289,36 @@ impl Context {
             events: Registry::default(),
             programs: Registry::default(),
             symbols: Registry::default(),
-            allocations: Mutex::new(BTreeMap::new()),
             registrations: Mutex::new(Vec::new()),
-            retired: Mutex::new(Vec::new()),
         }
     }
 
-    /// Release everything (last olShutDown). Objects still referenced by
-    /// calls in flight on other threads are dropped when those calls return.
+    /// Release everything made through this API (last olShutDown). Objects
+    /// still referenced by calls in flight on other threads are dropped when
+    /// those calls return. The runtime itself lives on (other faces of the
+    /// process may use it).
     fn teardown(&self) {
-        // Drain every queue (destroyed ones too) and join its worker before
-        // anything their work may touch goes away.
-        let mut threads =
-            std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        // Close every queue (destroyed ones were closed already) and wait
+        // for their work before anything it may touch goes away.
         for q in self.queues.drain() {
-            let (thread, _) = q.worker.close();
-            threads.extend(thread);
+            let _ = q.core.close();
         }
-        for t in threads {
-            crate::worker::join(t);
-        }
-        for q in self.queues.drain() {
-            // Created by a call that raced with the shutdown.
-            let (thread, _) = q.worker.close();
-            if let Some(t) = thread {
-                crate::worker::join(t);
-            }
-        }
+        offload_core::queue::join_closed_queues();
         self.events.drain();
         self.symbols.drain();
         self.programs.drain();
-        let allocations =
-            std::mem::take(&mut *self.allocations.lock().unwrap_or_else(|e| e.into_inner()));
-        for (base, a) in allocations {
-            match self.devices[a.device].core() {
-                Some(core) => {
-                    let _ = core.free(DevicePtr(base as u64));
-                }
-                // SAFETY: host-device allocations come from posix_memalign.
-                None => unsafe { libc::free(base as *mut libc::c_void) },
+        for d in self.runtime.devices() {
+            for a in d.allocations_of(OL_OWNER) {
+                let _ = d.free(a.base);
             }
         }
-        self.registrations
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        self.runtime.shutdown();
-    }
-
-    /// Keep a destroyed queue's worker thread until teardown.
-    pub fn retire(&self, thread: std::thread::JoinHandle<()>) {
-        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
-        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *retired)
-            .into_iter()
-            .partition(|t| t.is_finished());
-        *retired = running;
-        retired.push(thread);
-        drop(retired);
-        for t in done {
-            crate::worker::join(t);
+        self.runtime.free_host_of(OL_OWNER);
+        let regs =
+            std::mem::take(&mut *self.registrations.lock().unwrap_or_else(|e| e.into_inner()));
+        for r in regs {
+            if let Some(core) = self.devices[r.device].core() {
+                let _ = core.unregister_host_range(DevicePtr(r.base as u64));
+            }
         }
     }
 
@@ -448,11 +398,15 @@ impl Context {
         })
     }
 
-    /// The allocation containing `ptr` (interior pointers included).
-    pub fn find_allocation(&self, ptr: usize) -> Option<(usize, Allocation)> {
-        let allocs = self.allocations.lock().unwrap_or_else(|e| e.into_inner());
-        let (&base, &a) = allocs.range(..=ptr).next_back()?;
-        (ptr < base + a.size.max(1)).then_some((base, a))
+    /// The live range containing `ptr` (interior pointers included) and
+    /// the index of the ol device it belongs to.
+    pub fn find_allocation(&self, ptr: usize) -> Option<(usize, offload_core::Allocation)> {
+        let (dev, a) = self.runtime.find_allocation(DevicePtr(ptr as u64))?;
+        let index = match dev {
+            Some(d) => d.id(),
+            None => self.devices.len() - 1,
+        };
+        Some((index, a))
     }
 }
 

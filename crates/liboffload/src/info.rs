@@ -318,7 +318,7 @@ pub unsafe fn queue_info(h: ol_queue_handle_t, prop: ol_queue_info_t, out: Out) 
     let q = ctx.queue(h)?;
     let v = match prop {
         ol_queue_info_t::OL_QUEUE_INFO_DEVICE => Value::Ptr(ctx.device_handle(q.device) as usize),
-        ol_queue_info_t::OL_QUEUE_INFO_EMPTY => Value::Bool(q.worker.is_empty()),
+        ol_queue_info_t::OL_QUEUE_INFO_EMPTY => Value::Bool(q.core.is_idle()?),
         _ => return Err(bad_enum("getQueueInfo", prop.0)),
     };
     out.deliver(v, prop.name().unwrap_or("?"))
@@ -332,7 +332,7 @@ pub unsafe fn event_info(h: ol_event_handle_t, prop: ol_event_info_t, out: Out) 
     let e = ctx.event(h)?;
     let v = match prop {
         ol_event_info_t::OL_EVENT_INFO_QUEUE => Value::Ptr(e.queue),
-        ol_event_info_t::OL_EVENT_INFO_IS_COMPLETE => Value::Bool(e.worker.reached(e.position)),
+        ol_event_info_t::OL_EVENT_INFO_IS_COMPLETE => Value::Bool(e.core.is_complete()?),
         _ => return Err(bad_enum("getEventInfo", prop.0)),
     };
     out.deliver(v, prop.name().unwrap_or("?"))
@@ -377,17 +377,20 @@ pub unsafe fn mem_info(ptr: *const c_void, prop: ol_mem_info_t, out: Out) -> OlR
     out.check_size()?;
     check_ptr(ptr, "Ptr")?;
     out.check_args()?;
-    let (base, a) = ctx.find_allocation(ptr as usize).ok_or_else(|| {
+    let found = ctx
+        .find_allocation(ptr as usize)
+        .filter(|(_, a)| matches!(a.origin, offload_core::Origin::Alloc(_)));
+    let (device, a) = found.ok_or_else(|| {
         err(
             ErrorCode::NotFound,
             format!("allocated memory information not found: {ptr:p} is not inside an olMemAlloc allocation"),
         )
     })?;
     let v = match prop {
-        ol_mem_info_t::OL_MEM_INFO_DEVICE => Value::Ptr(ctx.device_handle(a.device) as usize),
-        ol_mem_info_t::OL_MEM_INFO_BASE => Value::Ptr(base),
+        ol_mem_info_t::OL_MEM_INFO_DEVICE => Value::Ptr(ctx.device_handle(device) as usize),
+        ol_mem_info_t::OL_MEM_INFO_BASE => Value::Ptr(a.base.0 as usize),
         ol_mem_info_t::OL_MEM_INFO_SIZE => Value::Usize(a.size),
-        ol_mem_info_t::OL_MEM_INFO_TYPE => Value::U32(a.kind.0),
+        ol_mem_info_t::OL_MEM_INFO_TYPE => Value::U32(a.kind as u32),
         _ => return Err(bad_enum("getMemInfo", prop.0)),
     };
     out.deliver(v, prop.name().unwrap_or("?"))

@@ -1,22 +1,21 @@
 //! olMemAlloc / olMemFree / olMemcpy / olMemFill / olMemRegister / olMemUnregister.
 //!
-//! Every allocation is recorded in the context's table (base -> size, type,
-//! device), which answers olGetMemInfo for interior pointers and lets
-//! olMemFree find the owning device and reject double frees, interior and
-//! foreign pointers. Host-device allocations are `posix_memalign`
-//! memory; plugin-device allocations go through the core device (caching
-//! allocator and its own allocation table).
+//! Memory lives in the core: plugin-device allocations in the device's
+//! allocation index (caching allocator in front), host-device allocations in
+//! the runtime's host-memory index, both with owner [`OL_OWNER`]. So
+//! olGetMemInfo answers for interior pointers, olMemFree rejects double,
+//! interior and foreign frees, and every copy and fill is checked against
+//! the allocation it names before anything moves. Copies are decided by
+//! [`offload_core::Runtime::copy`].
 
 use std::ffi::c_void;
 
 use offload_core::plugin::DevicePtr;
+use offload_core::Location;
 
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
-use crate::handles::{alloc_kind, context, Allocation, Context, DeviceKind, Registration};
-use crate::queue::{finish, submit};
+use crate::handles::{alloc_kind, context, Context, Device, DeviceKind, Registration, OL_OWNER};
 use crate::types::*;
-
-const HOST_ALIGN: usize = 64;
 
 pub unsafe fn alloc(
     device: ol_device_handle_t,
@@ -38,75 +37,47 @@ pub unsafe fn alloc(
         )
     })?;
     let base = match dev.core() {
-        Some(core) => core.alloc(size, core_kind)?.0 as usize,
-        None => {
-            let mut p: *mut c_void = std::ptr::null_mut();
-            if libc::posix_memalign(&mut p, HOST_ALIGN, size) != 0 || p.is_null() {
-                return Err(err(
-                    ErrorCode::OutOfResources,
-                    format!("host allocation of {size} bytes failed"),
-                ));
-            }
-            p as usize
-        }
+        Some(core) => core.alloc_for(size, core_kind, OL_OWNER)?.0 as *mut c_void,
+        None => ctx.runtime.alloc_host(size, core_kind, OL_OWNER)? as *mut c_void,
     };
-    ctx.allocations
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            base,
-            Allocation {
-                size,
-                kind,
-                device: dev.index,
-            },
-        );
-    out.write(base as *mut c_void);
+    out.write(base);
     Ok(())
 }
 
 pub unsafe fn free(address: *mut c_void) -> OlResult {
     let ctx = context()?;
     check_ptr(address, "Address")?;
-    let base = address as usize;
-    let removed = {
-        let mut allocs = ctx.allocations.lock().unwrap_or_else(|e| e.into_inner());
-        match allocs.remove(&base) {
-            Some(a) => a,
-            None => {
-                let inside = allocs
-                    .range(..=base)
-                    .next_back()
-                    .filter(|(b, a)| base < **b + a.size)
-                    .map(|(b, a)| (*b, a.size));
-                let msg = match inside {
-                    Some((b, size)) => format!(
-                        "address is not a known allocation: {address:p} points inside the {size}-byte allocation at {:#x}; free its base address",
-                        b
-                    ),
-                    None => format!(
-                        "address is not a known allocation: {address:p} was not returned by olMemAlloc or was already freed (double free or foreign pointer)"
-                    ),
-                };
-                return Err(err(ErrorCode::InvalidArgument, msg));
-            }
-        }
+    let ptr = DevicePtr(address as usize as u64);
+    let unknown = || {
+        err(
+            ErrorCode::InvalidArgument,
+            format!(
+                "address is not a known allocation: {address:p} was not returned by olMemAlloc or was already freed (double free or foreign pointer)"
+            ),
+        )
     };
-    match ctx.devices[removed.device].core() {
-        Some(core) => core.free(DevicePtr(base as u64)),
-        None => {
-            libc::free(address);
-            Ok(())
-        }
+    let (device, a) = ctx.find_allocation(address as usize).ok_or_else(unknown)?;
+    if a.base != ptr {
+        return Err(err(
+            ErrorCode::InvalidArgument,
+            format!(
+                "address is not a known allocation: {address:p} points inside the {}-byte allocation at {}; free its base address",
+                a.size, a.base
+            ),
+        ));
+    }
+    match ctx.devices[device].core() {
+        Some(core) => core.free(ptr),
+        None => ctx.runtime.free_host(ptr),
     }
 }
 
-/// Bytes `[ptr, ptr+size)` as a slice of host memory.
-///
-/// # Safety
-/// The caller guarantees the range is readable.
-unsafe fn host_slice<'a>(ptr: *const c_void, size: usize) -> &'a [u8] {
-    std::slice::from_raw_parts(ptr.cast::<u8>(), size)
+/// Where `ptr` given with `dev` lives, for [`offload_core::Runtime::copy`].
+fn location(dev: &Device, ptr: *const c_void) -> Location {
+    match dev.core() {
+        Some(core) => Location::Device(core.id(), DevicePtr(ptr as usize as u64)),
+        None => Location::Host(ptr.cast()),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -142,73 +113,20 @@ pub unsafe fn memcpy(
     if size == 0 {
         return Ok(());
     }
-    // With a queue the copy runs on its worker, after the queue's earlier
-    // work, through the plugin queue when that belongs to the device whose
-    // memory is named (else through the core device); without one, now.
-    let q = q.as_deref();
-    let raw_for = |dev: usize| q.filter(|q| q.device == dev).and_then(|q| q.raw.clone());
-    let (d, s) = (dst as usize, src as usize);
-    match (&sdev.kind, &ddev.kind) {
-        (DeviceKind::Host, DeviceKind::Host) => submit(q, move || {
-            // SAFETY: the caller names `size` valid bytes at both addresses.
-            unsafe { std::ptr::copy(s as *const u8, d as *mut u8, size) };
-            Ok(())
-        }),
-        (DeviceKind::Host, DeviceKind::Plugin { core, .. }) => {
-            let (raw, core) = (raw_for(ddev.index), core.clone());
-            submit(q, move || unsafe {
-                // SAFETY: as above.
-                match raw {
-                    Some(raw) => finish(
-                        &*raw,
-                        raw.copy_to_device(DevicePtr(d as u64), s as *const u8, size),
-                    ),
-                    None => core.copy_to_device(DevicePtr(d as u64), s as *const u8, size),
-                }
-            })
-        }
-        (DeviceKind::Plugin { core, .. }, DeviceKind::Host) => {
-            let (raw, core) = (raw_for(sdev.index), core.clone());
-            submit(q, move || unsafe {
-                // SAFETY: as above.
-                match raw {
-                    Some(raw) => finish(
-                        &*raw,
-                        raw.copy_from_device(d as *mut u8, DevicePtr(s as u64), size),
-                    ),
-                    None => core.copy_from_device(d as *mut u8, DevicePtr(s as u64), size),
-                }
-            })
-        }
-        (DeviceKind::Plugin { core: sc, .. }, DeviceKind::Plugin { core: dc, .. }) => {
-            let raw = if sdev.index == ddev.index {
-                raw_for(sdev.index)
-            } else {
-                None
-            };
-            let (sc, dc) = (sc.clone(), dc.clone());
-            submit(q, move || match raw {
-                Some(raw) => finish(
-                    &*raw,
-                    raw.copy_within(DevicePtr(d as u64), DevicePtr(s as u64), size),
-                ),
-                None => sc.copy_to(&dc, DevicePtr(d as u64), DevicePtr(s as u64), size),
-            })
-        }
-    }
+    ctx.runtime.copy(
+        location(ddev, dst),
+        location(sdev, src),
+        size,
+        q.as_deref().map(|q| &q.core),
+    )
 }
 
-/// Fill host memory with a repeated pattern.
-unsafe fn host_fill(dst: *mut u8, pattern: &[u8], size: usize) {
-    if pattern.len() == 1 {
-        std::ptr::write_bytes(dst, pattern[0], size);
-        return;
-    }
-    let mut off = 0;
-    while off < size {
-        std::ptr::copy_nonoverlapping(pattern.as_ptr(), dst.add(off), pattern.len());
-        off += pattern.len();
-    }
+/// Bytes `[ptr, ptr+size)` as a slice of host memory.
+///
+/// # Safety
+/// The caller guarantees the range is readable.
+unsafe fn host_slice<'a>(ptr: *const c_void, size: usize) -> &'a [u8] {
+    std::slice::from_raw_parts(ptr.cast::<u8>(), size)
 }
 
 pub unsafe fn fill(
@@ -233,14 +151,19 @@ pub unsafe fn fill(
         Some(ctx.queue(queue)?)
     };
     let pat = host_slice(pattern, pattern_size);
+    let dst = DevicePtr(ptr as usize as u64);
+    // Which device the memory lives on: the queue's, else the allocation's.
     let found = ctx.find_allocation(ptr as usize);
-    if let Some((base, a)) = found {
-        if ptr as usize + size > base + a.size {
+    if let Some((_, a)) = found {
+        if (ptr as usize)
+            .checked_add(size)
+            .is_none_or(|end| end as u64 > a.base.0 + a.size as u64)
+        {
             return Err(err(
                 ErrorCode::InvalidSize,
                 format!(
-                    "fill of {size} bytes at {ptr:p} runs past the end of its {}-byte allocation at {base:#x}",
-                    a.size
+                    "fill of {size} bytes at {ptr:p} runs past the end of its {}-byte allocation at {}",
+                    a.size, a.base
                 ),
             ));
         }
@@ -248,46 +171,22 @@ pub unsafe fn fill(
     if size == 0 {
         return Ok(());
     }
-    // Which device the memory lives on: the queue's, else the allocation's.
-    let device = match (&q, found) {
-        (Some(q), _) => q.device,
-        (None, Some((_, a))) => a.device,
-        (None, None) => {
-            return Err(err(
-                ErrorCode::InvalidArgument,
-                format!("{ptr:p} is not inside an olMemAlloc allocation; pass the queue of the device that owns it"),
-            ))
-        }
+    if let Some(q) = q {
+        return q.core.fill(dst, pat, size);
+    }
+    let Some((device, _)) = found else {
+        return Err(err(
+            ErrorCode::InvalidArgument,
+            format!("{ptr:p} is not inside an olMemAlloc allocation; pass the queue of the device that owns it"),
+        ));
     };
-    let dev = &ctx.devices[device];
-    let Some(q) = q else {
-        // No queue: now, in the calling thread.
-        return match &dev.kind {
-            DeviceKind::Host => {
-                host_fill(ptr.cast(), pat, size);
-                Ok(())
-            }
-            DeviceKind::Plugin { core, .. } => core.fill(DevicePtr(ptr as u64), pat, size),
-        };
-    };
-    // Queued: the pattern is copied now (the caller may reuse its buffer).
-    let pat = pat.to_vec();
-    let p = ptr as usize;
-    let op: Box<dyn FnOnce() -> OlResult + Send> = match (&dev.kind, q.raw.clone()) {
-        (DeviceKind::Host, _) => Box::new(move || {
-            // SAFETY: the caller names `size` writable bytes at `p`.
-            unsafe { host_fill(p as *mut u8, &pat, size) };
+    match &ctx.devices[device].kind {
+        DeviceKind::Host => {
+            offload_core::transfer::host_fill(ptr.cast(), pat, size);
             Ok(())
-        }),
-        (DeviceKind::Plugin { .. }, Some(raw)) => {
-            Box::new(move || finish(&*raw, raw.fill(DevicePtr(p as u64), &pat, size)))
         }
-        (DeviceKind::Plugin { core, .. }, None) => {
-            let core = core.clone();
-            Box::new(move || core.fill(DevicePtr(p as u64), &pat, size))
-        }
-    };
-    q.worker.enqueue(op)
+        DeviceKind::Plugin { core } => core.fill(dst, pat, size),
+    }
 }
 
 pub unsafe fn register(
@@ -311,7 +210,13 @@ pub unsafe fn register(
             format!("{} cannot register host memory", dev.label()),
         ));
     }
-    let (base, end) = (ptr as usize, ptr as usize + size);
+    let base = ptr as usize;
+    let end = base.checked_add(size).filter(|&e| e <= isize::MAX as usize).ok_or_else(|| {
+        err(
+            ErrorCode::InvalidSize,
+            format!("[{ptr:p}, +{size}) is not a range of host memory (it wraps around the address space)"),
+        )
+    })?;
     let mut regs = lock_regs(&ctx);
     for r in regs.iter_mut().filter(|r| r.device == dev.index) {
         let (rb, re) = (r.base, r.base + r.size);
@@ -330,6 +235,9 @@ pub unsafe fn register(
                 ),
             ));
         }
+    }
+    if let Some(core) = dev.core() {
+        core.register_host_range(DevicePtr(base as u64), size, OL_OWNER)?;
     }
     regs.push(Registration {
         device: dev.index,
@@ -367,7 +275,10 @@ pub unsafe fn unregister(device: ol_device_handle_t, ptr: *mut c_void) -> OlResu
         })?;
     regs[i].users -= 1;
     if regs[i].users == 0 {
-        regs.swap_remove(i);
+        let r = regs.swap_remove(i);
+        if let Some(core) = dev.core() {
+            core.unregister_host_range(DevicePtr(r.base as u64))?;
+        }
     }
     Ok(())
 }

@@ -15,11 +15,10 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex};
 
-use offload_core::plugin::{self, KernelArgs, LaunchConfig};
+use offload_core::plugin::{KernelArgs, LaunchConfig};
 
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
 use crate::handles::{context, Context, Device, DeviceKind, Program, Symbol, SymbolKind};
-use crate::queue::finish;
 use crate::types::*;
 
 pub unsafe fn is_valid_binary(
@@ -72,12 +71,12 @@ pub unsafe fn create_program(
         ));
     }
     let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size);
-    let raw = core
+    let loaded = core
         .load_program(bytes)
         .map_err(|e| e.context(format!("olCreateProgram on {}", core.label())))?;
     let h = ctx.programs.insert(Arc::new(Program {
         device: dev.index,
-        raw,
+        core: loaded,
         symbols: Mutex::new(HashMap::new()),
     }));
     out.write(h as ol_program_handle_t);
@@ -127,16 +126,19 @@ pub unsafe fn get_symbol(
         return Ok(());
     }
     let sym_kind = match kind {
-        ol_symbol_kind_t::OL_SYMBOL_KIND_KERNEL => SymbolKind::Kernel(p.raw.kernel(name)?),
+        ol_symbol_kind_t::OL_SYMBOL_KIND_KERNEL => SymbolKind::Kernel(p.core.kernel(name)?),
         _ => {
-            let (addr, size) = p.raw.global(name)?;
-            SymbolKind::Global { addr, size }
+            let (addr, size) = p.core.global(name)?;
+            SymbolKind::Global {
+                addr,
+                size,
+                program: p.core.clone(),
+            }
         }
     };
     let h = ctx.symbols.insert(Arc::new(Symbol {
         device: p.device,
         program: program as usize,
-        loaded: p.raw.clone(),
         kind: sym_kind,
     }));
     cache.insert((name.to_string(), kind.0), h);
@@ -190,7 +192,7 @@ fn kernel_symbol(
     ctx: &Context,
     dev: &Device,
     kernel: ol_symbol_handle_t,
-) -> OlResult<(Arc<Symbol>, Arc<dyn plugin::Kernel>)> {
+) -> OlResult<(Arc<Symbol>, Arc<offload_core::Kernel>)> {
     let sym = ctx.symbol(kernel, "Kernel")?;
     let SymbolKind::Kernel(k) = &sym.kind else {
         return Err(err(
@@ -240,12 +242,11 @@ pub unsafe fn launch_kernel(
     } else {
         std::slice::from_raw_parts(args.cast::<u8>(), args_size)
     };
-    let DeviceKind::Plugin { default_queue, .. } = &dev.kind else {
+    let DeviceKind::Plugin { core } = &dev.kind else {
         unreachable!("kernels only come from plugin devices");
     };
     if queue.is_null() {
-        default_queue.launch(k.as_ref(), KernelArgs::Packed(bytes), &config)?;
-        return default_queue.synchronize();
+        return core.launch(&k, KernelArgs::Packed(bytes), &config);
     }
     let q = ctx.queue(queue)?;
     if q.device != dev.index {
@@ -258,26 +259,11 @@ pub unsafe fn launch_kernel(
             ),
         ));
     }
-    let Some(raw) = q.raw.clone() else {
-        return Err(err(
-            ErrorCode::Unsupported,
-            "the host device runs no kernels",
-        ));
-    };
-    // Runs on the queue's worker: the argument buffer is copied now (the
-    // caller may reuse it as soon as we return), and the symbol keeps the
-    // kernel's program loaded until the launch has run even if the program
-    // is destroyed meanwhile.
-    let args = bytes.to_vec();
-    q.worker.enqueue(Box::new(move || {
-        let SymbolKind::Kernel(k) = &sym.kind else {
-            unreachable!("checked above");
-        };
-        finish(
-            &*raw,
-            raw.launch(k.as_ref(), KernelArgs::Packed(&args), &config),
-        )
-    }))
+    // The core copies the argument buffer (the caller may reuse it as soon
+    // as we return); the kernel keeps its program loaded until the launch
+    // has run, even if the program is destroyed meanwhile.
+    drop(sym);
+    q.core.launch(&k, KernelArgs::Packed(bytes), &config)
 }
 
 /// What the device would reject when the launch runs, checked now so that

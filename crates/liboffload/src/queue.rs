@@ -1,38 +1,32 @@
 //! Queues, events and host functions.
 //!
-//! Every ol queue is asynchronous and in-order: its operations (kernel
-//! launches through the plugin queue, copies, fills, host functions, waits
-//! on other queues' events) run on the queue's own worker thread
-//! ([`crate::worker`]), so the enqueuing call returns at once. An event is a
-//! position in its queue; olWaitEvents enqueues a wait for the positions of
-//! other queues' events (the caller is not blocked). Failures of queued
-//! operations are reported by the next olSyncQueue / olSyncEvent covering
-//! them. olDestroyQueue does not wait (as in LLVM 22, pending work still
-//! runs and the queue's events stay valid); the last olShutDown drains every
-//! queue and joins every worker.
+//! Every ol queue is a core [`offload_core::Queue`]: asynchronous and
+//! in-order. On plugins with real queues (remote) operations go straight to
+//! the plugin's queue and keep its pipelining; on plugins that complete work
+//! inline (host, sim) and on the host device the core's executor runs them
+//! on the queue's own thread, so the enqueuing call returns at once. An
+//! event is a core event; olWaitEvents makes the queue's later work wait
+//! (the caller is not blocked). Failures of queued operations are reported
+//! by the next olSyncQueue / olSyncEvent covering them. olDestroyQueue does
+//! not wait (as in LLVM 22, pending work still runs and the queue's events
+//! stay valid); the last olShutDown drains every queue.
 
 use std::ffi::c_void;
 use std::sync::Arc;
 
 use crate::error::{check_handle, check_ptr, OlResult};
-use crate::handles::{context, DeviceKind, Event, Queue};
+use crate::handles::{context, Event, Queue};
 use crate::types::*;
-use crate::worker::Worker;
 
 pub unsafe fn create_queue(device: ol_device_handle_t, out: *mut ol_queue_handle_t) -> OlResult {
     let ctx = context()?;
     check_handle(device, "Device")?;
     check_ptr(out, "Queue")?;
     let dev = ctx.device(device, "Device")?;
-    let raw = match &dev.kind {
-        DeviceKind::Plugin { core, .. } => Some(core.create_queue()?),
-        DeviceKind::Host => None,
-    };
-    let worker = Worker::new();
+    let core = offload_core::Queue::new(dev.core())?;
     let h = ctx.queues.insert(Arc::new(Queue {
         device: dev.index,
-        raw,
-        worker,
+        core,
     }));
     out.write(h as ol_queue_handle_t);
     Ok(())
@@ -48,20 +42,16 @@ pub unsafe fn destroy_queue(queue: ol_queue_handle_t) -> OlResult {
             format!("Queue {queue:p} is not a live queue (destroyed, or never created)"),
         ));
     }
-    // As LLVM 22: no waiting. Work already enqueued still happens (the
-    // worker finishes it, then exits) and events recorded on the queue stay
-    // valid. An idle queue reports a failure nobody has synchronised yet.
-    let (thread, pending) = q.worker.close();
-    if let Some(t) = thread {
-        ctx.retire(t);
-    }
-    pending
+    // As LLVM 22: no waiting. Work already enqueued still happens and events
+    // recorded on the queue stay valid. An idle queue reports a failure
+    // nobody has synchronised yet.
+    q.core.close()
 }
 
 pub unsafe fn sync_queue(queue: ol_queue_handle_t) -> OlResult {
     let ctx = context()?;
     let q = ctx.queue(queue)?;
-    q.worker.sync()
+    q.core.synchronize()
 }
 
 /// Send-able wrapper for the user's callback data pointer.
@@ -80,11 +70,10 @@ pub unsafe fn launch_host_function(
     let cb = callback.ok_or_else(|| crate::error::null_pointer("Callback"))?;
     let q = ctx.queue(queue)?;
     let data = UserData(user_data);
-    q.worker.enqueue(Box::new(move || {
+    q.core.host_function(Box::new(move || {
         let data = data;
         // SAFETY: calling the user's callback with the user's data.
         unsafe { cb(data.0) };
-        Ok(())
     }))
 }
 
@@ -95,8 +84,7 @@ pub unsafe fn create_event(queue: ol_queue_handle_t, out: *mut ol_event_handle_t
     let q = ctx.queue(queue)?;
     let h = ctx.events.insert(Arc::new(Event {
         queue: queue as usize,
-        worker: q.worker.clone(),
-        position: q.worker.position(),
+        core: q.core.record_event()?,
     }));
     out.write(h as ol_event_handle_t);
     Ok(())
@@ -112,7 +100,7 @@ pub unsafe fn destroy_event(event: ol_event_handle_t) -> OlResult {
 pub unsafe fn sync_event(event: ol_event_handle_t) -> OlResult {
     let ctx = context()?;
     let e = ctx.event(event)?;
-    e.worker.wait_for(e.position)
+    e.core.synchronize()
 }
 
 pub unsafe fn wait_events(
@@ -136,114 +124,10 @@ pub unsafe fn wait_events(
         }
         found.push(ctx.event(h)?);
     }
-    // Events of this queue are ordered already; complete ones need nothing.
-    let pending: Vec<(Arc<Worker>, u64)> = found
-        .into_iter()
-        .filter(|e| !Arc::ptr_eq(&e.worker, &q.worker) && !e.worker.reached(e.position))
-        .map(|e| (e.worker.clone(), e.position))
-        .collect();
-    if pending.is_empty() {
-        return Ok(());
-    }
     // The queue's later work waits; the caller does not. (No cycle is
     // possible: an event only covers work enqueued before it existed.)
-    q.worker.enqueue(Box::new(move || {
-        for (worker, position) in pending {
-            worker.wait_until(position)?;
-        }
-        Ok(())
-    }))
-}
-
-/// Complete a plugin-queue operation on the worker: the worker counts an
-/// operation as done only when the device has done it, so a plugin whose
-/// queues are asynchronous is drained here (the host plugin's queues are
-/// idle when the call returns).
-pub fn finish(raw: &dyn offload_core::plugin::Queue, r: OlResult) -> OlResult {
-    r?;
-    if !raw.is_idle()? {
-        raw.synchronize()?;
+    for e in found {
+        q.core.wait_event(&e.core)?;
     }
     Ok(())
-}
-
-/// Run `op` on `queue`'s worker, or now in the calling thread without one.
-pub fn submit(queue: Option<&Queue>, op: impl FnOnce() -> OlResult + Send + 'static) -> OlResult {
-    match queue {
-        Some(q) => q.worker.enqueue(Box::new(op)),
-        None => op(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::{err, ErrorCode};
-    use crate::types::ol_errc_t;
-
-    fn code(r: crate::types::ol_result_t) -> u32 {
-        if r.is_null() {
-            0
-        } else {
-            // SAFETY: results are interned and immortal.
-            unsafe { (*r).code }
-        }
-    }
-
-    /// A failure on the worker (which the C API cannot provoke on the host
-    /// plugin: everything is validated at enqueue time) surfaces once, at
-    /// the olSyncEvent / olSyncQueue covering it, and later work still runs.
-    #[test]
-    fn failures_of_queued_operations_surface_at_sync() {
-        unsafe {
-            assert_eq!(code(crate::olInit()), 0);
-            let ctx = context().unwrap();
-            let host = ctx.device_handle(ctx.devices.len() - 1);
-            let mut q: ol_queue_handle_t = std::ptr::null_mut();
-            assert_eq!(code(crate::olCreateQueue(host, &mut q)), 0);
-            let mut before: ol_event_handle_t = std::ptr::null_mut();
-            assert_eq!(code(crate::olCreateEvent(q, &mut before)), 0);
-            let queue = ctx.queue(q).unwrap();
-            queue
-                .worker
-                .enqueue(Box::new(|| {
-                    Err(err(ErrorCode::OutOfResources, "device lost"))
-                }))
-                .unwrap();
-            let mut after: ol_event_handle_t = std::ptr::null_mut();
-            assert_eq!(code(crate::olCreateEvent(q, &mut after)), 0);
-            assert_eq!(code(crate::olSyncEvent(before)), 0);
-            let r = crate::olSyncEvent(after);
-            assert_eq!(code(r), ol_errc_t::OL_ERRC_OUT_OF_RESOURCES.0);
-            let details = std::ffi::CStr::from_ptr((*r).details).to_string_lossy();
-            assert!(details.contains("device lost"), "{details}");
-            // Reported once.
-            assert_eq!(code(crate::olSyncEvent(after)), 0);
-            assert_eq!(code(crate::olSyncQueue(q)), 0);
-            // Not synchronised by anyone: olSyncQueue reports it.
-            queue
-                .worker
-                .enqueue(Box::new(|| Err(err(ErrorCode::InvalidValue, "bad"))))
-                .unwrap();
-            assert_eq!(
-                code(crate::olSyncQueue(q)),
-                ol_errc_t::OL_ERRC_INVALID_VALUE.0
-            );
-            // Destroying an idle queue reports what nobody synchronised.
-            queue
-                .worker
-                .enqueue(Box::new(|| Err(err(ErrorCode::InvalidValue, "late"))))
-                .unwrap();
-            queue.worker.wait_until(queue.worker.position()).unwrap();
-            drop(queue);
-            assert_eq!(
-                code(crate::olDestroyQueue(q)),
-                ol_errc_t::OL_ERRC_INVALID_VALUE.0
-            );
-            assert_eq!(code(crate::olDestroyEvent(before)), 0);
-            assert_eq!(code(crate::olDestroyEvent(after)), 0);
-            drop(ctx);
-            assert_eq!(code(crate::olShutDown()), 0);
-        }
-    }
 }

@@ -77,7 +77,16 @@ fn built() -> &'static Built {
                     dir.join("kernels.so").display()
                 )),
         );
-        for t in ["portable", "full", "e2e", "threads", "conformance", "async"] {
+        for t in [
+            "portable",
+            "full",
+            "e2e",
+            "threads",
+            "conformance",
+            "async",
+            "hostile",
+            "sim_faults",
+        ] {
             run_checked(
                 Command::new(CLANG)
                     .args([
@@ -274,4 +283,64 @@ fn llvm_offload_device_info_uses_our_library() {
     assert!(stdout.contains("UID: x86_64-0"), "{stdout}");
     assert!(stdout.contains("Address Bits: 64"), "{stdout}");
     assert!(!stdout.contains("Num Compute Units: 0"), "{stdout}");
+}
+
+/// Copies and fills past the end of allocations, into freed memory or to
+/// addresses that are no memory of the device, absurd registrations and
+/// launch sizes, garbage images: each an error code, and the library stays
+/// usable (item 8 of the core-layer issue).
+#[test]
+fn hostile_calls_are_contained() {
+    let b = built();
+    let kernels = b.dir.join("kernels.so");
+    let out = run("hostile", &b.lib_dir, &[&kernels], &[]);
+    assert_passed("hostile", &out);
+}
+
+/// Every error path of the ol* face through the simulated device's
+/// injected faults: the right code, reported where the header says (the
+/// call, or the sync covering a queued operation), and a usable library
+/// afterwards.
+#[test]
+fn sim_device_error_paths() {
+    let b = built();
+    let kernels = b.dir.join("kernels.so");
+    let cases: &[(&str, &str)] = &[
+        ("alloc", "alloc:1"),
+        ("queue", "queue:1"),
+        ("h2d", "h2d:1"),
+        ("h2d-queued", "h2d:1"),
+        ("d2h", "d2h:1"),
+        ("d2d", "d2d:1"),
+        ("fill", "fill:1"),
+        ("load", "load:1"),
+        ("launch", "launch:1"),
+        ("launch-queued", "launch:1"),
+        ("free", "free:1"),
+        ("latency", ""),
+    ];
+    for (mode, faults) in cases {
+        let mut env = vec![("OFFLOAD_PLUGINS", "sim"), ("OFFLOAD_SIM_FAULTS", *faults)];
+        if *mode == "latency" {
+            env.push(("OFFLOAD_SIM_LATENCY_US", "2000"));
+        }
+        let out = run("sim_faults", &b.lib_dir, &[Path::new(mode), &kernels], &env);
+        assert_passed(&format!("sim_faults {mode} ({faults})"), &out);
+    }
+}
+
+/// A malformed fault plan is a plugin that fails to come up, not a crash.
+#[test]
+fn sim_bad_fault_plan_leaves_no_device() {
+    let b = built();
+    let out = run(
+        "portable",
+        &b.lib_dir,
+        &[],
+        &[
+            ("OFFLOAD_PLUGINS", "sim"),
+            ("OFFLOAD_SIM_FAULTS", "alloc:zero"),
+        ],
+    );
+    assert_passed("portable with a broken sim plan", &out);
 }

@@ -227,17 +227,13 @@ fn remote(json: bool, quick: bool) {
     let dev = rt.devices().first().expect("no remote device").clone();
     let program = dev.load_program(&empty_kernel_image()).unwrap();
     let kernel = program.kernel("empty").unwrap();
-    let queue = dev.create_queue().unwrap();
+    let queue = offload_core::Queue::new(Some(&dev)).unwrap();
     let (launch, ping) = interleaved_us(
         reps,
         iters,
         || {
             queue
-                .launch(
-                    kernel.as_ref(),
-                    KernelArgs::Packed(&[]),
-                    &LaunchConfig::default(),
-                )
+                .launch(&kernel, KernelArgs::Packed(&[]), &LaunchConfig::default())
                 .unwrap();
             queue.synchronize().unwrap();
         },

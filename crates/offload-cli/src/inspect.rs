@@ -204,7 +204,7 @@ fn image_report(
     report.runnable_on = runtime
         .devices()
         .iter()
-        .filter(|d| d.raw().can_run(img))
+        .filter(|d| d.can_run(img))
         .map(|d| RunnableDevice {
             id: d.id(),
             plugin: d.plugin_name().to_string(),

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
-use offload_core::{Config, DevicePtr, ErrorCode, Runtime};
+use std::sync::Arc;
+
+use offload_core::plugin::{self, AllocKind, KernelArgs, LaunchConfig};
+use offload_core::{Config, DevicePtr, ErrorCode, Location, Queue, Runtime};
 
 struct Server {
     child: Child,
@@ -69,16 +71,29 @@ impl Drop for Server {
     }
 }
 
-fn client(addr: &str, token: Option<&str>) -> Runtime {
-    let config = Config {
+fn client_config(addr: &str, token: Option<&str>) -> Config {
+    Config {
         plugins: Some(vec!["remote".into()]),
         remote_servers: vec![addr.to_string()],
         remote_token: token.map(str::to_string),
         remote_timeout_secs: 5,
         remote_chunk_size: 1 << 20,
         ..Config::default()
-    };
-    Runtime::new(config, &offload::builtin_plugins())
+    }
+}
+
+fn client(addr: &str, token: Option<&str>) -> Runtime {
+    Runtime::new(client_config(addr, token), &offload::builtin_plugins())
+}
+
+/// The remote plugin's devices without the core in front: an attacker that
+/// sends the server whatever addresses it likes (its own session).
+fn raw_remote_devices(addr: &str, token: Option<&str>) -> Vec<Arc<dyn plugin::Device>> {
+    let plugin = (offload_plugin_remote::ENTRY.create)(&client_config(addr, token)).unwrap();
+    let devices = plugin.init().unwrap();
+    // The plugin owns the connection: keep it for the test's lifetime.
+    Box::leak(plugin);
+    devices
 }
 
 fn kernels_so(dir: &Path) -> Vec<u8> {
@@ -124,7 +139,15 @@ fn memory_programs_and_launches_over_the_wire() {
     dev.fill(q, &[9, 8], 64).unwrap();
     let other = &rt.devices()[0];
     let r = other.alloc(64, AllocKind::Device).unwrap();
-    dev.copy_to(other, r, q, 64).unwrap();
+    unsafe {
+        rt.copy(
+            Location::Device(other.id(), r),
+            Location::Device(dev.id(), q),
+            64,
+            None,
+        )
+        .unwrap()
+    };
     let mut small = [0u8; 4];
     unsafe { other.copy_from_device(small.as_mut_ptr(), r, 4).unwrap() };
     assert_eq!(small, [9, 8, 9, 8]);
@@ -139,7 +162,7 @@ fn memory_programs_and_launches_over_the_wire() {
     let y = vec![1.0f32; count];
     let dx = dev.alloc(count * 4, AllocKind::Device).unwrap();
     let dy = dev.alloc(count * 4, AllocKind::Device).unwrap();
-    let queue = dev.create_queue().unwrap();
+    let queue = Queue::new(Some(dev)).unwrap();
     let mut out = vec![0f32; count];
     #[repr(C)]
     struct Saxpy {
@@ -154,23 +177,36 @@ fn memory_programs_and_launches_over_the_wire() {
         y: dy.0,
         n: count as u32,
     };
+    let on_dev = |p: DevicePtr| Location::Device(dev.id(), p);
     unsafe {
-        queue
-            .copy_to_device(dx, x.as_ptr().cast(), count * 4)
-            .unwrap();
-        queue
-            .copy_to_device(dy, y.as_ptr().cast(), count * 4)
-            .unwrap();
+        rt.copy(
+            on_dev(dx),
+            Location::Host(x.as_ptr().cast()),
+            count * 4,
+            Some(&queue),
+        )
+        .unwrap();
+        rt.copy(
+            on_dev(dy),
+            Location::Host(y.as_ptr().cast()),
+            count * 4,
+            Some(&queue),
+        )
+        .unwrap();
         queue
             .launch(
-                saxpy.as_ref(),
+                &saxpy,
                 KernelArgs::Packed(packed(&args)),
                 &LaunchConfig::linear(40, 256),
             )
             .unwrap();
-        queue
-            .copy_from_device(out.as_mut_ptr().cast(), dy, count * 4)
-            .unwrap();
+        rt.copy(
+            Location::Host(out.as_mut_ptr().cast_const().cast()),
+            on_dev(dy),
+            count * 4,
+            Some(&queue),
+        )
+        .unwrap();
     }
     let event = queue.record_event().unwrap();
     event.synchronize().unwrap();
@@ -189,7 +225,7 @@ fn memory_programs_and_launches_over_the_wire() {
     };
     queue
         .launch(
-            saxpy.as_ref(),
+            &saxpy,
             KernelArgs::Packed(packed(&bad)),
             &LaunchConfig::linear(1, 4096),
         )
@@ -205,7 +241,12 @@ fn memory_programs_and_launches_over_the_wire() {
     );
     // (Small blocks stay in the client's caching pool; `p` is large.)
     dev.free(p).unwrap();
-    let e = dev.raw().free(p, AllocKind::Device).unwrap_err();
+    let e = dev.free(p).unwrap_err();
+    assert!(e.message().contains("double free"), "{e}");
+    // The server refuses it too (a client without the core's index).
+    let e = raw_remote_devices(&server.addr, Some("s3cret"))[1]
+        .free(p, AllocKind::Device)
+        .unwrap_err();
     assert!(
         e.message().contains("double free or foreign pointer"),
         "{e}"
@@ -261,22 +302,31 @@ fn clients_cannot_touch_each_others_memory() {
     let pa = a.devices()[0].alloc(256, AllocKind::Device).unwrap();
     a.devices()[0].fill(pa, &[7], 256).unwrap();
     let db = &b.devices()[0];
+    // B's core refuses A's addresses before anything is sent...
     let mut buf = [0u8; 16];
-    let e = unsafe { db.raw().copy_from_device(buf.as_mut_ptr(), pa, 16) }.unwrap_err();
+    let e = unsafe { db.copy_from_device(buf.as_mut_ptr(), pa, 16) }.unwrap_err();
+    assert!(e.message().contains("not inside a live allocation"), "{e}");
+    // ...and the server refuses a client that sends them anyway.
+    let attacker = raw_remote_devices(&server.addr, None);
+    let aq = attacker[0].create_queue().unwrap();
+    unsafe { aq.copy_from_device(buf.as_mut_ptr(), pa, 16) }.unwrap();
+    let e = aq.synchronize().unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
-    let e = unsafe { db.raw().copy_to_device(pa, buf.as_ptr(), 16) }.unwrap_err();
+    unsafe { aq.copy_to_device(pa, buf.as_ptr(), 16) }.unwrap();
+    let e = aq.synchronize().unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
-    assert!(db.raw().fill(pa, &[0], 16).is_err());
+    aq.fill(pa, &[0], 16).unwrap();
+    assert!(aq.synchronize().is_err());
     // Large copies take the bulk-data side channel: checked the same way.
     let big = a.devices()[0].alloc(1 << 20, AllocKind::Device).unwrap();
     let mut large = vec![0u8; 256 << 10];
-    let e = unsafe {
-        db.raw()
-            .copy_from_device(large.as_mut_ptr(), big, large.len())
-    }
-    .unwrap_err();
+    let e = unsafe { aq.copy_from_device(large.as_mut_ptr(), big, large.len()) }
+        .and_then(|_| aq.synchronize())
+        .unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
-    let e = unsafe { db.raw().copy_to_device(big, large.as_ptr(), large.len()) }.unwrap_err();
+    let e = unsafe { aq.copy_to_device(big, large.as_ptr(), large.len()) }
+        .and_then(|_| aq.synchronize())
+        .unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
     // The side channel stays usable for B's own memory after the refusals.
     let mine_big = db.alloc(1 << 20, AllocKind::Device).unwrap();
@@ -285,7 +335,7 @@ fn clients_cannot_touch_each_others_memory() {
             .unwrap()
     };
     a.devices()[0].free(big).unwrap();
-    assert!(db.raw().free(pa, AllocKind::Device).is_err());
+    assert!(attacker[0].free(pa, AllocKind::Device).is_err());
     // A's data is intact and A can still free it.
     let mut mine = [0u8; 4];
     unsafe {
@@ -338,7 +388,7 @@ fn a_killed_server_ends_calls_with_an_error_quickly() {
     let rt = client(&server.addr, None);
     let dev = &rt.devices()[0];
     let p = dev.alloc(64, AllocKind::Device).unwrap();
-    let queue = dev.create_queue().unwrap();
+    let queue = Queue::new(Some(dev)).unwrap();
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     let start = Instant::now();

@@ -139,6 +139,13 @@ impl Config {
     }
 
     /// Whether plugin `name` may be loaded under `OFFLOAD_PLUGINS`.
+    /// Whether `OFFLOAD_PLUGINS` names `name` explicitly.
+    pub fn plugin_named(&self, name: &str) -> bool {
+        self.plugins
+            .as_ref()
+            .is_some_and(|list| list.iter().any(|p| p == name))
+    }
+
     pub fn plugin_enabled(&self, name: &str) -> bool {
         match &self.plugins {
             None => true,

@@ -1,23 +1,44 @@
 //! The core's view of a device: a plugin device plus the shared bookkeeping
-//! (caching allocator, allocation table, image selection, tracing).
+//! (caching allocator, allocation index, image selection, statistics,
+//! tracing).
+//!
+//! Synchronous operations are "a queue, then sync": each thread gets its own
+//! plugin queue per device (created on first use), so threads neither
+//! serialise on one queue nor see each other's errors. Plugins whose queues
+//! complete inline share one queue: there is nothing to synchronise.
 
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use offload_image::DeviceImage;
 use tracing::debug_span;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::memory::{Allocation, AllocationTable, MemoryPool};
-use crate::plugin::{self, AllocKind, DeviceInfo, DevicePtr};
+use crate::memory::{Allocation, AllocationIndex, MemoryPool, Origin, Owner};
+use crate::plugin::{self, AllocKind, DeviceInfo, DevicePtr, KernelArgs, LaunchConfig};
+use crate::program::{Kernel, Program};
+use crate::stats::Stats;
 
 /// A device of some plugin, numbered across all plugins.
 pub struct Device {
     id: usize,
+    /// Unique across runtimes in this process (keys per-thread queues).
+    serial: u64,
     plugin: &'static str,
     raw: Arc<dyn plugin::Device>,
     pool: MemoryPool,
-    allocations: AllocationTable,
+    index: AllocationIndex,
+    /// The queue of every thread when the plugin's queues complete inline.
+    inline_queue: OnceLock<Option<Arc<dyn plugin::Queue>>>,
+    stats: Stats,
     label: String,
+}
+
+thread_local! {
+    /// This thread's synchronous queue per device serial.
+    static SYNC_QUEUES: RefCell<Vec<(u64, Arc<dyn plugin::Queue>)>> =
+        const { RefCell::new(Vec::new()) };
 }
 
 impl Device {
@@ -27,13 +48,17 @@ impl Device {
         raw: Arc<dyn plugin::Device>,
         pool_threshold: usize,
     ) -> Self {
+        static SERIALS: AtomicU64 = AtomicU64::new(1);
         let label = format!("device {id} ({plugin} {})", raw.info().uid);
         Device {
             id,
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             plugin,
             raw,
             pool: MemoryPool::new(pool_threshold),
-            allocations: AllocationTable::default(),
+            index: AllocationIndex::default(),
+            inline_queue: OnceLock::new(),
+            stats: Stats::default(),
             label,
         }
     }
@@ -49,10 +74,6 @@ impl Device {
     pub fn info(&self) -> &DeviceInfo {
         self.raw.info()
     }
-    /// The plugin object, for faces that need plugin-level calls.
-    pub fn raw(&self) -> &Arc<dyn plugin::Device> {
-        &self.raw
-    }
     /// "device N (plugin uid)", for messages.
     pub fn label(&self) -> &str {
         &self.label
@@ -60,10 +81,25 @@ impl Device {
     pub fn shares_host_memory(&self) -> bool {
         self.raw.shares_host_memory()
     }
+    /// Counters of this device's copies, launches and allocations.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    pub(crate) fn raw(&self) -> &Arc<dyn plugin::Device> {
+        &self.raw
+    }
 
-    /// Allocate `size` bytes of `kind` memory. Zero-byte requests are an error
-    /// (callers that accept them, like `omp_target_alloc`, check first).
+    // ------------------------------------------------------------- memory
+
+    /// Allocate `size` bytes of `kind` memory for the runtime's own faces.
     pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {
+        self.alloc_for(size, kind, Owner::RUNTIME)
+    }
+
+    /// Allocate `size` bytes of `kind` memory on behalf of `owner`.
+    /// Zero-byte requests are an error (callers that accept them, like
+    /// `omp_target_alloc`, check first).
+    pub fn alloc_for(&self, size: usize, kind: AllocKind, owner: Owner) -> Result<DevicePtr> {
         let _s = debug_span!("alloc", device = self.id, size, ?kind).entered();
         if size == 0 {
             return Err(Error::invalid_size(format!(
@@ -82,11 +118,18 @@ impl Device {
                 self.label
             )));
         }
-        self.allocations.insert(Allocation {
+        let filed = self.index.insert(Allocation {
             base: ptr,
             size,
             kind,
+            origin: Origin::Alloc(kind),
+            owner,
         });
+        if let Err(e) = filed {
+            // The plugin handed out memory that is already in use.
+            return Err(Error::backend(format!("{}: {}", self.label, e.message())));
+        }
+        self.stats.count_alloc(size);
         Ok(ptr)
     }
 
@@ -94,8 +137,21 @@ impl Device {
     /// frees, interior or foreign pointers) are an `InvalidArgument` error
     /// and leave the device untouched.
     pub fn free(&self, ptr: DevicePtr) -> Result<()> {
+        self.free_for(ptr, None)
+    }
+
+    /// Free an allocation; with `owner`, only one of that owner's.
+    pub fn free_for(&self, ptr: DevicePtr, owner: Option<Owner>) -> Result<()> {
         let _s = debug_span!("free", device = self.id, ptr = %ptr).entered();
-        let a = self.allocations.remove(ptr, &self.label)?;
+        let label = &self.label;
+        let a = self.index.remove_if(ptr, label, |a| {
+            if !matches!(a.origin, Origin::Alloc(_)) || owner.is_some_and(|o| o != a.owner) {
+                return Err(Error::invalid_argument(format!(
+                    "pointer {ptr} is not an allocation of this caller on {label}"
+                )));
+            }
+            Ok(())
+        })?;
         if a.kind == AllocKind::Device {
             self.pool.free(ptr, a.size, |p| self.raw.free(p, a.kind))
         } else {
@@ -103,102 +159,203 @@ impl Device {
         }
     }
 
-    /// The live allocation containing `ptr`, if any.
+    /// The live range (allocation, global, registration) containing `ptr`.
     pub fn allocation(&self, ptr: DevicePtr) -> Option<Allocation> {
-        self.allocations.find(ptr)
+        self.index.find(ptr)
+    }
+
+    /// The live range holding all of `[ptr, ptr + size)`, or why not.
+    pub fn check_range(&self, ptr: DevicePtr, size: usize) -> Result<Allocation> {
+        self.index.check(ptr, size, &self.label)
+    }
+
+    /// File host memory registered for this device (`olMemRegister`), so
+    /// copies naming it pass the range checks.
+    pub fn register_host_range(&self, ptr: DevicePtr, size: usize, owner: Owner) -> Result<()> {
+        self.index.insert(Allocation {
+            base: ptr,
+            size,
+            kind: AllocKind::Host,
+            origin: Origin::Registered,
+            owner,
+        })
+    }
+
+    /// Forget a registration filed by [`Device::register_host_range`].
+    pub fn unregister_host_range(&self, ptr: DevicePtr) -> Result<()> {
+        let label = &self.label;
+        self.index
+            .remove_if(ptr, label, |a| {
+                if a.origin == Origin::Registered {
+                    Ok(())
+                } else {
+                    Err(Error::invalid_argument(format!(
+                        "{ptr} is not registered host memory on {label}"
+                    )))
+                }
+            })
+            .map(|_| ())
+    }
+
+    pub(crate) fn file_global(&self, ptr: DevicePtr, size: usize, owner: Owner) {
+        // A global already filed (looked up before) stays as it is.
+        if self.index.find(ptr).is_none() {
+            let _ = self.index.insert(Allocation {
+                base: ptr,
+                size: size.max(1),
+                kind: AllocKind::Device,
+                origin: Origin::Global,
+                owner,
+            });
+        }
+    }
+
+    pub(crate) fn forget_global(&self, ptr: DevicePtr) {
+        let _ = self.index.remove_if(ptr, &self.label, |a| match a.origin {
+            Origin::Global => Ok(()),
+            _ => Err(Error::invalid_argument("not a global")),
+        });
     }
 
     /// Number of live user allocations.
     pub fn live_allocations(&self) -> usize {
-        self.allocations.len()
+        self.index
+            .all()
+            .iter()
+            .filter(|a| matches!(a.origin, Origin::Alloc(_)))
+            .count()
     }
 
-    /// Copy host memory to the device.
+    /// Live allocations of `owner`.
+    pub fn allocations_of(&self, owner: Owner) -> Vec<Allocation> {
+        self.index
+            .all()
+            .into_iter()
+            .filter(|a| a.owner == owner && matches!(a.origin, Origin::Alloc(_)))
+            .collect()
+    }
+
+    // ------------------------------------------------- synchronous queue
+
+    /// Run `op` on this thread's queue for this device, then synchronise.
+    pub(crate) fn with_sync_queue<R>(
+        &self,
+        op: impl FnOnce(&dyn plugin::Queue) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(q) = self.inline_queue()? {
+            return op(q.as_ref());
+        }
+        let q = self.thread_queue()?;
+        let r = op(q.as_ref());
+        let synced = q.synchronize();
+        let r = r?;
+        synced?;
+        Ok(r)
+    }
+
+    fn inline_queue(&self) -> Result<Option<&Arc<dyn plugin::Queue>>> {
+        if let Some(q) = self.inline_queue.get() {
+            return Ok(q.as_ref());
+        }
+        let q = self.raw.create_queue()?;
+        let q = q.completes_inline().then_some(q);
+        Ok(self.inline_queue.get_or_init(|| q).as_ref())
+    }
+
+    fn thread_queue(&self) -> Result<Arc<dyn plugin::Queue>> {
+        let found = SYNC_QUEUES
+            .try_with(|qs| {
+                qs.borrow()
+                    .iter()
+                    .find(|(s, _)| *s == self.serial)
+                    .map(|(_, q)| q.clone())
+            })
+            .ok()
+            .flatten();
+        if let Some(q) = found {
+            return Ok(q);
+        }
+        let q = self.raw.create_queue()?;
+        let _ = SYNC_QUEUES.try_with(|qs| qs.borrow_mut().push((self.serial, q.clone())));
+        Ok(q)
+    }
+
+    /// A new plugin queue of this device.
+    pub(crate) fn create_raw_queue(&self) -> Result<Arc<dyn plugin::Queue>> {
+        let _s = debug_span!("create_queue", device = self.id).entered();
+        self.raw.create_queue()
+    }
+
+    /// Copy host memory to the device, now.
     ///
     /// # Safety
-    /// `src` is valid for `size` bytes and `dst` names `size` bytes of device memory.
+    /// `src` is valid for `size` bytes.
     pub unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
         let _s = debug_span!("copy_to_device", device = self.id, dst = %dst, size).entered();
         if size == 0 {
             return Ok(());
         }
-        self.raw.copy_to_device(dst, src, size)
+        self.check_range(dst, size)?;
+        self.stats.count_to_device(size);
+        self.with_sync_queue(|q| q.copy_to_device(dst, src, size))
     }
 
-    /// Copy device memory to the host.
+    /// Copy device memory to the host, now.
     ///
     /// # Safety
-    /// `dst` is valid for `size` bytes and `src` names `size` bytes of device memory.
+    /// `dst` is valid for `size` bytes.
     pub unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
         let _s = debug_span!("copy_from_device", device = self.id, src = %src, size).entered();
         if size == 0 {
             return Ok(());
         }
-        self.raw.copy_from_device(dst, src, size)
+        self.check_range(src, size)?;
+        self.stats.count_from_device(size);
+        self.with_sync_queue(|q| q.copy_from_device(dst, src, size))
     }
 
-    /// Copy from this device to `dst_device` (which may be this one). Copies
-    /// between devices the plugin cannot connect are staged through the host.
-    pub fn copy_to(
-        &self,
-        dst_device: &Device,
-        dst: DevicePtr,
-        src: DevicePtr,
-        size: usize,
-    ) -> Result<()> {
-        let _s = debug_span!(
-            "copy_device_to_device",
-            src_device = self.id,
-            dst_device = dst_device.id,
-            size
-        )
-        .entered();
-        if size == 0 {
-            return Ok(());
-        }
-        if std::ptr::eq(self, dst_device) {
-            return self.raw.copy_within(dst, src, size);
-        }
-        if self.plugin == dst_device.plugin
-            && self
-                .raw
-                .copy_to_peer(dst_device.raw.as_ref(), dst, src, size)?
-        {
-            return Ok(());
-        }
-        let mut staging = vec![0u8; size.min(STAGING_CHUNK)];
-        let mut done = 0usize;
-        while done < size {
-            let n = (size - done).min(staging.len());
-            // SAFETY: the staging buffer holds `n` bytes; the device ranges are the caller's.
-            unsafe {
-                self.raw
-                    .copy_from_device(staging.as_mut_ptr(), src.offset(done as u64), n)?;
-                dst_device
-                    .raw
-                    .copy_to_device(dst.offset(done as u64), staging.as_ptr(), n)?;
-            }
-            done += n;
-        }
-        Ok(())
-    }
-
-    /// Fill `size` bytes at `dst` with `pattern` repeated.
+    /// Fill `size` bytes at `dst` with `pattern` repeated, now.
     pub fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
         let _s =
             debug_span!("fill", device = self.id, dst = %dst, size, pattern_size = pattern.len())
                 .entered();
-        if pattern.is_empty() || !size.is_multiple_of(pattern.len()) {
-            return Err(Error::invalid_size(format!(
-                "fill of {size} bytes is not a multiple of the {}-byte pattern",
-                pattern.len()
-            )));
-        }
+        check_fill(pattern, size)?;
         if size == 0 {
             return Ok(());
         }
-        self.raw.fill(dst, pattern, size)
+        self.check_range(dst, size)?;
+        self.with_sync_queue(|q| q.fill(dst, pattern, size))
     }
+
+    /// Launch `kernel` and wait for it.
+    pub fn launch(
+        &self,
+        kernel: &Kernel,
+        args: KernelArgs<'_>,
+        config: &LaunchConfig,
+    ) -> Result<()> {
+        let _s = debug_span!("launch", device = self.id, kernel = kernel.name()).entered();
+        self.check_kernel(kernel)?;
+        self.stats.count_launch();
+        self.with_sync_queue(|q| q.launch(kernel.raw(), args, config))
+    }
+
+    pub(crate) fn check_kernel(&self, kernel: &Kernel) -> Result<()> {
+        if kernel.device().serial != self.serial {
+            return Err(Error::new(
+                ErrorCode::InvalidDevice,
+                format!(
+                    "kernel '{}' belongs to a program of {}, not of {}",
+                    kernel.name(),
+                    kernel.device().label,
+                    self.label
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ images
 
     /// Whether any image in `bytes` (unwrapped from its containers) runs here.
     pub fn is_compatible(&self, bytes: &[u8]) -> bool {
@@ -207,17 +364,33 @@ impl Device {
             .unwrap_or(false)
     }
 
+    /// Whether this device can run `image`.
+    pub fn can_run(&self, image: &DeviceImage<'_>) -> bool {
+        self.raw.can_run(image)
+    }
+
     /// Load the first image in `bytes` this device can run (containers are
     /// unwrapped; metadata reaches the plugin with the image).
-    pub fn load_program(&self, bytes: &[u8]) -> Result<Arc<dyn plugin::Program>> {
+    pub fn load_program(self: &Arc<Self>, bytes: &[u8]) -> Result<Arc<Program>> {
         let _s = debug_span!("load_program", device = self.id, size = bytes.len()).entered();
         let images = offload_image::unwrap(bytes)?;
         let image = self.select_image(&images)?;
-        self.raw.load_program(image)
+        let raw = self.raw.load_program(image)?;
+        Ok(Program::new(self.clone(), raw, Owner::RUNTIME))
     }
 
     /// Load an image already unwrapped by the caller.
-    pub fn load_image(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
+    pub fn load_image(self: &Arc<Self>, image: &DeviceImage<'_>) -> Result<Arc<Program>> {
+        self.load_image_for(image, Owner::RUNTIME)
+    }
+
+    /// Load an unwrapped image for `owner` (its globals are filed as the
+    /// owner's memory).
+    pub fn load_image_for(
+        self: &Arc<Self>,
+        image: &DeviceImage<'_>,
+        owner: Owner,
+    ) -> Result<Arc<Program>> {
         let _s = debug_span!("load_image", device = self.id, size = image.bytes.len()).entered();
         if !self.raw.can_run(image) {
             return Err(Error::invalid_binary(format!(
@@ -227,7 +400,8 @@ impl Device {
                 self.info().triple
             )));
         }
-        self.raw.load_program(image)
+        let raw = self.raw.load_program(image)?;
+        Ok(Program::new(self.clone(), raw, owner))
     }
 
     fn select_image<'i, 'a>(&self, images: &'i [DeviceImage<'a>]) -> Result<&'i DeviceImage<'a>> {
@@ -243,18 +417,17 @@ impl Device {
         })
     }
 
-    pub fn create_queue(&self) -> Result<Arc<dyn plugin::Queue>> {
-        let _s = debug_span!("create_queue", device = self.id).entered();
-        self.raw.create_queue()
-    }
-
     /// Free everything still allocated and empty the pool (runtime shutdown).
     pub(crate) fn release_memory(&self) {
-        for a in self.allocations.drain() {
-            if a.kind == AllocKind::Device {
-                let _ = self.pool.free(a.base, a.size, |p| self.raw.free(p, a.kind));
-            } else {
-                let _ = self.raw.free(a.base, a.kind);
+        for a in self.index.drain() {
+            match a.origin {
+                Origin::Alloc(AllocKind::Device) => {
+                    let _ = self.pool.free(a.base, a.size, |p| self.raw.free(p, a.kind));
+                }
+                Origin::Alloc(kind) => {
+                    let _ = self.raw.free(a.base, kind);
+                }
+                Origin::Global | Origin::Registered => {}
             }
         }
         let _ = self
@@ -263,8 +436,16 @@ impl Device {
     }
 }
 
-/// Largest host staging buffer for copies between unconnected devices.
-const STAGING_CHUNK: usize = 8 << 20;
+/// A fill pattern must be non-empty and divide the size.
+pub(crate) fn check_fill(pattern: &[u8], size: usize) -> Result<()> {
+    if pattern.is_empty() || !size.is_multiple_of(pattern.len()) {
+        return Err(Error::invalid_size(format!(
+            "fill of {size} bytes is not a multiple of the {}-byte pattern",
+            pattern.len()
+        )));
+    }
+    Ok(())
+}
 
 /// "triple/arch" of an image for messages.
 pub fn describe_image(image: &DeviceImage<'_>) -> String {

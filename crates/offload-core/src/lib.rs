@@ -2,11 +2,21 @@
 //!
 //! Design rules:
 //!
+//! * **The core is the only way to a plugin.** Faces hold core objects
+//!   ([`Device`], [`Queue`], [`Event`], [`Program`], [`Kernel`]), never
+//!   plugin trait objects. Every allocation, copy, fill, launch, queue and
+//!   event goes face -> core -> plugin, so statistics ([`stats`]), tracing
+//!   and range checks are written once.
 //! * **Plugins implement only what differs between targets** ([`plugin`]):
-//!   one trait per object kind. Everything shareable lives here: image
-//!   unwrapping and device matching ([`image`]), the caching allocator and
-//!   allocation table ([`memory`]), binary registration with nested hooks
+//!   one trait per object kind; data movement is declared once, on the
+//!   plugin queue. Everything shareable lives here: image unwrapping and
+//!   device matching ([`image`]), the caching allocator with a thread-local
+//!   front and the one allocation index ([`memory`]), the generic executor
+//!   for plugins without real queues ([`executor`]), the copy decision
+//!   ([`Runtime::copy`]), binary registration with nested hooks
 //!   ([`Runtime::register_binary`]), configuration ([`Config`]), tracing.
+//! * **Synchronous means "a queue, then sync".** [`Device`]'s synchronous
+//!   calls run on a per-thread plugin queue of that device.
 //! * **Nothing here is OpenMP- or liboffload-specific.** Map types, reference
 //!   counts and `ol_*` handles belong to the faces.
 //! * **Errors carry a code and say what was wrong.** [`ErrorCode`] maps
@@ -20,17 +30,26 @@ pub mod binary;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod executor;
 pub mod image;
 pub mod memory;
 pub mod plugin;
 pub mod profile;
+pub mod program;
+pub mod queue;
 pub mod runtime;
+pub mod stats;
 pub mod trace;
+pub mod transfer;
 
 pub use binary::{BinaryDescriptor, BinaryId, OffloadEntry};
 pub use config::Config;
 pub use device::Device;
 pub use error::{Error, ErrorCode, Result};
+pub use memory::{Allocation, Origin, Owner};
 pub use offload_image as images;
 pub use plugin::{AllocKind, Backend, DeviceInfo, DevicePtr, DeviceType, KernelArgs, LaunchConfig};
+pub use program::{Kernel, Program};
+pub use queue::{Event, Queue};
 pub use runtime::{HookFailure, PluginEntry, Runtime};
+pub use transfer::Location;

@@ -195,7 +195,8 @@ pub trait Plugin: Send + Sync + AsAny {
 
 /// One device of a plugin.
 ///
-/// Memory operations here are synchronous; queued forms live on [`Queue`].
+/// Data movement and launches live on [`Queue`] only: the core turns a
+/// synchronous call into "a queue of the calling thread, then sync".
 pub trait Device: Send + Sync + AsAny {
     fn info(&self) -> &DeviceInfo;
 
@@ -207,30 +208,6 @@ pub trait Device: Send + Sync + AsAny {
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;
     fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()>;
-
-    /// Copy `size` bytes from host memory `src` to device memory `dst`.
-    ///
-    /// # Safety
-    /// `src` must be valid for `size` bytes; `dst` must be a live allocation.
-    unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()>;
-    /// # Safety
-    /// `dst` must be valid for `size` bytes; `src` must be a live allocation.
-    unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()>;
-    /// Copy within this device.
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()>;
-    /// Copy to another device of the same plugin, when the plugin can do it
-    /// directly; `Ok(false)` makes the core stage the copy through the host.
-    fn copy_to_peer(
-        &self,
-        _dst_device: &dyn Device,
-        _dst: DevicePtr,
-        _src: DevicePtr,
-        _size: usize,
-    ) -> Result<bool> {
-        Ok(false)
-    }
-    /// Fill `size` bytes with a repeated `pattern` (`size % pattern.len() == 0`).
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()>;
 
     /// Load an (unwrapped) image into a program.
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn Program>>;
@@ -260,8 +237,13 @@ pub trait Kernel: Send + Sync + AsAny {
     }
 }
 
-/// An in-order queue. Operations may run asynchronously; their arguments
-/// (host memory included) must stay valid until the queue is synchronised.
+/// An in-order queue: the one operation set every data movement and launch
+/// goes through. Operations may run asynchronously; their arguments (host
+/// memory included) must stay valid until the queue is synchronised.
+///
+/// A plugin whose queues finish every operation before the call returns
+/// says so with [`Queue::completes_inline`]; the core then puts its generic
+/// executor in front where callers need asynchronous queues (liboffload).
 pub trait Queue: Send + Sync + AsAny {
     /// # Safety
     /// `src` valid for `size` bytes until the queue reaches this operation.
@@ -269,7 +251,21 @@ pub trait Queue: Send + Sync + AsAny {
     /// # Safety
     /// `dst` valid for `size` bytes until the queue reaches this operation.
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()>;
+    /// Copy within this queue's device.
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()>;
+    /// Copy from this queue's device to another device of the same plugin
+    /// when the plugin can do it directly; `Ok(false)` makes the core stage
+    /// the copy through the host.
+    fn copy_to_peer(
+        &self,
+        _dst_device: &dyn Device,
+        _dst: DevicePtr,
+        _src: DevicePtr,
+        _size: usize,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+    /// Fill `size` bytes with a repeated `pattern` (`size % pattern.len() == 0`).
     fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()>;
     /// Launch `kernel` (of a program of this queue's device).
     fn launch(
@@ -288,6 +284,11 @@ pub trait Queue: Send + Sync + AsAny {
     fn synchronize(&self) -> Result<()>;
     /// True when no work is pending.
     fn is_idle(&self) -> Result<bool>;
+    /// True when every operation has finished by the time its call returns
+    /// (no real queue behind it: host CPU, simulators).
+    fn completes_inline(&self) -> bool {
+        false
+    }
 }
 
 /// A point in a queue's work.

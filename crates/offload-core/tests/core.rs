@@ -109,18 +109,6 @@ impl plugin::Device for TestDevice {
         log().lock().unwrap().push(format!("backend free {ptr}"));
         Ok(())
     }
-    unsafe fn copy_to_device(&self, _: DevicePtr, _: *const u8, _: usize) -> Result<()> {
-        Ok(())
-    }
-    unsafe fn copy_from_device(&self, _: *mut u8, _: DevicePtr, _: usize) -> Result<()> {
-        Ok(())
-    }
-    fn copy_within(&self, _: DevicePtr, _: DevicePtr, _: usize) -> Result<()> {
-        Ok(())
-    }
-    fn fill(&self, _: DevicePtr, _: &[u8], _: usize) -> Result<()> {
-        Ok(())
-    }
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
         let meta: Vec<String> = image
             .metadata
@@ -166,14 +154,17 @@ fn plugins() -> Vec<PluginEntry> {
         PluginEntry {
             name: "alpha",
             create: |_| make("alpha", false),
+            opt_in: false,
         },
         PluginEntry {
             name: "beta",
             create: |_| make("beta", true),
+            opt_in: false,
         },
         PluginEntry {
             name: "broken",
             create: |_| Err(Error::backend("libvendor.so not found")),
+            opt_in: false,
         },
     ]
 }

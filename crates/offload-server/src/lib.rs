@@ -50,14 +50,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:50151";
 /// The server's own devices: every built-in plugin except `remote` (a server
 /// does not proxy other servers), honouring `OFFLOAD_PLUGINS`.
 pub fn local_runtime() -> Runtime {
-    let mut config = Config::get().clone();
-    let names: Vec<String> = offload::builtin_plugins()
-        .iter()
-        .map(|p| p.name.to_string())
-        .filter(|n| n != "remote" && config.plugin_enabled(n))
-        .collect();
-    config.plugins = Some(names);
-    Runtime::new(config, &offload::builtin_plugins())
+    Runtime::new(Config::get().clone(), &offload_plugins::local())
 }
 
 /// Refuse unsafe combinations before binding.

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
-use offload_core::{DevicePtr, Error, ErrorCode, Runtime};
+use offload_core::{DevicePtr, Error, ErrorCode, Location, Runtime};
 use offload_image::metadata::Metadata;
 use offload_image::ImageFormat;
 use offload_proto::offload_server::Offload;
@@ -361,10 +361,7 @@ impl Offload for Service {
         let r = req.into_inner();
         s.check(r.src_device, r.src, r.size).map_err(status)?;
         s.check(r.dst_device, r.dst, r.size).map_err(status)?;
-        let src = s.device(r.src_device).map_err(status)?;
-        let dst = s.device(r.dst_device).map_err(status)?;
-        src.copy_to(dst, DevicePtr(r.dst), DevicePtr(r.src), r.size as usize)
-            .map_err(status)?;
+        copy_between(&s, &r).map_err(status)?;
         Ok(Response::new(Empty {}))
     }
 
@@ -400,16 +397,18 @@ impl Offload for Service {
     async fn load_program(&self, req: Request<LoadProgramRequest>) -> R<LoadProgramReply> {
         let s = self.session(&req)?;
         let r = req.into_inner();
-        let dev = s.device(r.device).map_err(status)?.clone();
         let (image, binary) = match r.source {
             Some(load_program_request::Source::ImageId(id)) => s.image(id).map_err(status)?,
             Some(load_program_request::Source::Image(desc)) => (Arc::new(shipped(desc)), 0),
             None => return Err(Status::invalid_argument("load without an image")),
         };
-        let program = tokio::task::spawn_blocking(move || dev.load_image(&image.as_device_image()))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(status)?;
+        let session = s.clone();
+        let device = r.device;
+        let program =
+            tokio::task::spawn_blocking(move || session.load(device, &image.as_device_image()))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(status)?;
         let id = s.add_program(r.device, program, binary);
         info!(session = %s.id, device = r.device, program = id, "program loaded");
         Ok(Response::new(LoadProgramReply { program: id }))
@@ -438,8 +437,8 @@ impl Offload for Service {
         let s = self.session(&req)?;
         let r = req.into_inner();
         let (device, program) = s.program(r.program).map_err(status)?;
+        let _ = device;
         let (ptr, size) = program.global(&r.name).map_err(status)?;
-        s.add_global(device, r.program, ptr.0, size);
         Ok(Response::new(GlobalReply { ptr: ptr.0, size }))
     }
 
@@ -452,7 +451,9 @@ impl Offload for Service {
         let handle = tokio::runtime::Handle::current();
         // Operations run in order on their own thread: launches may take long.
         tokio::task::spawn_blocking(move || {
-            let mut queue: Option<(u32, Arc<dyn offload_core::plugin::Queue>)> = None;
+            // The thread's synchronous core queue per device serves the
+            // operations in order; the client sees them pipelined.
+            let mut queue: Option<u32> = None;
             loop {
                 let op = match handle.block_on(ops.message()) {
                     Ok(Some(op)) => op,
@@ -486,9 +487,6 @@ impl Offload for Service {
                     break;
                 }
             }
-            if let Some((_, q)) = queue {
-                let _ = q.synchronize();
-            }
         });
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
@@ -496,16 +494,24 @@ impl Offload for Service {
     }
 }
 
-fn run_queue_op(
-    s: &Session,
-    queue: &mut Option<(u32, Arc<dyn offload_core::plugin::Queue>)>,
-    op: QueueOp,
-) -> Result<Vec<u8>, Error> {
-    if queue.is_none() {
-        let q = s.device(op.device)?.create_queue()?;
-        *queue = Some((op.device, q));
+/// A device-to-device copy within the session.
+fn copy_between(s: &Session, c: &CopyRequest) -> Result<(), Error> {
+    s.check(c.src_device, c.src, c.size)?;
+    s.check(c.dst_device, c.dst, c.size)?;
+    // SAFETY: device ranges only; checked against the session above.
+    unsafe {
+        s.runtime().copy(
+            Location::Device(c.dst_device as usize, DevicePtr(c.dst)),
+            Location::Device(c.src_device as usize, DevicePtr(c.src)),
+            c.size as usize,
+            None,
+        )
     }
-    let (device, q) = queue.as_ref().map(|(d, q)| (*d, q.clone())).unwrap();
+}
+
+fn run_queue_op(s: &Session, queue: &mut Option<u32>, op: QueueOp) -> Result<Vec<u8>, Error> {
+    let device = *queue.get_or_insert(op.device);
+    let dev = s.device(device)?.clone();
     use queue_op::Op;
     match op.op {
         Some(Op::Launch(l)) => {
@@ -527,48 +533,33 @@ fn run_queue_op(
             } else {
                 KernelArgs::Packed(&l.packed)
             };
-            q.launch(kernel.as_ref(), args, &config)?;
+            dev.launch(&kernel, args, &config)?;
             Ok(vec![])
         }
         Some(Op::Write(w)) => {
             s.check(device, w.dst, w.data.len() as u64)?;
-            // SAFETY: range checked.
-            unsafe { q.copy_to_device(DevicePtr(w.dst), w.data.as_ptr(), w.data.len())? };
+            // SAFETY: range checked; `w.data` holds the bytes.
+            unsafe { dev.copy_to_device(DevicePtr(w.dst), w.data.as_ptr(), w.data.len())? };
             Ok(vec![])
         }
         Some(Op::Read(r)) => {
             s.check(device, r.src, r.size)?;
             let mut data = vec![0u8; r.size as usize];
-            // SAFETY: range checked; the queue is synchronised before `data` is used.
-            unsafe { q.copy_from_device(data.as_mut_ptr(), DevicePtr(r.src), data.len())? };
-            q.synchronize()?;
+            // SAFETY: range checked; `data` holds the bytes.
+            unsafe { dev.copy_from_device(data.as_mut_ptr(), DevicePtr(r.src), data.len())? };
             Ok(data)
         }
         Some(Op::Copy(c)) => {
-            s.check(c.src_device, c.src, c.size)?;
-            s.check(c.dst_device, c.dst, c.size)?;
-            if c.src_device == device && c.dst_device == device {
-                q.copy_within(DevicePtr(c.dst), DevicePtr(c.src), c.size as usize)?;
-            } else {
-                q.synchronize()?;
-                s.device(c.src_device)?.copy_to(
-                    s.device(c.dst_device)?,
-                    DevicePtr(c.dst),
-                    DevicePtr(c.src),
-                    c.size as usize,
-                )?;
-            }
+            copy_between(s, &c)?;
             Ok(vec![])
         }
         Some(Op::Fill(f)) => {
             s.check(device, f.dst, f.size)?;
-            q.fill(DevicePtr(f.dst), &f.pattern, f.size as usize)?;
+            dev.fill(DevicePtr(f.dst), &f.pattern, f.size as usize)?;
             Ok(vec![])
         }
-        Some(Op::Marker(_)) => {
-            q.synchronize()?;
-            Ok(vec![])
-        }
+        // Every operation above completed before its call returned.
+        Some(Op::Marker(_)) => Ok(vec![]),
         None => Err(Error::invalid_argument("empty queue operation")),
     }
 }

@@ -1,12 +1,17 @@
-//! A client session: everything one client allocated or loaded, and the
-//! checks that keep it inside its own memory.
+//! A client session: everything one client loaded, and the checks that keep
+//! it inside its own memory.
+//!
+//! Memory is the core's: allocations (and globals of the session's programs)
+//! are filed in each device's allocation index with the session's [`Owner`],
+//! so the check of an address is one index lookup plus an owner comparison,
+//! and closing the session frees exactly the session's allocations.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use offload_core::plugin;
-use offload_core::{DevicePtr, Error, ErrorCode, Result, Runtime};
+use offload_core::{DevicePtr, Error, ErrorCode, Owner, Result, Runtime};
 use offload_image::{metadata::Metadata, DeviceImage, ImageFormat};
 
 /// An image shipped by a client, owned by the server.
@@ -37,24 +42,18 @@ impl ShippedImage {
 
 pub struct LoadedProgram {
     pub device: u32,
-    pub program: Arc<dyn plugin::Program>,
+    pub program: Arc<offload_core::Program>,
     /// Client binary the image came from (0 = shipped with the load).
     pub binary: u64,
 }
 
 #[derive(Default)]
 struct State {
-    /// device -> base -> size, of the session's allocations.
-    allocations: HashMap<u32, BTreeMap<u64, u64>>,
-    /// device -> base -> size, of globals of the session's programs.
-    globals: HashMap<u32, BTreeMap<u64, u64>>,
-    /// (device, base) of each global -> the program it belongs to.
-    global_owner: HashMap<(u32, u64), u64>,
     images: HashMap<u64, Arc<ShippedImage>>,
     /// client binary id -> its image ids.
     binaries: HashMap<u64, Vec<u64>>,
     programs: BTreeMap<u64, LoadedProgram>,
-    kernels: HashMap<u64, (u32, u64, Arc<dyn plugin::Kernel>)>,
+    kernels: HashMap<u64, (u32, u64, Arc<offload_core::Kernel>)>,
 }
 
 /// One client's session.
@@ -63,6 +62,8 @@ pub struct Session {
     pub client: String,
     /// Authenticates this session's bulk-data connections.
     pub data_secret: String,
+    /// Tags the session's memory in the core's allocation index.
+    owner: Owner,
     runtime: Arc<Runtime>,
     state: Mutex<State>,
 }
@@ -83,21 +84,14 @@ fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-fn contains(map: Option<&BTreeMap<u64, u64>>, addr: u64, len: u64) -> bool {
-    let Some(map) = map else { return false };
-    let Some((&base, &size)) = map.range(..=addr).next_back() else {
-        return false;
-    };
-    let end = addr.checked_add(len);
-    addr >= base && end.is_some_and(|e| e <= base + size)
-}
-
 impl Session {
     pub fn new(id: String, client: String, runtime: Arc<Runtime>) -> Self {
         Session {
             id,
             client,
             data_secret: random_hex(32),
+            // Distinct from the runtime's own owners (small numbers).
+            owner: Owner(1 << 63 | next_id()),
             runtime,
             state: Mutex::new(State::default()),
         }
@@ -107,16 +101,21 @@ impl Session {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     pub fn device(&self, id: u32) -> Result<&Arc<offload_core::Device>> {
         self.runtime.device(id as usize)
     }
 
     /// Fail unless `[addr, addr+len)` lies in memory this session owns on `device`.
     pub fn check(&self, device: u32, addr: u64, len: u64) -> Result<()> {
-        let st = self.state();
-        if contains(st.allocations.get(&device), addr, len.max(1))
-            || contains(st.globals.get(&device), addr, len.max(1))
-        {
+        let dev = self.device(device)?;
+        let owned = dev
+            .check_range(DevicePtr(addr), len.max(1) as usize)
+            .is_ok_and(|a| a.owner == self.owner);
+        if owned {
             return Ok(());
         }
         Err(Error::new(
@@ -129,30 +128,25 @@ impl Session {
     }
 
     pub fn alloc(&self, device: u32, size: u64, kind: plugin::AllocKind) -> Result<DevicePtr> {
-        let dev = self.device(device)?;
-        let p = dev.alloc(size as usize, kind)?;
-        self.state()
-            .allocations
-            .entry(device)
-            .or_default()
-            .insert(p.0, size);
-        Ok(p)
+        let size = usize::try_from(size)
+            .map_err(|_| Error::invalid_size(format!("cannot allocate {size} bytes")))?;
+        self.device(device)?.alloc_for(size, kind, self.owner)
     }
 
     pub fn free(&self, device: u32, ptr: u64) -> Result<()> {
-        let owned = self
-            .state()
-            .allocations
-            .get_mut(&device)
-            .and_then(|m| m.remove(&ptr))
-            .is_some();
-        if !owned {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!("pointer {} is not an allocation of this session on device {device} (double free or foreign pointer)", DevicePtr(ptr)),
-            ));
-        }
-        self.device(device)?.free(DevicePtr(ptr))
+        self.device(device)?
+            .free_for(DevicePtr(ptr), Some(self.owner))
+            .map_err(|_| {
+                Error::new(
+                    ErrorCode::InvalidArgument,
+                    format!("pointer {} is not an allocation of this session on device {device} (double free or foreign pointer)", DevicePtr(ptr)),
+                )
+            })
+    }
+
+    /// Load `image` on `device` as this session's program.
+    pub fn load(&self, device: u32, image: &DeviceImage<'_>) -> Result<Arc<offload_core::Program>> {
+        self.device(device)?.load_image_for(image, self.owner)
     }
 
     pub fn add_images(&self, binary: u64, images: Vec<ShippedImage>) -> Vec<u64> {
@@ -198,19 +192,7 @@ impl Session {
     fn drop_program(st: &mut State, id: u64) {
         if let Some(p) = st.programs.remove(&id) {
             st.kernels.retain(|_, (_, prog, _)| *prog != id);
-            // Globals of the program stop being reachable.
-            let owned: Vec<(u32, u64)> = st
-                .global_owner
-                .iter()
-                .filter(|(_, &prog)| prog == id)
-                .map(|(&k, _)| k)
-                .collect();
-            for (device, base) in owned {
-                st.global_owner.remove(&(device, base));
-                if let Some(g) = st.globals.get_mut(&device) {
-                    g.remove(&base);
-                }
-            }
+            // Its globals leave the index with the last reference.
             drop(p);
         }
     }
@@ -229,7 +211,12 @@ impl Session {
         Ok((img, binary))
     }
 
-    pub fn add_program(&self, device: u32, program: Arc<dyn plugin::Program>, binary: u64) -> u64 {
+    pub fn add_program(
+        &self,
+        device: u32,
+        program: Arc<offload_core::Program>,
+        binary: u64,
+    ) -> u64 {
         let id = next_id();
         self.state().programs.insert(
             id,
@@ -253,7 +240,7 @@ impl Session {
         Ok(())
     }
 
-    pub fn program(&self, id: u64) -> Result<(u32, Arc<dyn plugin::Program>)> {
+    pub fn program(&self, id: u64) -> Result<(u32, Arc<offload_core::Program>)> {
         let st = self.state();
         let p = st.programs.get(&id).ok_or_else(|| {
             Error::invalid_argument(format!("program {id} is not loaded in this session"))
@@ -261,13 +248,13 @@ impl Session {
         Ok((p.device, p.program.clone()))
     }
 
-    pub fn add_kernel(&self, device: u32, program: u64, kernel: Arc<dyn plugin::Kernel>) -> u64 {
+    pub fn add_kernel(&self, device: u32, program: u64, kernel: Arc<offload_core::Kernel>) -> u64 {
         let id = next_id();
         self.state().kernels.insert(id, (device, program, kernel));
         id
     }
 
-    pub fn kernel(&self, id: u64) -> Result<(u32, Arc<dyn plugin::Kernel>)> {
+    pub fn kernel(&self, id: u64) -> Result<(u32, Arc<offload_core::Kernel>)> {
         let st = self.state();
         let (d, _, k) = st.kernels.get(&id).ok_or_else(|| {
             Error::invalid_argument(format!("kernel {id} is not known in this session"))
@@ -275,54 +262,30 @@ impl Session {
         Ok((*d, k.clone()))
     }
 
-    pub fn add_global(&self, device: u32, program: u64, ptr: u64, size: u64) {
-        let mut st = self.state();
-        st.globals.entry(device).or_default().insert(ptr, size);
-        st.global_owner.insert((device, ptr), program);
-    }
-
     /// Free everything the session still holds (client gone).
     pub fn release(&self) -> (usize, usize) {
-        let mut st = self.state();
-        let allocations = std::mem::take(&mut st.allocations);
         let mut freed = 0;
-        for (device, blocks) in allocations {
-            if let Ok(dev) = self.runtime.device(device as usize) {
-                for base in blocks.keys() {
-                    if dev.free(DevicePtr(*base)).is_ok() {
-                        freed += 1;
-                    }
+        for dev in self.runtime.devices() {
+            for a in dev.allocations_of(self.owner) {
+                if dev.free(a.base).is_ok() {
+                    freed += 1;
                 }
             }
         }
+        let mut st = self.state();
         let programs = st.programs.len();
         st.kernels.clear();
         st.programs.clear();
-        st.globals.clear();
-        st.global_owner.clear();
         st.images.clear();
         st.binaries.clear();
         (freed, programs)
     }
 
     pub fn live_allocations(&self) -> usize {
-        self.state().allocations.values().map(|m| m.len()).sum()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges() {
-        let mut m = BTreeMap::new();
-        m.insert(100, 50);
-        assert!(contains(Some(&m), 100, 50));
-        assert!(contains(Some(&m), 120, 10));
-        assert!(!contains(Some(&m), 120, 40));
-        assert!(!contains(Some(&m), 99, 1));
-        assert!(!contains(Some(&m), 150, 1));
-        assert!(!contains(Some(&m), u64::MAX, 2));
+        self.runtime
+            .devices()
+            .iter()
+            .map(|d| d.allocations_of(self.owner).len())
+            .sum()
     }
 }

@@ -113,10 +113,12 @@ impl<T: Copy> DeviceBuffer<T> {
     /// Copy `other` (same length, maybe on another device) into this buffer.
     pub fn copy_from_buffer(&mut self, other: &DeviceBuffer<T>) -> Result<()> {
         self.check_len(other.len, "copy between buffers")?;
-        other
-            .device
-            .inner
-            .copy_to(&self.device.inner, self.ptr, other.ptr, self.size_bytes())
+        let (dst, src) = (
+            offload_core::Location::Device(self.device.id(), self.ptr),
+            offload_core::Location::Device(other.device.id(), other.ptr),
+        );
+        // SAFETY: both ends are live device buffers of this length.
+        unsafe { crate::runtime().copy(dst, src, self.size_bytes(), None) }
     }
 }
 

@@ -73,10 +73,10 @@ impl Device {
     /// Load a program from image bytes; containers are unwrapped and the
     /// first image this device can run is loaded.
     pub fn load_program(&self, bytes: &[u8]) -> Result<Program> {
-        let raw = self.inner.load_program(bytes)?;
+        let core = self.inner.load_program(bytes)?;
         Ok(Program {
             device: self.clone(),
-            raw,
+            core,
         })
     }
 
@@ -88,7 +88,7 @@ impl Device {
     pub fn create_queue(&self) -> Result<Queue> {
         Ok(Queue {
             device: self.clone(),
-            raw: self.inner.create_queue()?,
+            core: Arc::new(offload_core::Queue::new(Some(&self.inner))?),
         })
     }
 }

@@ -59,8 +59,6 @@ mod device;
 mod program;
 mod queue;
 
-use std::sync::OnceLock;
-
 pub use buffer::DeviceBuffer;
 pub use device::{devices, Device};
 pub use offload_core::{
@@ -70,14 +68,4 @@ pub use offload_core::{
 pub use program::{Global, Kernel, Program};
 pub use queue::{Event, KernelArgs, Queue};
 
-/// Every plugin built into this runtime, in device-numbering order: local
-/// devices first, remote ones (`OFFLOAD_REMOTE`) after them.
-pub fn builtin_plugins() -> Vec<PluginEntry> {
-    vec![offload_plugin_host::ENTRY, offload_plugin_remote::ENTRY]
-}
-
-/// The process-wide runtime, initialised on first use from the environment.
-pub fn runtime() -> &'static Runtime {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| Runtime::new(Config::get().clone(), &builtin_plugins()))
-}
+pub use offload_plugins::{builtin as builtin_plugins, runtime};

@@ -1,6 +1,5 @@
 use std::sync::Arc;
 
-use offload_core::plugin;
 use offload_core::{DevicePtr, Error, Result};
 
 use crate::Device;
@@ -9,30 +8,31 @@ use crate::Device;
 #[derive(Clone)]
 pub struct Program {
     pub(crate) device: Device,
-    pub(crate) raw: Arc<dyn plugin::Program>,
+    pub(crate) core: Arc<offload_core::Program>,
 }
 
 impl Program {
     /// The kernel called `name`.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
-        let raw = self
-            .raw
+        let core = self
+            .core
             .kernel(name)
             .map_err(|e| e.context(format!("program on {:?}", self.device)))?;
         Ok(Kernel {
             device: self.device.clone(),
-            raw,
+            core,
         })
     }
 
     /// The global variable called `name`.
     pub fn global(&self, name: &str) -> Result<Global> {
         let (ptr, size) = self
-            .raw
+            .core
             .global(name)
             .map_err(|e| e.context(format!("program on {:?}", self.device)))?;
         Ok(Global {
             device: self.device.clone(),
+            _program: self.core.clone(),
             ptr,
             size,
         })
@@ -47,29 +47,27 @@ impl Program {
 #[derive(Clone)]
 pub struct Kernel {
     pub(crate) device: Device,
-    pub(crate) raw: Arc<dyn plugin::Kernel>,
+    pub(crate) core: Arc<offload_core::Kernel>,
 }
 
 impl Kernel {
     pub fn name(&self) -> &str {
-        self.raw.name()
+        self.core.name()
     }
     pub fn device(&self) -> &Device {
         &self.device
     }
     /// A group size that suits this kernel on its device.
     pub fn preferred_group_size(&self, dyn_group_memory: usize) -> u32 {
-        self.raw.preferred_group_size(dyn_group_memory)
-    }
-    pub(crate) fn raw(&self) -> &dyn plugin::Kernel {
-        self.raw.as_ref()
+        self.core.preferred_group_size(dyn_group_memory)
     }
 }
 
-/// A global variable of a program.
-#[derive(Clone, Debug)]
+/// A global variable of a program (it keeps the program loaded).
+#[derive(Clone)]
 pub struct Global {
     device: Device,
+    _program: Arc<offload_core::Program>,
     ptr: DevicePtr,
     size: u64,
 }

@@ -1,15 +1,15 @@
 use std::sync::Arc;
 
-use offload_core::plugin::{self, KernelArgs as RawArgs};
+use offload_core::plugin::KernelArgs as RawArgs;
 use offload_core::{Error, LaunchConfig, Result};
 
 use crate::{Device, DeviceBuffer, Kernel};
 
-/// An in-order queue of a device.
+/// An in-order, asynchronous queue of a device.
 #[derive(Clone)]
 pub struct Queue {
     pub(crate) device: Device,
-    pub(crate) raw: Arc<dyn plugin::Queue>,
+    pub(crate) core: Arc<offload_core::Queue>,
 }
 
 /// A packed argument buffer, laid out like a C struct of the values pushed.
@@ -64,8 +64,8 @@ impl Queue {
         args: &KernelArgs,
     ) -> Result<()> {
         self.check_kernel(kernel)?;
-        self.raw
-            .launch(kernel.raw(), RawArgs::Packed(args.as_bytes()), &config)
+        self.core
+            .launch(&kernel.core, RawArgs::Packed(args.as_bytes()), &config)
     }
 
     /// Launch a kernel that takes one 64-bit word per parameter (the
@@ -80,8 +80,8 @@ impl Queue {
         words: &[u64],
     ) -> Result<()> {
         self.check_kernel(kernel)?;
-        self.raw
-            .launch(kernel.raw(), RawArgs::Words(words), &config)
+        self.core
+            .launch(&kernel.core, RawArgs::Words(words), &config)
     }
 
     fn check_kernel(&self, kernel: &Kernel) -> Result<()> {
@@ -98,43 +98,52 @@ impl Queue {
 
     /// Block until everything enqueued has finished.
     pub fn synchronize(&self) -> Result<()> {
-        self.raw.synchronize()
+        self.core.synchronize()
     }
 
     /// An event completing when the work enqueued so far has.
     pub fn record_event(&self) -> Result<Event> {
         Ok(Event {
-            raw: self.raw.record_event()?,
+            core: self.core.record_event()?,
         })
     }
 
     /// Make later work on this queue wait for `event`.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.raw.wait_event(event.raw.as_ref())
+        self.core.wait_event(&event.core)
     }
 
     /// Run `f` on the host after everything before it.
     pub fn host_function(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        self.raw.host_function(Box::new(f))
+        self.core.host_function(Box::new(f))
     }
 
     pub fn is_idle(&self) -> Result<bool> {
-        self.raw.is_idle()
+        self.core.is_idle()
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        // The last clone lets the queue's executor (if any) finish and exit.
+        if Arc::strong_count(&self.core) == 1 {
+            let _ = self.core.close();
+        }
     }
 }
 
 /// A point in a queue's work.
 #[derive(Clone)]
 pub struct Event {
-    raw: Arc<dyn plugin::Event>,
+    core: offload_core::Event,
 }
 
 impl Event {
     pub fn synchronize(&self) -> Result<()> {
-        self.raw.synchronize()
+        self.core.synchronize()
     }
     pub fn is_complete(&self) -> Result<bool> {
-        self.raw.is_complete()
+        self.core.is_complete()
     }
 }
 

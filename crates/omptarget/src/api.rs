@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::OnceLock;
 
-use offload_core::{AllocKind, DevicePtr};
+use offload_core::{AllocKind, DevicePtr, Location};
 
 use crate::mapping::{Entry, Found, INF};
 use crate::msg;
@@ -102,25 +102,17 @@ pub fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64) -> i32
             _ => {}
         }
     }
+    // One copy decision for every face: the core's.
+    let at = |d: Option<&DevState>, p: u64| match d {
+        Some(d) => Location::Device(d.id, DevicePtr(p)),
+        None => Location::Host(p as *const u8),
+    };
+    // SAFETY: the caller names `len` valid bytes at both addresses; device
+    // ranges are checked by the core.
     let ok = unsafe {
-        match (dd, sd) {
-            (None, None) => {
-                std::ptr::copy(src as *const u8, dst as *mut u8, len);
-                true
-            }
-            (Some(d), None) => d
-                .dev
-                .copy_to_device(DevicePtr(dst), src as *const u8, len)
-                .is_ok(),
-            (None, Some(s)) => s
-                .dev
-                .copy_from_device(dst as *mut u8, DevicePtr(src), len)
-                .is_ok(),
-            (Some(d), Some(s)) => s
-                .dev
-                .copy_to(&d.dev, DevicePtr(dst), DevicePtr(src), len)
-                .is_ok(),
-        }
+        offload_plugins::runtime()
+            .copy(at(dd, dst), at(sd, src), len, None)
+            .is_ok()
     };
     if ok {
         0

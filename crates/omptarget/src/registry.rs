@@ -6,7 +6,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use offload_core::plugin::{self as core_plugin, DevicePtr};
+use offload_core::plugin::DevicePtr;
 use offload_core::{BinaryId, OffloadEntry};
 use offload_image::DeviceImage;
 
@@ -44,7 +44,7 @@ pub fn policy() -> u8 {
         0 => POLICY_DISABLED,
         2 => POLICY_MANDATORY,
         _ => {
-            if offload::runtime().devices().is_empty() {
+            if offload_plugins::runtime().devices().is_empty() {
                 POLICY_DISABLED
             } else {
                 POLICY_MANDATORY
@@ -64,7 +64,7 @@ pub fn num_devices() -> usize {
     if offload_disabled() {
         0
     } else {
-        offload::runtime().devices().len()
+        offload_plugins::runtime().devices().len()
     }
 }
 
@@ -137,7 +137,7 @@ static STATE: OnceLock<State> = OnceLock::new();
 
 pub fn state() -> &'static State {
     STATE.get_or_init(|| {
-        let rt = offload::runtime();
+        let rt = offload_plugins::runtime();
         let devices = rt
             .devices()
             .iter()
@@ -163,7 +163,7 @@ pub fn usm() -> bool {
 
 /// A kernel pointer kept alive by the device's loaded programs.
 #[derive(Clone, Copy)]
-pub struct KernelRef(pub *const dyn core_plugin::Kernel);
+pub struct KernelRef(pub *const offload_core::Kernel);
 // SAFETY: kernels are Send + Sync; the pointee lives in `DevState::programs`.
 unsafe impl Send for KernelRef {}
 unsafe impl Sync for KernelRef {}
@@ -236,86 +236,17 @@ struct Padded<T>(T);
 pub struct DevState {
     pub id: usize,
     pub dev: Arc<offload_core::Device>,
-    queue: OnceLock<Option<Arc<dyn core_plugin::Queue>>>,
     /// On its own cache lines: it is written by every mapping construct,
     /// while the fields around it are read by every launch.
     table: Padded<RwLock<Table>>,
     kernels: KernelMap,
     loaded_gen: AtomicU64,
     load_lock: Mutex<LoadState>,
-    /// Freed small blocks of mapped data and firstprivate copies, kept for
-    /// reuse (LLVM's libomptarget keeps a similar size-class memory manager).
-    cache: Mutex<BlockCache>,
-}
-
-/// Size classes 64 B .. 64 KiB (powers of two), at most `CACHE_PER_CLASS`
-/// blocks each, so at most ~16 MiB of device memory stays cached.
-const CACHE_MIN_SHIFT: u32 = 6;
-const CACHE_MAX_SHIFT: u32 = 16;
-const CACHE_CLASSES: usize = (CACHE_MAX_SHIFT - CACHE_MIN_SHIFT + 1) as usize;
-const CACHE_PER_CLASS: usize = 128;
-
-#[derive(Default)]
-struct BlockCache {
-    free: [Vec<u64>; CACHE_CLASSES],
-}
-
-/// Per-thread front of the block cache (no lock, no shared cache lines
-/// for threads that map their own data); emptied into the device's cache
-/// when the thread exits.
-const THREAD_CACHE_PER_CLASS: usize = 32;
-type ClassLists = [Vec<u64>; CACHE_CLASSES];
-
-struct ThreadCache(Vec<ClassLists>);
-
-impl Drop for ThreadCache {
-    fn drop(&mut self) {
-        let Some(st) = STATE.get() else { return };
-        for (dev, lists) in self.0.iter_mut().enumerate() {
-            if let Some(d) = st.devices.get(dev) {
-                let mut cache = d.cache.lock().unwrap_or_else(|e| e.into_inner());
-                for (c, l) in lists.iter_mut().enumerate() {
-                    cache.free[c].append(l);
-                }
-            }
-        }
-    }
-}
-
-thread_local! {
-    static THREAD_CACHE: std::cell::RefCell<ThreadCache> =
-        const { std::cell::RefCell::new(ThreadCache(Vec::new())) };
-}
-
-/// Run `f` on this thread's lists for device `dev`; None when the
-/// thread-local storage is gone (thread exit).
-#[inline]
-fn with_thread_cache<R>(dev: usize, f: impl FnOnce(&mut ClassLists) -> R) -> Option<R> {
-    THREAD_CACHE
-        .try_with(|tc| {
-            let mut tc = tc.try_borrow_mut().ok()?;
-            if tc.0.len() <= dev {
-                tc.0.resize_with(dev + 1, Default::default);
-            }
-            Some(f(&mut tc.0[dev]))
-        })
-        .ok()
-        .flatten()
-}
-
-/// The size class of a `size`-byte block, if small enough to cache.
-#[inline]
-fn size_class(size: u64) -> Option<usize> {
-    if size == 0 || size > 1 << CACHE_MAX_SHIFT {
-        return None;
-    }
-    let shift = (64 - (size - 1).leading_zeros()).max(CACHE_MIN_SHIFT);
-    Some((shift - CACHE_MIN_SHIFT) as usize)
 }
 
 type Loaded = (
-    Option<Arc<dyn core_plugin::Program>>,
-    Vec<Arc<dyn core_plugin::Kernel>>,
+    Option<Arc<offload_core::Program>>,
+    Vec<Arc<offload_core::Kernel>>,
 );
 
 #[derive(Default)]
@@ -329,19 +260,11 @@ impl DevState {
         DevState {
             id,
             dev,
-            queue: OnceLock::new(),
             table: Padded(RwLock::new(Table::default())),
             kernels: KernelMap::default(),
             loaded_gen: AtomicU64::new(0),
             load_lock: Mutex::new(LoadState::default()),
-            cache: Mutex::new(BlockCache::default()),
         }
-    }
-
-    pub fn queue(&self) -> Option<&Arc<dyn core_plugin::Queue>> {
-        self.queue
-            .get_or_init(|| self.dev.create_queue().ok())
-            .as_ref()
     }
 
     pub fn table_read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
@@ -385,7 +308,7 @@ impl DevState {
     }
 
     fn load_binary(&self, b: &Registered) -> Loaded {
-        let Some(img) = b.images.iter().find(|i| self.dev.raw().can_run(i)) else {
+        let Some(img) = b.images.iter().find(|i| self.dev.can_run(i)) else {
             return (None, vec![]);
         };
         let prog = match self.dev.load_image(img) {
@@ -521,37 +444,15 @@ impl DevState {
         }
     }
 
-    /// Device memory for runtime-owned data (mapped blocks, private copies):
-    /// small sizes come from the block cache. Free with [`Self::free_block`].
+    /// Device memory for runtime-owned data (mapped blocks, private
+    /// copies): the core's caching allocator serves small sizes from this
+    /// thread's free lists. Free with [`Self::free_block`].
     pub fn alloc_block(&self, size: u64) -> Option<u64> {
-        let Some(c) = size_class(size) else {
-            return self.alloc(size);
-        };
-        if let Some(p) = with_thread_cache(self.id, |tc| tc[c].pop()).flatten() {
-            return Some(p);
-        }
-        let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).free[c].pop();
-        match cached {
-            Some(p) => Some(p),
-            None => self.alloc(1 << (c as u32 + CACHE_MIN_SHIFT)),
-        }
+        self.alloc(size)
     }
 
-    /// Release a block from [`Self::alloc_block`] of the same `size`.
-    pub fn free_block(&self, p: u64, size: u64) -> bool {
-        if let Some(c) = size_class(size) {
-            let kept = with_thread_cache(self.id, |tc| {
-                (tc[c].len() < THREAD_CACHE_PER_CLASS).then(|| tc[c].push(p))
-            });
-            if kept.flatten().is_some() {
-                return true;
-            }
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if cache.free[c].len() < CACHE_PER_CLASS {
-                cache.free[c].push(p);
-                return true;
-            }
-        }
+    /// Release a block from [`Self::alloc_block`].
+    pub fn free_block(&self, p: u64, _size: u64) -> bool {
         self.free(p)
     }
 
@@ -568,7 +469,6 @@ impl DevState {
         size == 0
             || reported(
                 self.dev
-                    .raw()
                     .copy_to_device(DevicePtr(tgt), hst as *const u8, size as usize),
                 "Failure to copy data from host to device",
             )
@@ -579,7 +479,6 @@ impl DevState {
         size == 0
             || reported(
                 self.dev
-                    .raw()
                     .copy_from_device(hst as *mut u8, DevicePtr(tgt), size as usize),
                 "Failure to copy data from device to host",
             )
@@ -788,7 +687,7 @@ pub unsafe fn register(desc: *const BinDesc) {
             producer: e.kind,
         })
         .collect();
-    let (bd, failures) = offload::runtime().register_binary(images.clone(), core_entries);
+    let (bd, failures) = offload_plugins::runtime().register_binary(images.clone(), core_entries);
     for f in failures {
         msg::error(&format!(
             "plugin '{}' failed to register the binary: {}",
@@ -865,7 +764,7 @@ pub fn unregister(desc: *const BinDesc) {
         d.unload(&reg);
     }
     // Unregister-hook failures are reported, never fatal (we are exiting).
-    match offload::runtime().unregister_binary(reg.id) {
+    match offload_plugins::runtime().unregister_binary(reg.id) {
         Ok(failures) => {
             for f in failures {
                 msg::error(&format!(

@@ -1101,6 +1101,20 @@ fn pack_firstprivates(
     true
 }
 
+/// The launch geometry the program asked for: teams become groups, the
+/// thread limit the group size (0 = "the plugin's default": one), plus the
+/// dynamic group memory and loop trip count. The host plugin runs OpenMP
+/// kernels with one call (libomp fans out); GPU plugins use all of it.
+fn launch_config(ka: &KernelArgsTy) -> LaunchConfig {
+    let at_least_one = |v: [u32; 3]| v.map(|n| n.max(1));
+    LaunchConfig {
+        num_groups: at_least_one(ka.num_teams),
+        group_size: at_least_one(ka.thread_limit),
+        dyn_group_memory: ka.dyn_cgroup_mem,
+        tripcount: ka.tripcount,
+    }
+}
+
 /// `__tgt_target_kernel`: returns 0 when the region ran on the device.
 pub fn target_kernel(
     loc: *const Ident,
@@ -1292,19 +1306,13 @@ pub fn target_kernel(
             k.name()
         ));
     }
-    let launched = match d.queue() {
-        // Plugins may launch asynchronously (remote); the region ends here.
-        Some(q) => match q
-            .launch(k, KernelArgs::Words(words), &LaunchConfig::default())
-            .and_then(|_| q.synchronize())
-        {
-            Ok(()) => true,
-            Err(e) => {
-                msg::plugin_error(&format!("Failure to run target region {}", k.name()), &e);
-                false
-            }
-        },
-        None => false,
+    let config = launch_config(ka);
+    let launched = match d.dev.launch(k, KernelArgs::Words(words), &config) {
+        Ok(()) => true,
+        Err(e) => {
+            msg::plugin_error(&format!("Failure to run target region {}", k.name()), &e);
+            false
+        }
     };
     if !launched {
         msg::error("Executing target region abort target.");

@@ -61,39 +61,6 @@ impl plugin::Device for HostDevice {
         memory::free(ptr);
         Ok(())
     }
-    unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
-        memory::copy(dst.as_ptr(), src, size);
-        Ok(())
-    }
-    unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
-        memory::copy(dst, src.as_ptr(), size);
-        Ok(())
-    }
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
-        // SAFETY: host allocations named by the caller.
-        unsafe { memory::copy(dst.as_ptr(), src.as_ptr(), size) };
-        Ok(())
-    }
-    fn copy_to_peer(
-        &self,
-        dst_device: &dyn plugin::Device,
-        dst: DevicePtr,
-        src: DevicePtr,
-        size: usize,
-    ) -> Result<bool> {
-        // All host devices share one address space.
-        if dst_device.as_any().is::<HostDevice>() {
-            self.copy_within(dst, src, size)?;
-            return Ok(true);
-        }
-        Ok(false)
-    }
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
-        // SAFETY: as above.
-        unsafe { memory::fill(dst.as_ptr(), pattern, size) };
-        Ok(())
-    }
-
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
         if !self.can_run(image) {
             return Err(Error::invalid_binary(format!(

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use offload_core::plugin::{self, Plugin};
 use offload_core::{Config, PluginEntry, Result};
 
-pub use device::HostDevice;
+pub use device::{HostDevice, MachineFacts};
 pub use kernel::{HostItem, HOST_ITEM_ABI_VERSION, MAX_KERNEL_WORDS};
 
 /// Triple of the images this plugin runs.
@@ -31,6 +31,7 @@ pub const TARGET_TRIPLE: &str = concat!(env!("HOST_ARCH_FOR_TRIPLE"), "-unknown-
 pub const ENTRY: PluginEntry = PluginEntry {
     name: "host",
     create,
+    opt_in: false,
 };
 
 fn create(config: &Config) -> Result<Box<dyn Plugin>> {

@@ -32,13 +32,5 @@ pub unsafe fn copy(dst: *mut u8, src: *const u8, size: usize) {
 /// # Safety
 /// `dst` valid for `size` bytes; `size` a multiple of `pattern.len()`.
 pub unsafe fn fill(dst: *mut u8, pattern: &[u8], size: usize) {
-    if pattern.len() == 1 {
-        std::ptr::write_bytes(dst, pattern[0], size);
-        return;
-    }
-    let mut off = 0;
-    while off < size {
-        std::ptr::copy_nonoverlapping(pattern.as_ptr(), dst.add(off), pattern.len());
-        off += pattern.len();
-    }
+    offload_core::transfer::host_fill(dst, pattern, size)
 }

@@ -156,6 +156,20 @@ impl plugin::Queue for HostQueue {
         unsafe { memory::copy(dst.as_ptr(), src.as_ptr(), size) };
         Ok(())
     }
+    fn copy_to_peer(
+        &self,
+        dst_device: &dyn plugin::Device,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: usize,
+    ) -> Result<bool> {
+        // All host devices share one address space.
+        if dst_device.as_any().is::<crate::device::HostDevice>() {
+            self.copy_within(dst, src, size)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
     fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
         // SAFETY: as above.
         unsafe { memory::fill(dst.as_ptr(), pattern, size) };
@@ -185,5 +199,8 @@ impl plugin::Queue for HostQueue {
     }
     fn is_idle(&self) -> Result<bool> {
         Ok(true)
+    }
+    fn completes_inline(&self) -> bool {
+        true
     }
 }

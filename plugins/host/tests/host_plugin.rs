@@ -62,7 +62,6 @@ fn words_convention_with_many_argument_counts() {
     let rt = runtime(1);
     let dev = &rt.devices()[0];
     let program = dev.load_program(&image).unwrap();
-    let queue = dev.create_queue().unwrap();
     let out = dev.alloc(8, AllocKind::Device).unwrap();
     for &n in &counts {
         let kernel = program.kernel(&format!("k{n}")).unwrap();
@@ -70,12 +69,7 @@ fn words_convention_with_many_argument_counts() {
         let mut words = vec![1000u64, out.0];
         words.extend((1..n as u64).map(|i| i * 3 + 1));
         let expected: i64 = 1000 + (1..n as i64).map(|i| (i * 3 + 1) * i).sum::<i64>();
-        queue
-            .launch(
-                kernel.as_ref(),
-                KernelArgs::Words(&words),
-                &LaunchConfig::default(),
-            )
+        dev.launch(&kernel, KernelArgs::Words(&words), &LaunchConfig::default())
             .unwrap();
         let mut got = 0i64;
         unsafe {
@@ -96,13 +90,7 @@ fn too_many_words_is_a_clear_error() {
     let kernel = dev.load_program(&image).unwrap().kernel("k1").unwrap();
     let words = vec![0u64; offload_plugin_host::MAX_KERNEL_WORDS + 1];
     let e = dev
-        .create_queue()
-        .unwrap()
-        .launch(
-            kernel.as_ref(),
-            KernelArgs::Words(&words),
-            &LaunchConfig::default(),
-        )
+        .launch(&kernel, KernelArgs::Words(&words), &LaunchConfig::default())
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::Unsupported);
     assert!(e.message().contains("257"), "{e}");
@@ -148,7 +136,6 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
     let rt = runtime(1);
     let dev = &rt.devices()[0];
     let program = dev.load_program(&image).unwrap();
-    let queue = dev.create_queue().unwrap();
 
     // saxpy over 10_000 elements, 40 groups of 256.
     let n = 10_000usize;
@@ -174,14 +161,12 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
         n: n as u32,
     };
     let k = program.kernel("saxpy").unwrap();
-    queue
-        .launch(
-            k.as_ref(),
-            KernelArgs::Packed(packed(&args)),
-            &LaunchConfig::linear(40, 256),
-        )
-        .unwrap();
-    queue.synchronize().unwrap();
+    dev.launch(
+        &k,
+        KernelArgs::Packed(packed(&args)),
+        &LaunchConfig::linear(40, 256),
+    )
+    .unwrap();
     let mut out = vec![0f32; n];
     unsafe {
         dev.copy_from_device(out.as_mut_ptr().cast(), dy, n * 4)
@@ -216,13 +201,12 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
         dyn_group_memory: 8,
         ..LaunchConfig::linear(40, 128)
     };
-    queue
-        .launch(
-            program.kernel("group_sum").unwrap().as_ref(),
-            KernelArgs::Packed(packed(&args)),
-            &cfg,
-        )
-        .unwrap();
+    dev.launch(
+        &program.kernel("group_sum").unwrap(),
+        KernelArgs::Packed(packed(&args)),
+        &cfg,
+    )
+    .unwrap();
     let mut got = 0i64;
     unsafe {
         dev.copy_from_device((&mut got as *mut i64).cast(), total, 8)
@@ -239,13 +223,12 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
         group_size: [4, 2, 2],
         ..Default::default()
     };
-    queue
-        .launch(
-            program.kernel("coords").unwrap().as_ref(),
-            KernelArgs::Packed(packed(&dout.0)),
-            &cfg,
-        )
-        .unwrap();
+    dev.launch(
+        &program.kernel("coords").unwrap(),
+        KernelArgs::Packed(packed(&dout.0)),
+        &cfg,
+    )
+    .unwrap();
     let mut ids = vec![0u32; w * h * d];
     unsafe {
         dev.copy_from_device(ids.as_mut_ptr().cast(), dout, ids.len() * 4)
@@ -270,17 +253,16 @@ fn launch_limits_are_checked() {
     let rt = runtime(1);
     let dev = &rt.devices()[0];
     let k = dev.load_program(&image).unwrap().kernel("saxpy").unwrap();
-    let q = dev.create_queue().unwrap();
     let too_big = LaunchConfig::linear(1, 4096);
     assert_eq!(
-        q.launch(k.as_ref(), KernelArgs::Packed(&[0; 32]), &too_big)
+        dev.launch(&k, KernelArgs::Packed(&[0; 32]), &too_big)
             .unwrap_err()
             .code(),
         ErrorCode::InvalidArgument
     );
     let zero = LaunchConfig::linear(0, 1);
     assert_eq!(
-        q.launch(k.as_ref(), KernelArgs::Packed(&[0; 32]), &zero)
+        dev.launch(&k, KernelArgs::Packed(&[0; 32]), &zero)
             .unwrap_err()
             .code(),
         ErrorCode::InvalidArgument
@@ -446,7 +428,15 @@ fn memory_kinds_frees_and_copies() {
     let b = d1.alloc(1 << 20, AllocKind::Device).unwrap();
     let data: Vec<u8> = (0..1 << 20).map(|i| (i * 7) as u8).collect();
     unsafe { d0.copy_to_device(a, data.as_ptr(), data.len()).unwrap() };
-    d0.copy_to(d1, b, a, data.len()).unwrap();
+    unsafe {
+        rt.copy(
+            offload_core::Location::Device(d1.id(), b),
+            offload_core::Location::Device(d0.id(), a),
+            data.len(),
+            None,
+        )
+        .unwrap()
+    };
     let mut back = vec![0u8; data.len()];
     unsafe {
         d1.copy_from_device(back.as_mut_ptr(), b, back.len())

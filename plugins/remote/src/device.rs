@@ -6,8 +6,8 @@ use offload_core::plugin::{self, AllocKind, Backend, DeviceInfo, DevicePtr, Devi
 use offload_core::Result;
 use offload_image::DeviceImage;
 use offload_proto::{
-    load_program_request, AllocRequest, CopyRequest, DeviceDesc, FillRequest, FreeRequest,
-    ImageDesc, KeyValue, LoadProgramRequest,
+    load_program_request, AllocRequest, DeviceDesc, FreeRequest, ImageDesc, KeyValue,
+    LoadProgramRequest,
 };
 
 use crate::connection::Connection;
@@ -92,6 +92,15 @@ pub fn image_desc(image: &DeviceImage<'_>) -> ImageDesc {
     }
 }
 
+impl RemoteDevice {
+    pub(crate) fn connection(&self) -> &Arc<Connection> {
+        &self.conn
+    }
+    pub(crate) fn remote_id(&self) -> u32 {
+        self.remote_id
+    }
+}
+
 impl plugin::Device for RemoteDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
@@ -116,65 +125,6 @@ impl plugin::Device for RemoteDevice {
         };
         self.conn
             .call("free", |mut c| async move { c.free(req).await })
-            .map(|_| ())
-    }
-
-    unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
-        crate::memory::write(&self.conn, self.remote_id, dst, src, size)
-    }
-
-    unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
-        crate::memory::read(&self.conn, self.remote_id, dst, src, size)
-    }
-
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
-        let req = CopyRequest {
-            src_device: self.remote_id,
-            src: src.0,
-            dst_device: self.remote_id,
-            dst: dst.0,
-            size: size as u64,
-        };
-        self.conn
-            .call("copy", |mut c| async move { c.copy(req).await })
-            .map(|_| ())
-    }
-
-    fn copy_to_peer(
-        &self,
-        dst_device: &dyn plugin::Device,
-        dst: DevicePtr,
-        src: DevicePtr,
-        size: usize,
-    ) -> Result<bool> {
-        // Devices of the same server copy there, without a round trip through us.
-        let Some(peer) = dst_device.as_any().downcast_ref::<RemoteDevice>() else {
-            return Ok(false);
-        };
-        if !Arc::ptr_eq(&peer.conn, &self.conn) {
-            return Ok(false);
-        }
-        let req = CopyRequest {
-            src_device: self.remote_id,
-            src: src.0,
-            dst_device: peer.remote_id,
-            dst: dst.0,
-            size: size as u64,
-        };
-        self.conn
-            .call("copy", |mut c| async move { c.copy(req).await })?;
-        Ok(true)
-    }
-
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
-        let req = FillRequest {
-            device: self.remote_id,
-            dst: dst.0,
-            pattern: pattern.to_vec().into(),
-            size: size as u64,
-        };
-        self.conn
-            .call("fill", |mut c| async move { c.fill(req).await })
             .map(|_| ())
     }
 

@@ -34,6 +34,7 @@ pub use device::RemoteDevice;
 pub const ENTRY: PluginEntry = PluginEntry {
     name: "remote",
     create,
+    opt_in: false,
 };
 
 fn create(config: &Config) -> Result<Box<dyn Plugin>> {

@@ -144,6 +144,11 @@ impl RemoteQueue {
         Ok(ticket)
     }
 
+    /// Whether a copy of `size` bytes goes over the data side channel.
+    fn bulk(&self, size: usize) -> bool {
+        self.conn.data.is_some() && size >= crate::data::MIN_BYTES
+    }
+
     fn marker(&self) -> Result<u64> {
         self.send(true, queue_op::Op::Marker(Empty {}))
     }
@@ -191,6 +196,12 @@ fn kernel_id(kernel: &dyn plugin::Kernel) -> Result<u64> {
 
 impl plugin::Queue for RemoteQueue {
     unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
+        if self.bulk(size) {
+            // Large copies take the data side channel, after the queue's
+            // earlier work (in order, but not pipelined).
+            self.synchronize()?;
+            return crate::memory::write(&self.conn, self.device, dst, src, size);
+        }
         // The bytes are captured now, so `src` may be reused at once.
         let chunk = self.conn.chunk_size;
         let mut off = 0;
@@ -212,6 +223,10 @@ impl plugin::Queue for RemoteQueue {
     }
 
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
+        if self.bulk(size) {
+            self.synchronize()?;
+            return crate::memory::read(&self.conn, self.device, dst, src, size);
+        }
         let chunk = self.conn.chunk_size;
         let mut off = 0;
         while off < size {
@@ -254,6 +269,33 @@ impl plugin::Queue for RemoteQueue {
             size: size as u64,
         };
         self.send(false, queue_op::Op::Copy(c)).map(|_| ())
+    }
+
+    fn copy_to_peer(
+        &self,
+        dst_device: &dyn plugin::Device,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: usize,
+    ) -> Result<bool> {
+        // Devices of the same server copy there, without a round trip through us.
+        let Some(peer) = dst_device
+            .as_any()
+            .downcast_ref::<crate::device::RemoteDevice>()
+        else {
+            return Ok(false);
+        };
+        if !Arc::ptr_eq(peer.connection(), &self.conn) {
+            return Ok(false);
+        }
+        let c = CopyRequest {
+            src_device: self.device,
+            src: src.0,
+            dst_device: peer.remote_id(),
+            dst: dst.0,
+            size: size as u64,
+        };
+        self.send(false, queue_op::Op::Copy(c)).map(|_| true)
     }
 
     fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {

@@ -1,11 +1,11 @@
-//! The executor behind every `ol_queue_handle_t`: a dedicated thread per
-//! queue that runs the queue's operations in order, asynchronously to the
-//! threads that enqueue them.
+//! The generic executor: a dedicated thread per queue that runs the queue's
+//! operations in order, asynchronously to the threads that enqueue them.
 //!
-//! The host plugin's queues run work at enqueue time, in the calling thread.
-//! LLVM's liboffload semantics need more: a host function may block until
-//! the caller, *after* enqueuing it, sets a flag (`ManuallyTriggeredTask`,
-//! `olLaunchHostFunctionKernelTest.SuccessBlocking`). So each ol queue owns a
+//! It serves plugins whose queues complete work inline, in the calling
+//! thread ([`crate::plugin::Queue::completes_inline`]: the host CPU, the
+//! simulator). Asynchronous queue semantics need more than that: a host
+//! function may block until the caller, *after* enqueuing it, sets a flag
+//! (LLVM's liboffload tests do exactly this). So such a core queue owns a
 //! [`Worker`]: enqueuing pushes a boxed operation and wakes the worker thread
 //! (started on the first enqueue, so queues that only ever see events or
 //! syncs cost no thread); the worker runs the operations one after another.
@@ -15,20 +15,20 @@
 //! enqueued before it): complete when `completed >= position`.
 //!
 //! Errors of operations that fail are kept with their position and reported
-//! once, by the first `olSyncQueue` (any position) or `olSyncEvent`
+//! once, by the first `sync` (any position) or `event sync`
 //! (positions before the event) that covers them; later operations still run.
 //!
 //! Hand-off: a mutex-protected deque plus two condvars (work for the worker,
 //! progress for waiters); notifications are only sent when someone sleeps.
 //! At most one thread runs the queue's operations at a time (`running`):
-//! normally the worker, but a thread that *waits* for the queue (olSyncQueue,
-//! olSyncEvent, a wait of another queue) and finds the next operation not
+//! normally the worker, but a thread that *waits* for the queue (sync,
+//! event sync, a wait of another queue) and finds the next operation not
 //! yet started runs it itself instead of sleeping until the worker has been
 //! scheduled. The order is the same and the waiter would be blocked anyway;
 //! it saves two thread hand-offs per launch + sync (the dominant cost of a
 //! short kernel, and on a machine with fewer free cores than threads).
 //! A wait from inside one of the queue's own operations is refused
-//! (`OL_ERRC_INVALID_ARGUMENT`) rather than left to hang.
+//! (`InvalidArgument`) rather than left to hang.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -37,7 +37,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use crate::error::{err, Error, ErrorCode, OlResult};
+use crate::error::{Error, ErrorCode, Result};
+
+type OlResult<T = ()> = Result<T>;
+
+fn err(code: ErrorCode, message: impl Into<String>) -> Error {
+    Error::new(code, message)
+}
 
 /// One queued operation.
 pub type Op = Box<dyn FnOnce() -> OlResult + Send>;
@@ -152,7 +158,7 @@ impl Worker {
         if st.thread.is_none() {
             let me = Arc::clone(self);
             let handle = std::thread::Builder::new()
-                .name(format!("ol-queue-{}", self.id))
+                .name(format!("offload-queue-{}", self.id))
                 .stack_size(WORKER_STACK)
                 .spawn(move || me.run())
                 .map_err(|e| {
@@ -405,6 +411,32 @@ fn spin_until(limit: Duration, done: impl Fn() -> bool) -> bool {
 pub fn join(thread: JoinHandle<()>) {
     if thread.thread().id() != std::thread::current().id() {
         let _ = thread.join();
+    }
+}
+
+/// Worker threads of closed queues still running their last work.
+static RETIRED: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+
+/// Keep a closed queue's worker thread until [`join_retired`]; finished ones
+/// are joined now.
+pub fn retire(thread: JoinHandle<()>) {
+    let mut retired = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
+    let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut *retired)
+        .into_iter()
+        .partition(|t| t.is_finished());
+    *retired = running;
+    retired.push(thread);
+    drop(retired);
+    for t in done {
+        join(t);
+    }
+}
+
+/// Join every retired worker (their queues' work is done afterwards).
+pub fn join_retired() {
+    let threads = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
+    for t in threads {
+        join(t);
     }
 }
 

@@ -1,0 +1,111 @@
+/* hostile.c - ol* calls a careless or hostile program makes: every one must
+ * return an error code (never crash, never report success for memory it
+ * does not own) and leave the library usable. Argument: kernels.so. */
+#include "common.h"
+
+#include <stdint.h>
+
+static ol_device_handle_t D, H;
+
+/* A copy that worked before still works: the library is usable. */
+static void still_usable(void) {
+  int *p = NULL;
+  int in[16], out[16];
+  for (int i = 0; i < 16; i++) in[i] = i * 3;
+  OK(olMemAlloc(D, OL_ALLOC_TYPE_DEVICE, sizeof in, (void **)&p));
+  OK(olMemcpy(NULL, p, D, in, H, sizeof in));
+  OK(olMemcpy(NULL, out, H, p, D, sizeof out));
+  CHECK(memcmp(in, out, sizeof in) == 0);
+  OK(olMemFree(p));
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  MUST(olInit());
+  collect_devices();
+  D = offload_device(0);
+  H = host_device();
+  if (!D || !H) return 2;
+
+  char *small = NULL;
+  MUST(olMemAlloc(D, OL_ALLOC_TYPE_DEVICE, 64, (void **)&small));
+  static char big[1 << 16];
+
+  /* Reads and writes past the end of an allocation. */
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemcpy(NULL, big, H, small, D, (size_t)1 << 40));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemcpy(NULL, small, D, big, H, 4096));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemcpy(NULL, small + 60, D, big, H, 8));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemcpy(NULL, big, H, small + 1, D, 64));
+  OK(olMemcpy(NULL, small + 60, D, big, H, 4)); /* the last 4 bytes: fine */
+  /* Size that wraps the address space. */
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemcpy(NULL, small, D, big, H, SIZE_MAX));
+  /* Addresses that are no allocation of the device. */
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemcpy(NULL, (void *)0x1000, D, big, H, 8));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemcpy(NULL, big, H, (void *)0x1000, D, 8));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemcpy(NULL, big, D, small, D, 8));
+  /* Device to device past the end. */
+  char *other = NULL;
+  MUST(olMemAlloc(D, OL_ALLOC_TYPE_DEVICE, 4096, (void **)&other));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemcpy(NULL, small, D, other, D, 4096));
+  OK(olMemcpy(NULL, other, D, small, D, 64));
+
+  /* The same on a queue: refused at enqueue time, queue still fine. */
+  ol_queue_handle_t q;
+  MUST(olCreateQueue(D, &q));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemcpy(q, small, D, big, H, 4096));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemcpy(q, big, H, small, D, (size_t)1 << 40));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemcpy(q, (void *)0x1000, D, big, H, 8));
+  OK(olSyncQueue(q));
+  OK(olMemcpy(q, small, D, big, H, 64));
+  OK(olSyncQueue(q));
+
+  /* Fills past the end, on a queue and without one. */
+  uint32_t pat = 0xabababab;
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemFill(NULL, small, sizeof pat, &pat, 4096));
+  EXPECT(OL_ERRC_INVALID_SIZE, olMemFill(q, small, sizeof pat, &pat, 4096));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemFill(q, (void *)0x1000, sizeof pat, &pat, 64));
+  OK(olMemFill(q, small, sizeof pat, &pat, 64));
+  OK(olSyncQueue(q));
+
+  /* Use after free and double free. */
+  char *gone = NULL;
+  MUST(olMemAlloc(D, OL_ALLOC_TYPE_DEVICE, 128, (void **)&gone));
+  OK(olMemFree(gone));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemcpy(NULL, gone, D, big, H, 16));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemcpy(q, big, H, gone, D, 16));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemFree(gone));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemFree(small + 8));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemFree(big));
+
+  /* Registering ranges that are no memory. */
+  void *pinned = NULL;
+  ol_result_t r = olMemRegister(D, big, SIZE_MAX, 0, &pinned);
+  CHECK(r != NULL);
+  r = olMemRegister(D, (void *)UINTPTR_MAX, 16, 0, &pinned);
+  CHECK(r != NULL);
+
+  /* Kernel argument buffers and launch sizes out of range. */
+  size_t ksize = 0;
+  char *image = read_file(argv[1], &ksize);
+  ol_program_handle_t prog;
+  MUST(olCreateProgram(D, image, ksize, &prog));
+  ol_symbol_handle_t k;
+  MUST(olGetSymbol(prog, "empty_kernel", OL_SYMBOL_KIND_KERNEL, &k));
+  ol_kernel_launch_size_args_t zero = {1, {0, 1, 1}, {1, 1, 1}, 0};
+  EXPECT(OL_ERRC_INVALID_SIZE, olLaunchKernel(q, D, k, NULL, 0, &zero));
+  ol_kernel_launch_size_args_t huge = {1, {1, 1, 1}, {1u << 30, 1, 1}, 0};
+  CHECK(olLaunchKernel(q, D, k, NULL, 0, &huge) != NULL);
+  OK(olSyncQueue(q));
+
+  /* Truncated and garbage images. */
+  EXPECT(OL_ERRC_INVALID_BINARY, olCreateProgram(D, image, 64, &prog));
+  EXPECT(OL_ERRC_INVALID_BINARY, olCreateProgram(D, big, 4096, &prog));
+  free(image);
+
+  OK(olDestroyQueue(q));
+  OK(olMemFree(small));
+  OK(olMemFree(other));
+  still_usable();
+  OK(olShutDown());
+  return finish("hostile");
+}

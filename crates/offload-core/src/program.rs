@@ -1,0 +1,94 @@
+//! Loaded programs and their kernels, as the faces see them: a plugin
+//! program plus the core's bookkeeping (globals filed in the device's
+//! allocation index, so copies to them pass the range checks; a kernel keeps
+//! its program, and the program its device, alive).
+
+use std::sync::{Arc, Mutex};
+
+use tracing::debug_span;
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::memory::Owner;
+use crate::plugin::{self, DevicePtr};
+
+pub struct Program {
+    device: Arc<Device>,
+    raw: Arc<dyn plugin::Program>,
+    /// Owner of the globals in the device's index.
+    owner: Owner,
+    /// Globals filed in the device's index, removed when the program goes.
+    globals: Mutex<Vec<DevicePtr>>,
+}
+
+impl Program {
+    pub(crate) fn new(
+        device: Arc<Device>,
+        raw: Arc<dyn plugin::Program>,
+        owner: Owner,
+    ) -> Arc<Program> {
+        Arc::new(Program {
+            device,
+            raw,
+            owner,
+            globals: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The kernel `name`.
+    pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Arc<Kernel>> {
+        let _s = debug_span!("get_kernel", device = self.device.id(), name).entered();
+        let raw = self.raw.kernel(name)?;
+        Ok(Arc::new(Kernel {
+            program: self.clone(),
+            raw,
+        }))
+    }
+
+    /// Device address and size of the global variable `name`.
+    pub fn global(&self, name: &str) -> Result<(DevicePtr, u64)> {
+        let (ptr, size) = self.raw.global(name)?;
+        let mut filed = self.globals.lock().unwrap_or_else(|e| e.into_inner());
+        if !filed.contains(&ptr) {
+            self.device.file_global(ptr, size as usize, self.owner);
+            filed.push(ptr);
+        }
+        Ok((ptr, size))
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        for g in self.globals.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            self.device.forget_global(*g);
+        }
+    }
+}
+
+pub struct Kernel {
+    program: Arc<Program>,
+    raw: Arc<dyn plugin::Kernel>,
+}
+
+impl Kernel {
+    pub fn name(&self) -> &str {
+        self.raw.name()
+    }
+    pub fn program(&self) -> &Arc<Program> {
+        &self.program
+    }
+    pub fn device(&self) -> &Arc<Device> {
+        &self.program.device
+    }
+    /// A group size that fills the device well for this kernel.
+    pub fn preferred_group_size(&self, dyn_group_memory: usize) -> u32 {
+        self.raw.preferred_group_size(dyn_group_memory)
+    }
+    pub(crate) fn raw(&self) -> &dyn plugin::Kernel {
+        self.raw.as_ref()
+    }
+}

@@ -1,0 +1,191 @@
+//! Copies: the one place that decides which plugin call a copy becomes.
+//!
+//! A copy names two [`Location`]s. Host to host is a `memcpy`; host and
+//! device is the device's copy in that direction; two devices are the same
+//! device (copy within), peers of one plugin that can copy directly, or
+//! anything else staged through host memory. Every device-side range is
+//! checked against the device's allocation index first: a pointer given with
+//! a device must lie inside a live allocation (or global, or registration)
+//! of that device, for the whole length.
+//!
+//! With a queue the copy is enqueued on it (ordered after the queue's
+//! earlier work); without one it runs now, on the calling thread's
+//! synchronous queue of the device ("default queue, then sync").
+
+use std::sync::Arc;
+
+use tracing::debug_span;
+
+use crate::device::Device;
+use crate::error::{Error, ErrorCode, Result};
+use crate::plugin::DevicePtr;
+use crate::queue::{HostAddr, Queue};
+use crate::runtime::Runtime;
+
+/// One end of a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// Host memory of this process.
+    Host(*const u8),
+    /// Memory of device `id` of the runtime.
+    Device(usize, DevicePtr),
+}
+
+/// Largest host staging buffer for copies between unconnected devices.
+const STAGING_CHUNK: usize = 8 << 20;
+
+impl Runtime {
+    /// Copy `size` bytes from `src` to `dst`, on `queue` or now.
+    ///
+    /// # Safety
+    /// Host locations are valid for `size` bytes (until the queue reaches
+    /// the copy, when queued).
+    pub unsafe fn copy(
+        &self,
+        dst: Location,
+        src: Location,
+        size: usize,
+        queue: Option<&Queue>,
+    ) -> Result<()> {
+        let _s = debug_span!("copy", ?dst, ?src, size).entered();
+        // Resolve and check both ends before anything moves.
+        let dst_dev = self.checked_end(dst, size)?;
+        let src_dev = self.checked_end(src, size)?;
+        if size == 0 {
+            return Ok(());
+        }
+        match (src, dst) {
+            (Location::Host(s), Location::Host(d)) => {
+                let (s, d) = (HostAddr(s as usize), HostAddr(d as usize));
+                let op = move || {
+                    // SAFETY: the caller names `size` valid bytes at both addresses.
+                    unsafe { std::ptr::copy(s.0 as *const u8, d.0 as *mut u8, size) };
+                    Ok(())
+                };
+                match queue {
+                    Some(q) => q.submit_host(op),
+                    None => op(),
+                }
+            }
+            (Location::Host(s), Location::Device(_, d)) => {
+                let dev = dst_dev.expect("device end");
+                dev.stats().count_to_device(size);
+                match queue {
+                    Some(q) if q.is_on(dev) => q.copy_to_device(d, HostAddr(s as usize), size),
+                    Some(q) => {
+                        let (dev, s) = (dev.clone(), HostAddr(s as usize));
+                        q.submit_host(move || unsafe {
+                            dev.copy_to_device(d, s.0 as *const u8, size)
+                        })
+                    }
+                    None => dev.with_sync_queue(|q| q.copy_to_device(d, s, size)),
+                }
+            }
+            (Location::Device(_, s), Location::Host(d)) => {
+                let dev = src_dev.expect("device end");
+                dev.stats().count_from_device(size);
+                match queue {
+                    Some(q) if q.is_on(dev) => q.copy_from_device(HostAddr(d as usize), s, size),
+                    Some(q) => {
+                        let (dev, d) = (dev.clone(), HostAddr(d as usize));
+                        q.submit_host(move || unsafe {
+                            dev.copy_from_device(d.0 as *mut u8, s, size)
+                        })
+                    }
+                    None => dev.with_sync_queue(|q| q.copy_from_device(d as *mut u8, s, size)),
+                }
+            }
+            (Location::Device(_, s), Location::Device(_, d)) => {
+                let (sdev, ddev) = (src_dev.expect("device end"), dst_dev.expect("device end"));
+                sdev.stats().count_device_to_device(size);
+                if Arc::ptr_eq(sdev, ddev) {
+                    return match queue {
+                        Some(q) if q.is_on(sdev) => q.copy_within(d, s, size),
+                        Some(q) => {
+                            let dev = sdev.clone();
+                            q.submit_host(move || {
+                                dev.with_sync_queue(|q| q.copy_within(d, s, size))
+                            })
+                        }
+                        None => sdev.with_sync_queue(|q| q.copy_within(d, s, size)),
+                    };
+                }
+                let (sdev, ddev) = (sdev.clone(), ddev.clone());
+                let op = move || copy_between(&sdev, &ddev, d, s, size);
+                match queue {
+                    Some(q) => q.submit_host(op),
+                    None => op(),
+                }
+            }
+        }
+    }
+
+    /// The device of a location, with the range checked; None for the host.
+    fn checked_end(&self, at: Location, size: usize) -> Result<Option<&Arc<Device>>> {
+        match at {
+            Location::Host(p) => {
+                if p.is_null() && size > 0 {
+                    return Err(Error::new(
+                        ErrorCode::InvalidNullPointer,
+                        "host pointer of a copy is null",
+                    ));
+                }
+                Ok(None)
+            }
+            Location::Device(id, ptr) => {
+                let dev = self.device(id)?;
+                if size > 0 {
+                    dev.check_range(ptr, size)?;
+                }
+                Ok(Some(dev))
+            }
+        }
+    }
+}
+
+/// Copy between two different devices: directly when their plugin can,
+/// otherwise through a host staging buffer.
+fn copy_between(
+    sdev: &Device,
+    ddev: &Device,
+    dst: DevicePtr,
+    src: DevicePtr,
+    size: usize,
+) -> Result<()> {
+    if sdev.plugin_name() == ddev.plugin_name() {
+        let direct =
+            sdev.with_sync_queue(|q| q.copy_to_peer(ddev.raw().as_ref(), dst, src, size))?;
+        if direct {
+            return Ok(());
+        }
+    }
+    let mut staging = vec![0u8; size.min(STAGING_CHUNK)];
+    let mut done = 0usize;
+    while done < size {
+        let n = (size - done).min(staging.len());
+        let (s, d) = (src.offset(done as u64), dst.offset(done as u64));
+        // SAFETY: the staging buffer holds `n` bytes; the device ranges were checked.
+        unsafe {
+            sdev.with_sync_queue(|q| q.copy_from_device(staging.as_mut_ptr(), s, n))?;
+            ddev.with_sync_queue(|q| q.copy_to_device(d, staging.as_ptr(), n))?;
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Fill host memory with a repeated pattern.
+///
+/// # Safety
+/// `dst` is valid for `size` bytes; `size` is a multiple of the pattern.
+pub unsafe fn host_fill(dst: *mut u8, pattern: &[u8], size: usize) {
+    if pattern.len() == 1 {
+        std::ptr::write_bytes(dst, pattern[0], size);
+        return;
+    }
+    let mut off = 0;
+    while off < size {
+        std::ptr::copy_nonoverlapping(pattern.as_ptr(), dst.add(off), pattern.len());
+        off += pattern.len();
+    }
+}

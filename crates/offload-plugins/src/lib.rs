@@ -1,0 +1,37 @@
+//! Plugin selection: which plugins this build has, in which order, and the
+//! one runtime a process shares.
+//!
+//! Every face (the drop-in libraries, the Rust API, the server) gets its
+//! plugins here, so adding a backend means adding it to [`builtin`] and
+//! nowhere else. `OFFLOAD_PLUGINS=a,b` (read by the core's `Config`)
+//! restricts which of them initialise.
+
+use std::sync::OnceLock;
+
+use offload_core::{Config, PluginEntry, Runtime};
+
+/// Every plugin built into this runtime, in device-numbering order: local
+/// devices first, remote ones (`OFFLOAD_REMOTE`) after them. The simulated
+/// device (`sim`) only initialises when `OFFLOAD_PLUGINS` names it.
+pub fn builtin() -> Vec<PluginEntry> {
+    vec![
+        offload_plugin_host::ENTRY,
+        offload_plugin_sim::ENTRY,
+        offload_plugin_remote::ENTRY,
+    ]
+}
+
+/// Built-in plugins that serve devices to remote clients (all but `remote`).
+pub fn local() -> Vec<PluginEntry> {
+    builtin()
+        .into_iter()
+        .filter(|e| e.name != "remote")
+        .collect()
+}
+
+/// The process-wide runtime, initialised on first use from the environment.
+/// Both drop-in libraries' faces (and the interop table) share it.
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| Runtime::new(Config::get().clone(), &builtin()))
+}
