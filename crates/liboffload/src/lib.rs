@@ -35,6 +35,7 @@
 pub mod error;
 pub mod handles;
 pub mod info;
+pub mod interop_table;
 pub mod memory;
 pub mod program;
 pub mod queue;

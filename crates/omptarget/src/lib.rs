@@ -7,6 +7,7 @@
 
 pub mod abi;
 pub mod api;
+pub mod interop;
 pub mod mapping;
 pub mod msg;
 pub mod registry;
@@ -734,93 +735,185 @@ pub extern "C" fn omp_get_mapped_ptr(p: *const c_void, dev: i32) -> *mut c_void 
     guard!(api::mapped_ptr(p, dev as i64))
 }
 
-// ------------------------------------------------------------ interop (none)
-
-fn irc_empty(rc: *mut i32) {
-    if !rc.is_null() {
-        unsafe { *rc = -1 }; // omp_irc_empty
-    }
-}
+// ------------------------------------------------------------ interop (interop.rs)
 
 #[no_mangle]
-pub extern "C" fn omp_get_interop_int(_i: *const c_void, _p: i32, rc: *mut i32) -> isize {
-    irc_empty(rc);
-    0
+pub extern "C" fn omp_get_interop_int(i: *const c_void, p: i32, rc: *mut i32) -> isize {
+    guard!(interop::get_int(i, p, rc))
 }
 #[no_mangle]
-pub extern "C" fn omp_get_interop_ptr(_i: *const c_void, _p: i32, rc: *mut i32) -> *mut c_void {
-    irc_empty(rc);
-    std::ptr::null_mut()
+pub extern "C" fn omp_get_interop_ptr(i: *const c_void, p: i32, rc: *mut i32) -> *mut c_void {
+    guard!(interop::get_ptr(i, p, rc))
 }
 #[no_mangle]
-pub extern "C" fn omp_get_interop_str(_i: *const c_void, _p: i32, rc: *mut i32) -> *const c_char {
-    irc_empty(rc);
-    std::ptr::null()
+pub extern "C" fn omp_get_interop_str(i: *const c_void, p: i32, rc: *mut i32) -> *const c_char {
+    guard!(interop::get_str(i, p, rc))
 }
 #[no_mangle]
-pub extern "C" fn omp_get_interop_name(_i: *const c_void, _p: i32) -> *const c_char {
-    std::ptr::null()
+pub extern "C" fn omp_get_interop_name(i: *const c_void, p: i32) -> *const c_char {
+    guard!(interop::name(i, p))
 }
 #[no_mangle]
-pub extern "C" fn omp_get_interop_type_desc(_i: *const c_void, _p: i32) -> *const c_char {
-    std::ptr::null()
+pub extern "C" fn omp_get_interop_type_desc(i: *const c_void, p: i32) -> *const c_char {
+    guard!(interop::type_desc(i, p))
+}
+/// Not exported by LLVM 22's libomptarget. Programs call libomp's
+/// omp_get_interop_rc_desc (libomp is first in their search order), which
+/// forwards with dlsym(RTLD_NEXT, "omp_get_interop_rec_desc") — misspelt in
+/// LLVM 22's libomp — so both names are exported.
+#[no_mangle]
+pub extern "C" fn omp_get_interop_rc_desc(i: *const c_void, rc: i32) -> *const c_char {
+    guard!(interop::rc_desc(i, rc))
+}
+/// The name LLVM 22's libomp looks up for omp_get_interop_rc_desc.
+#[no_mangle]
+pub extern "C" fn omp_get_interop_rec_desc(i: *const c_void, rc: i32) -> *const c_char {
+    omp_get_interop_rc_desc(i, rc)
+}
+/// Not exported by LLVM 22's libomptarget; libomp forwards here.
+#[no_mangle]
+pub extern "C" fn omp_get_num_interop_properties(i: *const c_void) -> i32 {
+    guard!(interop::num_properties(i))
 }
 
+/// `#pragma omp interop init(...)` as clang-22 lowers it (`interop` is the
+/// address of the `omp_interop_t` variable; `ty` 1 = target, 2 = targetsync;
+/// `dev` -1 without a device clause).
 #[no_mangle]
 pub extern "C" fn __tgt_interop_init(
-    _loc: *const Ident,
-    _gtid: i32,
+    loc: *const Ident,
+    gtid: i32,
     interop: *mut *mut c_void,
-    _ty: i32,
-    _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ty: i32,
+    dev: i32,
+    ndeps: i32,
+    deps: *const interop::DependInfo,
     _nowait: i32,
 ) {
-    if !interop.is_null() {
-        unsafe { *interop = std::ptr::null_mut() };
-    }
+    guard!({
+        if interop.is_null() {
+            return;
+        }
+        interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
+        let obj = interop::create(interop::Kind::from_clang(ty), dev as i64, None);
+        unsafe { *interop = obj };
+    })
 }
 #[no_mangle]
 pub extern "C" fn __tgt_interop_use(
-    _loc: *const Ident,
-    _gtid: i32,
-    _interop: *mut *mut c_void,
+    loc: *const Ident,
+    gtid: i32,
+    interop: *mut *mut c_void,
     _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ndeps: i32,
+    deps: *const interop::DependInfo,
     _nowait: i32,
 ) {
+    guard!({
+        interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
+        if !interop.is_null() {
+            interop::sync(unsafe { *interop });
+        }
+    })
 }
 #[no_mangle]
 pub extern "C" fn __tgt_interop_destroy(
-    _loc: *const Ident,
-    _gtid: i32,
+    loc: *const Ident,
+    gtid: i32,
     interop: *mut *mut c_void,
     _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ndeps: i32,
+    deps: *const interop::DependInfo,
     _nowait: i32,
 ) {
-    if !interop.is_null() {
-        unsafe { *interop = std::ptr::null_mut() };
+    guard!({
+        interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
+        if !interop.is_null() {
+            interop::release(unsafe { *interop });
+            unsafe { *interop = std::ptr::null_mut() };
+        }
+    })
+}
+
+/// LLVM's `interop_ctx_t`: version, flags (bit 0 implicit, bit 1 nowait), gtid.
+#[repr(C)]
+pub struct InteropCtx {
+    pub version: u32,
+    pub flags: u32,
+    pub gtid: i32,
+}
+/// LLVM's `dep_pack_t`.
+#[repr(C)]
+pub struct DepPack {
+    pub ndeps: i32,
+    pub deplist: *const interop::DependInfo,
+    pub ndeps_noalias: i32,
+    pub noalias_deplist: *const interop::DependInfo,
+}
+
+fn ctx_deps(loc: *const Ident, ctx: *const InteropCtx, deps: *const DepPack) -> (i32, bool) {
+    let ctx = unsafe { ctx.as_ref() };
+    let gtid = ctx.map_or(0, |c| c.gtid);
+    if let Some(d) = unsafe { deps.as_ref() } {
+        interop::wait_deps(
+            loc.cast(),
+            gtid,
+            (d.ndeps, d.deplist),
+            (d.ndeps_noalias, d.noalias_deplist),
+        );
     }
+    (gtid, ctx.is_some_and(|c| c.flags & 1 != 0))
+}
+
+/// The OpenMP 6.0 entry (LLVM 22; not emitted by clang-22): `ty` is LLVM's
+/// `kmp_interop_type_t` (0 target, 1 targetsync); preferences are ignored
+/// (the foreign runtime is always liboffload).
+#[no_mangle]
+pub extern "C" fn __tgt_interop_get(
+    loc: *const Ident,
+    ty: i32,
+    dev: i64,
+    _num_prefers: i32,
+    _prefers: *const c_void,
+    ctx: *const InteropCtx,
+    deps: *const DepPack,
+) -> *mut c_void {
+    guard!({
+        let (gtid, implicit) = ctx_deps(loc, ctx, deps);
+        interop::create(interop::Kind::from_kmp(ty), dev, implicit.then_some(gtid))
+    })
 }
 #[no_mangle]
-pub extern "C" fn __tgt_interop_get() -> *mut c_void {
-    std::ptr::null_mut()
+pub extern "C" fn __tgt_interop_use60(
+    loc: *const Ident,
+    obj: *mut c_void,
+    ctx: *const InteropCtx,
+    deps: *const DepPack,
+) -> i32 {
+    guard!({
+        ctx_deps(loc, ctx, deps);
+        interop::sync(obj)
+    })
 }
 #[no_mangle]
-pub extern "C" fn __tgt_interop_use60() -> i32 {
-    0
+pub extern "C" fn __tgt_interop_release(
+    loc: *const Ident,
+    obj: *mut c_void,
+    ctx: *const InteropCtx,
+    deps: *const DepPack,
+) -> i32 {
+    guard!({
+        ctx_deps(loc, ctx, deps);
+        interop::release(obj)
+    })
 }
 #[no_mangle]
-pub extern "C" fn __tgt_interop_release() -> i32 {
-    0
-}
-#[no_mangle]
-pub extern "C" fn ompx_interop_add_completion_callback() -> i32 {
-    1
+pub extern "C" fn ompx_interop_add_completion_callback(
+    obj: *mut c_void,
+    cb: Option<interop::CompletionCb>,
+    data: *mut c_void,
+) -> i32 {
+    guard!(interop::add_completion_callback(obj, cb, data))
 }
 
 // ------------------------------------------------------------ tools / misc
