@@ -97,6 +97,10 @@ fn built() -> &'static Built {
 }
 
 fn run(program: &str, host_devices: &str) -> Output {
+    run_with(program, host_devices, &[])
+}
+
+fn run_with(program: &str, host_devices: &str, env: &[(&str, &str)]) -> Output {
     let b = built();
     let mut cmd = Command::new(b.dir.join(program));
     if program == "interop_table" {
@@ -111,6 +115,9 @@ fn run(program: &str, host_devices: &str) -> Output {
     .env_remove("OFFLOAD_REMOTE")
     .env_remove("OMP_TARGET_OFFLOAD")
     .env_remove("LIBOMPTARGET_INFO");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     cmd.output().unwrap()
 }
 
@@ -160,6 +167,46 @@ fn properties_with_one_device() {
 #[test]
 fn offload_table_with_openmp_memory() {
     check_expected("interop_table");
+}
+
+/// The same program, unchanged, with only the remote plugin: the table,
+/// the target regions and omp_target_alloc all reach the server's devices
+/// through one runtime (one session), so memory from either face is valid
+/// for the other.
+#[test]
+fn offload_table_on_a_remote_server() {
+    if !have_toolchain() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let offload = exe.parent().unwrap().parent().unwrap().join("offload");
+    assert!(offload.exists(), "{} not built", offload.display());
+    let mut server = Command::new(&offload)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("OFFLOAD_HOST_DEVICES", "4")
+        .env_remove("OFFLOAD_REMOTE_TOKEN")
+        .env_remove("OFFLOAD_PLUGINS")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let out = run_with(
+        "interop_table",
+        "4",
+        &[("OFFLOAD_PLUGINS", "remote"), ("OFFLOAD_REMOTE", &addr)],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let stdout = assert_ok("interop_table (remote)", &out);
+    let expected = std::fs::read_to_string(src_dir().join("interop_table.expected")).unwrap();
+    assert_eq!(stdout, expected, "remote run differs from the local one");
 }
 
 /// Linking liboffload's code into libomptarget exports none of it: the
