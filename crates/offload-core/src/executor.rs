@@ -108,7 +108,7 @@ pub struct Worker {
 }
 
 /// Run one operation; a panic becomes an error.
-fn execute(op: Op) -> OlResult {
+fn execute(op: impl FnOnce() -> OlResult) -> OlResult {
     catch_unwind(AssertUnwindSafe(op)).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()
@@ -175,6 +175,35 @@ impl Worker {
         if st.parked && st.runner.is_none() {
             self.work.notify_one();
         }
+        Ok(())
+    }
+
+    /// Run `op` in order: now, in the calling thread, when the queue is idle
+    /// (nothing pending, nothing running), else after everything enqueued
+    /// before it. For device operations only, never for host functions or
+    /// waits: those may block on what the caller does after enqueuing them.
+    /// The outcome is booked like any queued operation's (a failure is
+    /// reported by the sync covering it), so the queue's semantics are
+    /// unchanged; an idle queue just skips the hand-off to its thread.
+    pub fn run_or_enqueue(
+        self: &Arc<Self>,
+        op: impl FnOnce() -> OlResult + Send + 'static,
+    ) -> OlResult {
+        let me = std::thread::current().id();
+        {
+            let mut st = self.lock();
+            let idle = !st.closed && st.ops.is_empty() && st.runner.is_none();
+            if !idle {
+                drop(st);
+                return self.enqueue(Box::new(op));
+            }
+            st.runner = Some(me);
+            st.enqueued += 1;
+            self.enqueued.store(st.enqueued, Ordering::Release);
+        }
+        let r = execute(op);
+        let mut st = self.lock();
+        self.finish_one(&mut st, r);
         Ok(())
     }
 
@@ -541,6 +570,50 @@ mod tests {
         });
         rx.recv_timeout(Duration::from_secs(30))
             .expect("a closed worker did not exit");
+    }
+
+    #[test]
+    fn idle_queues_run_device_work_inline_busy_ones_keep_order() {
+        let w = Worker::new();
+        let caller = std::thread::current().id();
+        let ran_on = Arc::new(Mutex::new(None));
+        let r = ran_on.clone();
+        w.run_or_enqueue(move || {
+            *r.lock().unwrap() = Some(std::thread::current().id());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(*ran_on.lock().unwrap(), Some(caller), "idle: ran inline");
+        // A failure run inline is still reported by the covering sync.
+        w.run_or_enqueue(|| Err(err(ErrorCode::BackendFailure, "inline boom")))
+            .unwrap();
+        assert!(w.sync().unwrap_err().message().contains("inline boom"));
+        // Behind a blocked host function, device work waits its turn.
+        let gate = Arc::new(AtomicBool::new(false));
+        let g = gate.clone();
+        w.enqueue(Box::new(move || {
+            while !g.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            Ok(())
+        }))
+        .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let l = log.clone();
+        w.run_or_enqueue(move || {
+            l.lock().unwrap().push("device op");
+            Ok(())
+        })
+        .unwrap();
+        assert!(
+            log.lock().unwrap().is_empty(),
+            "must not overtake the blocked op"
+        );
+        gate.store(true, Ordering::Release);
+        w.sync().unwrap();
+        assert_eq!(*log.lock().unwrap(), vec!["device op"]);
+        let (t, _) = w.close();
+        join(t.unwrap());
     }
 
     #[test]

@@ -88,7 +88,8 @@ impl Queue {
             )
         })?;
         match &self.worker {
-            Some(w) => w.enqueue(Box::new(move || op(raw.as_ref()))),
+            // Device work may run at once when the queue is idle.
+            Some(w) => w.run_or_enqueue(move || op(raw.as_ref())),
             None => op(raw.as_ref()),
         }
     }
