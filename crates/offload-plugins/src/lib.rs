@@ -33,5 +33,20 @@ pub fn local() -> Vec<PluginEntry> {
 /// Both drop-in libraries' faces (and the interop table) share it.
 pub fn runtime() -> &'static Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| Runtime::new(Config::get().clone(), &builtin()))
+    RUNTIME.get_or_init(|| {
+        if std::env::var_os("OFFLOAD_STATS").is_some_and(|v| v == "1") {
+            // SAFETY: registering a plain `extern "C" fn()` with the C runtime.
+            unsafe { libc::atexit(print_stats) };
+        }
+        Runtime::new(Config::get().clone(), &builtin())
+    })
+}
+
+/// `OFFLOAD_STATS=1`: one line per device at exit, on stderr.
+extern "C" fn print_stats() {
+    let _ = std::panic::catch_unwind(|| {
+        for d in runtime().devices() {
+            eprintln!("offload stats: {}: {}", d.label(), d.stats().summary());
+        }
+    });
 }

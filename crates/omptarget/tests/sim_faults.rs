@@ -57,10 +57,15 @@ fn built() -> &'static (PathBuf, PathBuf) {
 }
 
 fn run(mode: &str, faults: &str) -> (Output, String, String) {
+    run_env(mode, faults, &[])
+}
+
+fn run_env(mode: &str, faults: &str, env: &[(&str, &str)]) -> (Output, String, String) {
     let (exe, lib_dir) = built();
     let start = Instant::now();
     let out = Command::new(exe)
         .arg(mode)
+        .envs(env.iter().copied())
         .env(
             "LD_LIBRARY_PATH",
             format!("{}:{LLVM_LIB}", lib_dir.display()),
@@ -106,6 +111,25 @@ fn no_fault_runs_the_region_on_the_simulated_device() {
     let (out, stdout, stderr) = run("region", "");
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stdout, "region: a[10] = 11\n");
+}
+
+/// Every copy and launch passes the core, which counts it once.
+#[test]
+fn the_core_counts_the_regions_copies_and_launch() {
+    let (out, _, stderr) = run_env("region", "", &[("OFFLOAD_STATS", "1")]);
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("offload stats: device 0 (sim sim-0)"))
+        .unwrap_or_else(|| panic!("no stats line:\n{stderr}"));
+    for part in [
+        "host->device 1 (256 bytes)",
+        "device->host 1 (256 bytes)",
+        "launches 1",
+        "allocations 1 (256 bytes)",
+    ] {
+        assert!(line.contains(part), "{part} missing: {line}");
+    }
 }
 
 #[test]
