@@ -481,7 +481,9 @@ pub extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
     if handle.is_null() {
         return 0;
     }
-    unsafe { (*(handle as *mut MapperComponents)).comps.len() as i64 }
+    // SAFETY: the handle is the `MapperComponents` the runtime passed to
+    // the mapper function that calls us.
+    guard!(unsafe { (*(handle as *mut MapperComponents)).comps.len() as i64 })
 }
 
 #[no_mangle]
@@ -497,13 +499,15 @@ pub extern "C" fn __tgt_push_mapper_component(
         return;
     }
     guard!(unsafe {
-        (*(handle as *mut MapperComponents)).comps.push((
-            base as u64,
-            begin as u64,
-            size,
-            ty,
-            name as usize,
-        ))
+        (*(handle as *mut MapperComponents))
+            .comps
+            .push(target::MapComponent {
+                base,
+                begin,
+                size,
+                ty,
+                name,
+            })
     })
 }
 
@@ -930,9 +934,7 @@ pub extern "C" fn __tgt_print_device_info(dev: i64) {
 
 #[no_mangle]
 pub extern "C" fn ompx_dump_mapping_tables() {
-    guard!(target::dump_tables(
-        "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:"
-    ))
+    guard!(target::dump_tables_to_stdout())
 }
 
 #[no_mangle]

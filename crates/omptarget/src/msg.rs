@@ -49,8 +49,31 @@ pub fn dev_info(dev: usize, s: &str) {
     eprint_line(&format!("omptarget device {dev} info: {s}"));
 }
 
+extern "C" {
+    /// glibc's `stdout` stream.
+    #[link_name = "stdout"]
+    static C_STDOUT: *mut libc::FILE;
+}
+
+/// An INFO line on C's `stdout` stream (LLVM's `INFO_MESSAGE_TO(stdout)`):
+/// buffered together with the program's own `printf` output.
+pub fn dev_info_stdout(dev: usize, s: &str) {
+    let Ok(line) = std::ffi::CString::new(format!("omptarget device {dev} info: {s}\n")) else {
+        return;
+    };
+    // SAFETY: `stdout` is initialised by libc before any constructor runs;
+    // fputs takes the stream's own lock.
+    unsafe {
+        libc::fputs(line.as_ptr(), C_STDOUT);
+    }
+}
+
 pub fn message(s: &str) {
     eprint_line(&format!("omptarget message: {s}"));
+}
+
+pub fn warning(s: &str) {
+    eprint_line(&format!("omptarget warning: {s}"));
 }
 
 pub fn error(s: &str) {

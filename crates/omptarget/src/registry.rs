@@ -32,19 +32,11 @@ pub fn policy() -> u8 {
     if p != 0xFF {
         return p;
     }
-    let f = dlsym_default(c"__kmpc_get_target_offload");
-    let raw = if f.is_null() {
-        1
-    } else {
-        // SAFETY: libomp's `int __kmpc_get_target_offload(void)`.
-        let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
-        f()
-    };
-    let p = match raw {
+    let p = match raw_policy().unwrap_or(1) {
         0 => POLICY_DISABLED,
         2 => POLICY_MANDATORY,
         _ => {
-            if offload_plugins::runtime().devices().is_empty() {
+            if usable_devices() == 0 {
                 POLICY_DISABLED
             } else {
                 POLICY_MANDATORY
@@ -64,8 +56,24 @@ pub fn num_devices() -> usize {
     if offload_disabled() {
         0
     } else {
-        offload_plugins::runtime().devices().len()
+        usable_devices()
     }
+}
+
+/// Devices that count for OpenMP: like LLVM's libomptarget, which adds a
+/// plugin's devices only when an image registered with it can run there,
+/// the devices count once some registered image runs on one of them, and
+/// not before. A program built only for a GPU on a machine without one
+/// thus sees 0 devices (host fallback, or LLVM's fatal error under
+/// `OMP_TARGET_OFFLOAD=MANDATORY`) instead of devices that have no kernel.
+pub fn usable_devices() -> usize {
+    state().usable.load(Ordering::Acquire)
+}
+
+/// The devices that count (see [`usable_devices`]).
+pub fn visible_devices() -> &'static [DevState] {
+    let st = state();
+    &st.devices[..usable_devices().min(st.devices.len())]
 }
 
 pub fn default_device() -> i64 {
@@ -79,15 +87,20 @@ pub fn default_device() -> i64 {
     f() as i64
 }
 
-/// Resolve a device id: Some(index) to offload, None for host execution.
-/// Out-of-range ids are fatal, like LLVM.
-pub fn resolve(id: i64) -> Option<&'static DevState> {
+/// Resolve a device id for a construct at `loc`: Some(index) to offload,
+/// None for host execution. Out-of-range ids are fatal, like LLVM, and so is
+/// any construct when offloading is mandatory but no device is usable
+/// (LLVM's checkDevice: even one naming the initial device).
+pub fn resolve(id: i64, loc: *const Ident) -> Option<&'static DevState> {
     if offload_disabled() {
         return None;
     }
     let id = if id == -1 { default_device() } else { id };
     let st = state();
-    let n = st.devices.len() as i64;
+    let n = usable_devices() as i64;
+    if n == 0 {
+        crate::target::target_failed(loc);
+    }
     if id == n {
         return None;
     }
@@ -99,9 +112,9 @@ pub fn resolve(id: i64) -> Option<&'static DevState> {
             ),
         );
     }
-    let d = &st.devices[id as usize];
-    d.ensure_loaded();
-    Some(d)
+    // The caller loads the images (`ensure_loaded`) after printing the
+    // construct's INFO header, in LLVM's order.
+    Some(&st.devices[id as usize])
 }
 
 // ---------------------------------------------------------------- registry
@@ -127,7 +140,11 @@ pub struct Registered {
 }
 
 pub struct State {
+    /// Every device of the runtime; the first [`usable_devices`] count.
     pub devices: Vec<DevState>,
+    /// See [`usable_devices`]: 0, or `devices.len()` once a registered
+    /// image runs on one of them (never goes back: LLVM keeps devices).
+    usable: std::sync::atomic::AtomicUsize,
     pub binaries: Mutex<Vec<Arc<Registered>>>,
     pub generation: AtomicU64,
     pub requires: AtomicI64,
@@ -144,13 +161,28 @@ pub fn state() -> &'static State {
             .enumerate()
             .map(|(i, d)| DevState::new(i, d.clone()))
             .collect();
+        report_failed_plugins(rt);
         State {
             devices,
+            usable: std::sync::atomic::AtomicUsize::new(0),
             binaries: Mutex::new(Vec::new()),
             generation: AtomicU64::new(1),
             requires: AtomicI64::new(0),
         }
     })
+}
+
+/// One warning line on stderr per enabled plugin that failed to come up
+/// (remote server unreachable or refusing the token, driver missing), so
+/// that a silent host fallback has a visible reason. Not when offloading
+/// is explicitly disabled (`OMP_TARGET_OFFLOAD=DISABLED`).
+fn report_failed_plugins(rt: &offload_core::Runtime) {
+    if rt.failed_plugins().is_empty() || raw_policy() == Some(0) {
+        return;
+    }
+    for (name, e) in rt.failed_plugins() {
+        msg::warning(&format!("plugin '{name}' has no devices: {e}"));
+    }
 }
 
 pub fn requires() -> i64 {
@@ -326,8 +358,28 @@ impl DevState {
                 continue;
             }
             if e.flags & ENTRY_INDIRECT != 0 {
+                if self.table_read().lookup(e.addr, 1).is_some() {
+                    continue;
+                }
                 if let Ok((dptr, _)) = prog.global(&e.name) {
                     let mut fptr = 0u64;
+                    if msg::info_on(msg::INFO_DATA_TRANSFER) {
+                        // LLVM reads the device function address with an
+                        // ordinary transfer, so INFO shows it (the name is
+                        // the table's neighbour of the buffer, as for any
+                        // copy without a map entry).
+                        let hp = &fptr as *const u64 as u64;
+                        let name = crate::target::lookup_name(self, hp, 8);
+                        msg::dev_info(
+                            self.id,
+                            &format!(
+                                "Copying data from device to host, TgtPtr={}, HstPtr={}, Size=8, Name={}",
+                                msg::P(dptr.0),
+                                msg::P(hp),
+                                msg::name_of(name)
+                            ),
+                        );
+                    }
                     // SAFETY: the device symbol holds an 8-byte function address.
                     let ok = unsafe {
                         self.dev
@@ -335,7 +387,8 @@ impl DevState {
                             .is_ok()
                     };
                     if ok {
-                        self.insert_permanent(e.addr, 1, fptr, e.name_ptr);
+                        // The entry's size (a pointer's), as LLVM's table shows it.
+                        self.insert_permanent(e.addr, e.size.max(1), fptr, e.name_ptr);
                     }
                 }
                 continue;
@@ -676,6 +729,14 @@ pub unsafe fn register(desc: *const BinDesc) {
     if !any_req {
         add_requires(1); // OMP_REQ_NONE
     }
+    // The devices count for OpenMP once an image can run on one of them.
+    if st.usable.load(Ordering::Acquire) == 0
+        && images
+            .iter()
+            .any(|i| st.devices.iter().any(|d| d.dev.can_run(i)))
+    {
+        st.usable.store(st.devices.len(), Ordering::Release);
+    }
     let core_entries: Vec<OffloadEntry> = entries
         .iter()
         .map(|e| OffloadEntry {
@@ -722,13 +783,19 @@ pub unsafe fn register(desc: *const BinDesc) {
 }
 
 fn raw_policy_is_mandatory() -> bool {
+    raw_policy() == Some(2)
+}
+
+/// libomp's `OMP_TARGET_OFFLOAD` (0 disabled, 1 default, 2 mandatory), if
+/// libomp is loaded.
+fn raw_policy() -> Option<i32> {
     let f = dlsym_default(c"__kmpc_get_target_offload");
     if f.is_null() {
-        return false;
+        return None;
     }
     // SAFETY: libomp's `int __kmpc_get_target_offload(void)`.
     let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
-    f() == 2
+    Some(f())
 }
 
 /// `__tgt_unregister_lib`.
@@ -747,7 +814,7 @@ pub fn unregister(desc: *const BinDesc) {
         .unwrap_or_else(|e| e.into_inner())
         .is_empty();
     if last && msg::info_on(msg::INFO_DUMP_TABLE) {
-        for d in st.devices.iter().rev() {
+        for d in visible_devices().iter().rev() {
             crate::target::dump_table(
                 d,
                 "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",

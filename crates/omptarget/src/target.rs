@@ -89,8 +89,24 @@ pub const NO_TGT: u64 = u64::MAX;
 
 // ------------------------------------------------------------ mappers
 
+/// One entry pushed by a mapper function: the layout of LLVM 22's
+/// `MapComponentInfoTy` (base, begin, size, type, name).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MapComponent {
+    pub base: *mut c_void,
+    pub begin: *mut c_void,
+    pub size: i64,
+    pub ty: i64,
+    pub name: *mut c_void,
+}
+
+/// What `__tgt_push_mapper_component` fills: the runtime creates one per
+/// mapper call and passes its address as the opaque handle (LLVM 22's
+/// `MapperComponentsTy`); generated code only hands it back to
+/// `__tgt_mapper_num_components` / `__tgt_push_mapper_component`.
 pub struct MapperComponents {
-    pub comps: Vec<(u64, u64, i64, i64, usize)>,
+    pub comps: Vec<MapComponent>,
 }
 
 type MapperFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, i64, *mut c_void);
@@ -138,12 +154,21 @@ fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
         types: vec![],
         names: vec![],
     };
-    for (b, p, s, t, n) in mc.comps {
-        o.base.push(b as *mut c_void);
-        o.begin.push(p as *mut c_void);
-        o.sizes.push(s);
+    // clang's mapper functions decay each member's to/from by the map type
+    // they are called with but drop its `always`: the modifier applies to
+    // the whole list item, so it reaches every entry that moves data.
+    let always = a.ty(i) & ALWAYS;
+    for c in mc.comps {
+        let t = if c.ty & (TO | FROM) != 0 {
+            c.ty | always
+        } else {
+            c.ty
+        };
+        o.base.push(c.base);
+        o.begin.push(c.begin);
+        o.sizes.push(c.size);
         o.types.push(t);
-        o.names.push(n as *mut c_void);
+        o.names.push(c.name);
     }
     o
 }
@@ -507,8 +532,16 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
             }
         }
         if t & RETURN_PARAM != 0 && r.key.is_some() {
-            // Not mapped: the host address stays (OpenMP 5.1).
-            let tb = r.tgt.wrapping_sub(hp.wrapping_sub(hb));
+            // Not mapped: the host address stays (OpenMP 5.1). For a
+            // PTR_AND_OBJ entry the base names where the pointer lives (for
+            // a reference member of a class: the object, `this`), not the
+            // start of the list item, so the answer is the device address
+            // of the item itself (`use_device_addr` of a reference member).
+            let tb = if pao {
+                r.tgt
+            } else {
+                r.tgt.wrapping_sub(hp.wrapping_sub(hb))
+            };
             unsafe { *a.base.add(i) = tb as *mut c_void };
         }
         if r.key.is_none()
@@ -829,25 +862,41 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
 // ------------------------------------------------------------ reporting
 
 pub fn dump_tables(header: &str) {
-    let st = registry::state();
-    for d in &st.devices {
+    for d in registry::visible_devices() {
         dump_table(d, header);
     }
 }
 
+/// `ompx_dump_mapping_tables`: like LLVM, the tables go to stdout (through
+/// C's `stdout` stream, so they keep their place among the program's own
+/// buffered output), not to stderr like the INFO dumps.
+pub fn dump_tables_to_stdout() {
+    for d in registry::visible_devices() {
+        dump_table_with(
+            d,
+            "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",
+            &mut |dev, line| msg::dev_info_stdout(dev, line),
+        );
+    }
+}
+
 pub fn dump_table(d: &DevState, header: &str) {
+    dump_table_with(d, header, &mut |dev, line| msg::dev_info(dev, line));
+}
+
+fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &str)) {
     let tbl: std::sync::RwLockReadGuard<'_, Table> = d.table_read();
     if tbl.is_empty() {
-        msg::dev_info(d.id, "OpenMP Host-Device pointer mappings table empty");
+        out(d.id, "OpenMP Host-Device pointer mappings table empty");
         return;
     }
-    msg::dev_info(d.id, header);
-    msg::dev_info(
+    out(d.id, header);
+    out(
         d.id,
         "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration",
     );
     for e in tbl.map.values() {
-        msg::dev_info(
+        out(
             d.id,
             &format!(
                 "{} {} {:<8} {:<11} {:<12} {}",
@@ -937,7 +986,7 @@ pub enum DataKind {
 }
 
 pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
-    let Some(d) = registry::resolve(device) else {
+    let Some(d) = registry::resolve(device, loc) else {
         return;
     };
     let info = msg::info();
@@ -953,6 +1002,7 @@ pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
         );
         print_args(d, a);
     }
+    d.ensure_loaded();
     let r = match kind {
         DataKind::Begin => {
             let mut ctx = Ctx::default();
@@ -995,7 +1045,7 @@ fn required_alignment(p: u64) -> u64 {
 /// The map name LLVM prints for a copy without a known entry: the entry
 /// containing `[hp, hp+size)` or overlapping it from the left, else the next
 /// entry above, else the one below (lookupMapping's choice), else none.
-fn lookup_name(d: &DevState, hp: u64, size: u64) -> usize {
+pub(crate) fn lookup_name(d: &DevState, hp: u64, size: u64) -> usize {
     let tbl = d.table_read();
     let left = tbl.map.range(..=hp).next_back();
     if let Some((_, e)) = left {
@@ -1124,15 +1174,8 @@ pub fn target_kernel(
     region: *mut c_void,
     ka: &KernelArgsTy,
 ) -> i32 {
-    let Some(d) = registry::resolve(device) else {
+    let Some(d) = registry::resolve(device, loc) else {
         return -1;
-    };
-    let Some(kernel) = d.kernel(region as u64) else {
-        msg::error(&format!(
-            "Failed to launch kernel: no kernel found for host region {}",
-            P(region as u64)
-        ));
-        target_failed(loc);
     };
     let a = Args {
         n: ka.num_args as usize,
@@ -1155,6 +1198,16 @@ pub fn target_kernel(
         );
         print_args(d, &a);
     }
+    // Images load on a device's first construct, after the INFO header
+    // (LLVM's order: their INFO lines follow it).
+    d.ensure_loaded();
+    let Some(kernel) = d.kernel(region as u64) else {
+        msg::error(&format!(
+            "Failed to launch kernel: no kernel found for host region {}",
+            P(region as u64)
+        ));
+        target_failed(loc);
+    };
     let mut ctx = Ctx::default();
     if a.n > 0 {
         ctx.arg_tgt = vec![NO_TGT; a.n];

@@ -9,7 +9,19 @@
 //! per argument), `// CXX`, `// SHARED: lib.c`, `// COMPARE-STDERR`,
 //! `// NO-REMOTE: reason` (skipped in remote mode), `// KNOWN-DIFF: reason`
 //! (a known difference from LLVM: skipped with a note unless
-//! `OMPTARGET_RUN_KNOWN_DIFF=1` is set).
+//! `OMPTARGET_RUN_KNOWN_DIFF=1` is set), `// OFFLOAD-ARCH: gfx90a` (build
+//! the device code for that GPU only, with `-nogpulib`; the image is never
+//! run, so its unresolved device-runtime symbols are left unresolved: a
+//! program whose images no device here can run).
+//!
+//! Where LLVM's runtime itself misbehaves, a program states our intended
+//! behaviour instead of comparing: `// OURS-ONLY: why LLVM differs` runs it
+//! on our runtime only, against `// EXPECT: line` (stdout, in order, after
+//! normalising addresses), `// EXPECT-EXIT: 134` (default 0) and
+//! `// EXPECT-STDERR: text` (exactly one stderr line contains `text`).
+//!
+//! Without clang-22 or LLVM's runtime the programs are skipped with a note,
+//! except under `CI=true`, where that is a failure.
 //!
 //! Remote mode: with `OFFLOAD_TEST_REMOTE=HOST:PORT` our runs use only the
 //! remote plugin against that `offload serve` (token from
@@ -50,8 +62,13 @@ fn our_lib_dir() -> &'static Path {
 }
 
 fn have_clang() -> bool {
-    Command::new("clang-22").arg("--version").output().is_ok()
-        && Path::new(LLVM_LIB).join("libomptarget.so.22.1").exists()
+    let ok = Command::new("clang-22").arg("--version").output().is_ok()
+        && Path::new(LLVM_LIB).join("libomptarget.so.22.1").exists();
+    assert!(
+        ok || std::env::var("CI").as_deref() != Ok("true"),
+        "clang-22 and LLVM 22's libomptarget are required under CI=true"
+    );
+    ok
 }
 
 struct Spec {
@@ -63,6 +80,11 @@ struct Spec {
     compare_stderr: bool,
     no_remote: bool,
     known_diff: Option<String>,
+    offload_arch: Option<String>,
+    ours_only: Option<String>,
+    expect_stdout: Vec<String>,
+    expect_exit: Option<i32>,
+    expect_stderr: Vec<String>,
 }
 
 fn parse_env(s: &str) -> Vec<(String, String)> {
@@ -82,6 +104,11 @@ fn spec(text: &str) -> Spec {
         compare_stderr: false,
         no_remote: false,
         known_diff: None,
+        offload_arch: None,
+        ours_only: None,
+        expect_stdout: vec![],
+        expect_exit: None,
+        expect_stderr: vec![],
     };
     for line in text.lines().take_while(|l| l.starts_with("//")) {
         let l = line.trim_start_matches("//").trim();
@@ -101,6 +128,16 @@ fn spec(text: &str) -> Spec {
             s.no_remote = true;
         } else if let Some(v) = l.strip_prefix("KNOWN-DIFF:") {
             s.known_diff = Some(v.trim().to_string());
+        } else if let Some(v) = l.strip_prefix("OFFLOAD-ARCH:") {
+            s.offload_arch = Some(v.trim().to_string());
+        } else if let Some(v) = l.strip_prefix("OURS-ONLY:") {
+            s.ours_only = Some(v.trim().to_string());
+        } else if let Some(v) = l.strip_prefix("EXPECT-EXIT:") {
+            s.expect_exit = Some(v.trim().parse().expect("EXPECT-EXIT: a number"));
+        } else if let Some(v) = l.strip_prefix("EXPECT-STDERR:") {
+            s.expect_stderr.push(v.trim().to_string());
+        } else if let Some(v) = l.strip_prefix("EXPECT:") {
+            s.expect_stdout.push(v.trim().to_string());
         }
     }
     s
@@ -111,12 +148,18 @@ fn compile(name: &str, sp: &Spec, out_dir: &Path) -> PathBuf {
     let cc = if sp.cxx { "clang++-22" } else { "clang-22" };
     let exe = out_dir.join(name.replace('.', "_"));
     let mut cmd = Command::new(cc);
-    cmd.args([
-        "-fopenmp",
-        "-fopenmp-targets=x86_64-unknown-linux-gnu",
-        "-O1",
-        "-g",
-    ]);
+    match &sp.offload_arch {
+        None => cmd.args([
+            "-fopenmp",
+            "-fopenmp-targets=x86_64-unknown-linux-gnu",
+            "-O1",
+            "-g",
+        ]),
+        Some(arch) => cmd
+            .args(["-fopenmp", "-O1", "-g", "-nogpulib"])
+            .arg(format!("--offload-arch={arch}"))
+            .args(["-Xoffload-linker", "--unresolved-symbols=ignore-all"]),
+    };
     if let Some(lib) = &sp.shared {
         let so = out_dir.join("libk.so");
         let st = Command::new("clang-22")
@@ -271,6 +314,11 @@ fn check(name: &str) {
     let dir = tempfile_dir(name);
     let exe = compile(name, &sp, &dir);
     let ours_path = format!("{}:{LLVM_LIB}", our_lib_dir().display());
+    if let Some(why) = &sp.ours_only {
+        check_expected(name, why, &sp, &exe, &ours_path, remote.as_deref());
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let variants = if sp.variants.is_empty() {
         vec![vec![]]
     } else {
@@ -346,6 +394,67 @@ fn check(name: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An `OURS-ONLY` program: our runtime against the stated expectations.
+fn check_expected(
+    name: &str,
+    why: &str,
+    sp: &Spec,
+    exe: &Path,
+    ours_path: &str,
+    remote: Option<&str>,
+) {
+    assert!(
+        !sp.expect_stdout.is_empty() || !sp.expect_stderr.is_empty(),
+        "{name}: OURS-ONLY needs EXPECT lines"
+    );
+    let variants = if sp.variants.is_empty() {
+        vec![vec![]]
+    } else {
+        sp.variants.clone()
+    };
+    for v in &variants {
+        let mut env = sp.env.clone();
+        env.extend(v.iter().cloned());
+        if let Some(r) = remote {
+            env.push(("OFFLOAD_PLUGINS".into(), "remote".into()));
+            env.push(("OFFLOAD_REMOTE".into(), r.to_string()));
+        }
+        let r = {
+            let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            run(exe, ours_path, &env, None)
+        };
+        let what = format!("{name} (ours only: {why}) env={env:?}");
+        let want_exit = sp.expect_exit.unwrap_or(0);
+        // Exit 134 is how a shell reports abort(): the process got SIGABRT.
+        let got_exit = r.status.or(r.signal.map(|s| 128 + s));
+        assert_eq!(
+            got_exit,
+            Some(want_exit),
+            "{what}: exit status\nstdout:\n{}\nstderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+        let got: Vec<String> = normalise(&r.stdout).lines().map(String::from).collect();
+        assert_eq!(
+            got, sp.expect_stdout,
+            "{what}: stdout\nstderr:\n{}",
+            r.stderr
+        );
+        for want in &sp.expect_stderr {
+            let n = r
+                .stderr
+                .lines()
+                .filter(|l| l.contains(want.as_str()))
+                .count();
+            assert_eq!(
+                n, 1,
+                "{what}: expected exactly one stderr line containing {want:?}\nstderr:\n{}",
+                r.stderr
+            );
+        }
+    }
+}
+
 fn tempfile_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "omptarget-test-{}-{}",
@@ -402,4 +511,181 @@ c_tests! {
     usm_info => "usm_info.c",
     fp_info => "fp_info.c",
     abort_flush => "abort_flush.c",
+    mandatory_no_device => "mandatory_no_device.c",
+    gpu_only => "gpu_only.c",
+    remote_warn => "remote_warn.c",
+    mapper_api => "mapper_api.c",
+    always_mapper => "always_mapper.cpp",
+    use_device_addr_ref => "use_device_addr_ref.cpp",
+    dump_stdout => "dump_stdout.c",
+    indirect_shared => "indirect_shared.c",
+}
+
+// ------------------------------------------------ remote plugin failures
+
+/// `offload serve` inside this test process (host devices only), stopped
+/// when dropped.
+struct TestServer {
+    addr: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    fn start(token: &str) -> TestServer {
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let token = token.to_string();
+        let thread = std::thread::spawn(move || {
+            let config = offload_core::Config {
+                plugins: Some(vec!["host".into()]),
+                host_devices: 2,
+                ..offload_core::Config::default()
+            };
+            let runtime = std::sync::Arc::new(offload_core::Runtime::new(
+                config,
+                &offload_plugins::builtin(),
+            ));
+            let options = offload_server::ServeOptions {
+                listen: Some("127.0.0.1:0".parse().unwrap()),
+                token: Some(token),
+                ..Default::default()
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let served = rt.block_on(offload_server::serve(
+                options,
+                runtime,
+                |a| {
+                    let _ = addr_tx.send(a.to_string());
+                },
+                async {
+                    let _ = stopped.await;
+                },
+            ));
+            served.expect("test server failed");
+        });
+        let addr = addr_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("test server did not start");
+        TestServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn warnings(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("omptarget warning:"))
+        .collect()
+}
+
+/// A plugin whose devices do not come up says why in one warning line on
+/// stderr (without LIBOMPTARGET_DEBUG), and the program falls back to the
+/// host: a server that refuses the token, a server that is not there. With
+/// the right token there is no warning and the devices are the server's.
+#[test]
+fn remote_plugin_failure_warns_once() {
+    if !have_clang() {
+        eprintln!("skipping remote_plugin_failure_warns_once: clang-22 or LLVM 22 libomptarget not installed");
+        return;
+    }
+    let name = "remote_warn.c";
+    let text = std::fs::read_to_string(src_dir().join(name)).unwrap();
+    let dir = tempfile_dir("remote_plugin_failure");
+    let exe = compile(name, &spec(&text), &dir);
+    let ours_path = format!("{}:{LLVM_LIB}", our_lib_dir().display());
+    let server = TestServer::start("right-token");
+    let remote = |addr: &str, token: &str| {
+        let env: Vec<(String, String)> = [
+            ("OFFLOAD_PLUGINS", "remote"),
+            ("OFFLOAD_REMOTE", addr),
+            ("OFFLOAD_REMOTE_TOKEN", token),
+            ("OFFLOAD_REMOTE_TIMEOUT", "10"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        run(&exe, &ours_path, &env, None)
+    };
+
+    let ok = remote(&server.addr, "right-token");
+    assert_eq!(ok.status, Some(0), "stderr:\n{}", ok.stderr);
+    assert_eq!(ok.stdout, "devices=2\nx=2\n");
+    assert!(warnings(&ok.stderr).is_empty(), "{}", ok.stderr);
+
+    let refused = remote(&server.addr, "wrong-token");
+    assert_eq!(refused.status, Some(0), "stderr:\n{}", refused.stderr);
+    assert_eq!(refused.stdout, "devices=0\nx=2\n", "host fallback");
+    let w = warnings(&refused.stderr);
+    assert_eq!(w.len(), 1, "one warning line:\n{}", refused.stderr);
+    assert!(
+        w[0].starts_with(&format!(
+            "omptarget warning: plugin 'remote' has no devices: remote server {}",
+            server.addr
+        )) && w[0].contains("wrong token"),
+        "{}",
+        w[0]
+    );
+
+    // A port nobody listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gone = format!("127.0.0.1:{port}");
+    let unreachable = remote(&gone, "right-token");
+    assert_eq!(
+        unreachable.status,
+        Some(0),
+        "stderr:\n{}",
+        unreachable.stderr
+    );
+    assert_eq!(unreachable.stdout, "devices=0\nx=2\n", "host fallback");
+    let w = warnings(&unreachable.stderr);
+    assert_eq!(w.len(), 1, "one warning line:\n{}", unreachable.stderr);
+    assert!(
+        w[0].starts_with(&format!(
+            "omptarget warning: plugin 'remote' has no devices: remote server {gone}: connect"
+        )) && w[0].contains("Connection refused"),
+        "{}",
+        w[0]
+    );
+
+    // Offloading switched off: no warning about devices nobody wants.
+    let off = {
+        let env: Vec<(String, String)> = [
+            ("OFFLOAD_PLUGINS", "remote"),
+            ("OFFLOAD_REMOTE", gone.as_str()),
+            ("OMP_TARGET_OFFLOAD", "DISABLED"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect::<Vec<_>>();
+        let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        run(&exe, &ours_path, &env, None)
+    };
+    assert_eq!(off.stdout, "devices=0\nx=2\n");
+    assert!(warnings(&off.stderr).is_empty(), "{}", off.stderr);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }

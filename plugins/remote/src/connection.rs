@@ -334,10 +334,17 @@ impl Connection {
 /// An error with its causes: transport errors hide the useful part there.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
+    let mut last = text.clone();
     let mut cause = e.source();
     while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
+        // Wrappers often repeat their cause's text ("tcp connect error:
+        // tcp connect error: ..."): say each part once.
+        let part = c.to_string();
+        if part != last {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        last = part;
         cause = c.source();
     }
     text
