@@ -4,9 +4,10 @@
 //! core [`Runtime`] (shared with the OpenMP face when both live in one
 //! library): one platform per plugin that has devices plus the synthetic
 //! "Host" platform, and their devices (ol device N is runtime device N; the
-//! host device comes last). The last `olShutDown` drops the context, which
+//! host device comes last). The last `olShutDown` empties the context: it
 //! destroys every queue, event and program still alive and frees every
-//! allocation made through the ol* API.
+//! allocation made through the ol* API. The context itself (platform and
+//! device lists) stays for the next `olInit`.
 //!
 //! This face keeps handles only: memory is in the core's allocation index
 //! (owner [`OL_OWNER`]), queues and events are core queues and events.
@@ -20,7 +21,8 @@
 //! by another thread stays alive until the call using it returns.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use offload_core::plugin::{AllocKind, Backend, DevicePtr};
 use offload_core::{Owner, Runtime};
@@ -31,26 +33,30 @@ use crate::types::*;
 /// Owner of every allocation and registration made through the ol* API.
 pub const OL_OWNER: Owner = Owner(1);
 
-/// Reference count of `olInit` calls; guards creation and teardown.
+/// Reference count of `olInit` calls; guards bring-up and teardown.
 static REFS: Mutex<usize> = Mutex::new(0);
-/// The live context, if initialised.
-static STATE: RwLock<Option<Arc<Context>>> = RwLock::new(None);
+/// The context: built by the first olInit and kept for the life of the
+/// process (the runtime under it lives that long too). olShutDown empties
+/// it; a later olInit reuses it. So a handle lookup is one atomic load, and
+/// a call racing with olShutDown never sees freed memory.
+static CONTEXT: OnceLock<Context> = OnceLock::new();
+/// Between the first olInit and the last olShutDown.
+static LIVE: AtomicBool = AtomicBool::new(false);
 
 /// The current context, or OL_ERRC_UNINITIALIZED.
 #[inline]
-pub fn context() -> OlResult<Arc<Context>> {
-    STATE
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .ok_or_else(uninitialized)
+pub fn context() -> OlResult<&'static Context> {
+    if !LIVE.load(Ordering::Acquire) {
+        return Err(uninitialized());
+    }
+    CONTEXT.get().ok_or_else(uninitialized)
 }
 
 pub fn init() -> OlResult {
     let mut refs = REFS.lock().unwrap_or_else(|e| e.into_inner());
     if *refs == 0 {
-        let ctx = Context::new();
-        *STATE.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(ctx));
+        CONTEXT.get_or_init(Context::new);
+        LIVE.store(true, Ordering::Release);
     }
     *refs += 1;
     Ok(())
@@ -63,8 +69,8 @@ pub fn shutdown() -> OlResult {
     }
     *refs -= 1;
     if *refs == 0 {
-        let ctx = STATE.write().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(ctx) = ctx {
+        LIVE.store(false, Ordering::Release);
+        if let Some(ctx) = CONTEXT.get() {
             ctx.teardown();
         }
     }

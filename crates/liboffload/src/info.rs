@@ -304,7 +304,7 @@ pub unsafe fn device_info(h: ol_device_handle_t, prop: ol_device_info_t, out: Ou
     check_handle(h, "Device")?;
     out.check_args()?;
     let d = ctx.device(h, "Device")?;
-    let v = device_value(&ctx, d, prop)?;
+    let v = device_value(ctx, d, prop)?;
     out.deliver(v, prop.name().unwrap_or("?"))
 }
 

@@ -217,7 +217,7 @@ pub unsafe fn register(
             format!("[{ptr:p}, +{size}) is not a range of host memory (it wraps around the address space)"),
         )
     })?;
-    let mut regs = lock_regs(&ctx);
+    let mut regs = lock_regs(ctx);
     for r in regs.iter_mut().filter(|r| r.device == dev.index) {
         let (rb, re) = (r.base, r.base + r.size);
         if base >= rb && end <= re {
@@ -260,7 +260,7 @@ pub unsafe fn unregister(device: ol_device_handle_t, ptr: *mut c_void) -> OlResu
     check_ptr(ptr, "Ptr")?;
     let dev = ctx.device(device, "Device")?;
     let p = ptr as usize;
-    let mut regs = lock_regs(&ctx);
+    let mut regs = lock_regs(ctx);
     let i = regs
         .iter()
         .position(|r| r.device == dev.index && p >= r.base && p < r.base + r.size)

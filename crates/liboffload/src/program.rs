@@ -234,7 +234,7 @@ pub unsafe fn launch_kernel(
     check_handle(kernel, "Kernel")?;
     check_ptr(launch, "LaunchSizeArgs")?;
     let dev = ctx.device(device, "Device")?;
-    let (sym, k) = kernel_symbol(&ctx, dev, kernel)?;
+    let (sym, k) = kernel_symbol(ctx, dev, kernel)?;
     let config = config_from(&*launch)?;
     check_limits(dev, &config)?;
     let bytes: &[u8] = if args_size == 0 {
@@ -316,7 +316,7 @@ pub unsafe fn optimal_occupancy(
     check_handle(kernel, "Kernel")?;
     check_ptr(group_size, "GroupSize")?;
     let dev = ctx.device(device, "Device")?;
-    let (_sym, k) = kernel_symbol(&ctx, dev, kernel)?;
+    let (_sym, k) = kernel_symbol(ctx, dev, kernel)?;
     let limit = dev.core().map_or(1, |c| c.info().group_memory_bytes);
     if shared_memory as u64 > limit {
         return Err(err(
