@@ -21,6 +21,7 @@
 //! by another thread stays alive until the call using it returns.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -182,14 +183,35 @@ pub struct Registration {
 
 /// Live objects of one kind, keyed by handle address.
 pub struct Registry<T> {
-    map: RwLock<HashMap<usize, Arc<T>>>,
+    map: RwLock<HashMap<usize, Arc<T>, BuildHasherDefault<AddrHasher>>>,
 }
 
 impl<T> Default for Registry<T> {
     fn default() -> Self {
         Registry {
-            map: RwLock::new(HashMap::new()),
+            map: RwLock::new(HashMap::default()),
         }
+    }
+}
+
+/// Keys are heap addresses we handed out: a multiplicative hash spreads
+/// them well enough, at a fraction of SipHash's cost (no untrusted keys:
+/// a lookup of an unknown address only misses).
+#[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, v: usize) {
+        let v = v as u64;
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
@@ -228,8 +250,10 @@ impl<T> Registry<T> {
 
 pub struct Context {
     pub runtime: &'static Runtime,
-    pub platforms: Vec<Box<Platform>>,
-    pub devices: Vec<Box<Device>>,
+    /// Fixed for the life of the process: a handle is the address of an
+    /// element, checked by its offset into the slice.
+    pub platforms: Box<[Platform]>,
+    pub devices: Box<[Device]>,
     pub queues: Registry<Queue>,
     pub events: Registry<Event>,
     pub programs: Registry<Program>,
@@ -255,42 +279,42 @@ fn plugin_platform(name: &str, backend: Backend) -> Platform {
 impl Context {
     fn new() -> Context {
         let runtime = offload_plugins::runtime();
-        let mut platforms: Vec<Box<Platform>> = Vec::new();
-        let mut devices: Vec<Box<Device>> = Vec::new();
+        let mut platforms: Vec<Platform> = Vec::new();
+        let mut devices: Vec<Device> = Vec::new();
         for (plugin, range) in runtime.plugins() {
             if range.is_empty() {
                 continue;
             }
             let backend = runtime.devices()[range.start].info().backend;
             let platform = platforms.len();
-            platforms.push(Box::new(plugin_platform(plugin.name(), backend)));
+            platforms.push(plugin_platform(plugin.name(), backend));
             for id in range {
-                devices.push(Box::new(Device {
+                devices.push(Device {
                     index: devices.len(),
                     platform,
                     kind: DeviceKind::Plugin {
                         core: runtime.devices()[id].clone(),
                     },
-                }));
+                });
             }
         }
         // As in LLVM 22: one synthetic host platform and device, last.
         let platform = platforms.len();
-        platforms.push(Box::new(Platform {
+        platforms.push(Platform {
             name: "Host".to_string(),
             vendor: "Unknown platform vendor".to_string(),
             version: API_VERSION.to_string(),
             backend: ol_platform_backend_t::OL_PLATFORM_BACKEND_HOST,
-        }));
-        devices.push(Box::new(Device {
+        });
+        devices.push(Device {
             index: devices.len(),
             platform,
             kind: DeviceKind::Host,
-        }));
+        });
         Context {
             runtime,
-            platforms,
-            devices,
+            platforms: platforms.into_boxed_slice(),
+            devices: devices.into_boxed_slice(),
             queues: Registry::default(),
             events: Registry::default(),
             programs: Registry::default(),
@@ -329,39 +353,31 @@ impl Context {
     }
 
     pub fn device_handle(&self, index: usize) -> ol_device_handle_t {
-        &*self.devices[index] as *const Device as ol_device_handle_t
+        &self.devices[index] as *const Device as ol_device_handle_t
     }
     pub fn platform_handle(&self, index: usize) -> ol_platform_handle_t {
-        &*self.platforms[index] as *const Platform as ol_platform_handle_t
+        &self.platforms[index] as *const Platform as ol_platform_handle_t
     }
 
     /// The device behind `h`: INVALID_NULL_HANDLE / INVALID_DEVICE otherwise.
     pub fn device(&self, h: ol_device_handle_t, what: &str) -> OlResult<&Device> {
         crate::error::check_handle(h, what)?;
-        self.devices
-            .iter()
-            .find(|d| std::ptr::eq(&***d as *const Device, h as *const Device))
-            .map(|d| &**d)
-            .ok_or_else(|| {
-                err(
-                    ErrorCode::InvalidDevice,
-                    format!("{what} {h:p} is not a device handle of this liboffload instance"),
-                )
-            })
+        element_of(&self.devices, h as usize).ok_or_else(|| {
+            err(
+                ErrorCode::InvalidDevice,
+                format!("{what} {h:p} is not a device handle of this liboffload instance"),
+            )
+        })
     }
 
     pub fn platform(&self, h: ol_platform_handle_t) -> OlResult<&Platform> {
         crate::error::check_handle(h, "Platform")?;
-        self.platforms
-            .iter()
-            .find(|p| std::ptr::eq(&***p as *const Platform, h as *const Platform))
-            .map(|p| &**p)
-            .ok_or_else(|| {
-                err(
-                    ErrorCode::InvalidPlatform,
-                    format!("Platform {h:p} is not a platform handle of this liboffload instance"),
-                )
-            })
+        element_of(&self.platforms, h as usize).ok_or_else(|| {
+            err(
+                ErrorCode::InvalidPlatform,
+                format!("Platform {h:p} is not a platform handle of this liboffload instance"),
+            )
+        })
     }
 
     pub fn queue(&self, h: ol_queue_handle_t) -> OlResult<Arc<Queue>> {
@@ -414,6 +430,16 @@ impl Context {
         };
         Some((index, a))
     }
+}
+
+/// The element of `items` whose address is `addr`, if any (no dereference
+/// of `addr`: only its offset into the slice is checked).
+#[inline]
+fn element_of<T>(items: &[T], addr: usize) -> Option<&T> {
+    let size = std::mem::size_of::<T>();
+    let offset = addr.wrapping_sub(items.as_ptr() as usize);
+    let i = offset / size;
+    (offset.is_multiple_of(size) && i < items.len()).then(|| &items[i])
 }
 
 /// `ol_alloc_type_t` to the core's kind (same numbering).

@@ -27,6 +27,7 @@ pub enum Value {
 
 impl Value {
     /// Call `f` with the value's bytes (no allocation for scalars).
+    #[inline(always)]
     fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match self {
             Value::U32(v) => f(&v.to_ne_bytes()),
@@ -85,6 +86,7 @@ impl Out {
     }
     /// # Safety
     /// The pointer in `self` is writable for the size it names.
+    #[inline(always)]
     unsafe fn deliver(self, value: Value, prop: &str) -> OlResult {
         match self {
             Out::Size(p) => {
@@ -199,6 +201,7 @@ fn host_cpu_facts(ctx: &Context) -> (String, u32, u64, u32) {
         })
 }
 
+#[inline(always)]
 fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<Value> {
     use ol_device_info_t as P;
     let widths = |i: usize| Value::U32(native_vector_widths()[i]);
@@ -284,6 +287,7 @@ fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<V
     Ok(v)
 }
 
+#[inline(always)]
 fn device_value_common(prop: ol_device_info_t, widths: impl Fn(usize) -> Value) -> OlResult<Value> {
     use ol_device_info_t as P;
     Ok(match prop {

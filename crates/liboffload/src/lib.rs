@@ -50,13 +50,9 @@ use info::Out;
 use types::*;
 
 /// Run one API call: catch panics, trace, convert the result.
-#[inline]
-fn run(
-    name: &str,
-    args: &[(&str, &dyn trace::TraceArg)],
-    f: impl FnOnce() -> OlResult,
-) -> ol_result_t {
-    let r = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+#[inline(always)]
+fn run(name: &str, f: impl FnOnce() -> OlResult) -> OlResult {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
         let what = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
@@ -66,11 +62,7 @@ fn run(
             ErrorCode::Unknown,
             format!("internal error in {name}: {what}"),
         ))
-    });
-    if trace::enabled() {
-        trace::emit(name, args, &r);
-    }
-    error::to_result(&r)
+    })
 }
 
 /// Define each entry point twice: `name(args)` and
@@ -81,12 +73,20 @@ macro_rules! api {
     )*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> ol_result_t {
-            run(
+            let r = run(
                 stringify!($name),
-                &[$((stringify!($arg), &$arg as &dyn trace::TraceArg)),*],
                 #[allow(unused_unsafe)]
                 move || unsafe { $body },
-            )
+            );
+            if trace::enabled() {
+                // The arguments are plain values: still ours to show.
+                trace::emit(
+                    stringify!($name),
+                    &[$((stringify!($arg), &$arg as &dyn trace::TraceArg)),*],
+                    &r,
+                );
+            }
+            error::to_result(&r)
         }
 
         #[no_mangle]

@@ -82,29 +82,36 @@ impl fmt::Display for ErrorCode {
 }
 
 /// A runtime error: a code and a message naming the handle, image or address at fault.
+///
+/// Boxed, so that `Result<(), Error>` is one pointer wide and the success
+/// path of every call returns in a register.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Error {
+#[error("{}", .0.message)]
+pub struct Error(Box<Inner>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Inner {
     code: ErrorCode,
     message: String,
 }
 
 impl Error {
+    #[cold]
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error {
+        Error(Box::new(Inner {
             code,
             message: message.into(),
-        }
+        }))
     }
     pub fn code(&self) -> ErrorCode {
-        self.code
+        self.0.code
     }
     pub fn message(&self) -> &str {
-        &self.message
+        &self.0.message
     }
     /// Prefix the message with context, keeping the code.
     pub fn context(mut self, what: impl fmt::Display) -> Self {
-        self.message = format!("{what}: {}", self.message);
+        self.0.message = format!("{what}: {}", self.0.message);
         self
     }
 
@@ -152,6 +159,14 @@ mod tests {
         assert_eq!(ErrorCode::InvalidValue.as_raw(), 11);
         assert_eq!(ErrorCode::BackendFailure.as_raw(), 17);
         assert_eq!(ErrorCode::SymbolKind.as_raw(), 24);
+    }
+
+    #[test]
+    fn a_result_is_one_pointer_wide() {
+        assert_eq!(
+            std::mem::size_of::<Result<()>>(),
+            std::mem::size_of::<usize>()
+        );
     }
 
     #[test]

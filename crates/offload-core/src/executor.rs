@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::thread::{JoinHandle, ThreadId};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorCode, Result};
@@ -43,6 +43,21 @@ type OlResult<T = ()> = Result<T>;
 
 fn err(code: ErrorCode, message: impl Into<String>) -> Error {
     Error::new(code, message)
+}
+
+/// Identifies the calling thread cheaply (the address of a thread-local),
+/// unlike `std::thread::current()`, which touches a reference count.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct ThreadKey(usize);
+
+impl ThreadKey {
+    #[inline]
+    fn current() -> ThreadKey {
+        thread_local! {
+            static KEY: u8 = const { 0 };
+        }
+        KEY.with(|k| ThreadKey(k as *const u8 as usize))
+    }
 }
 
 /// One queued operation.
@@ -85,7 +100,7 @@ struct State {
     /// Unreported failures: (position, error), in position order.
     errors: VecDeque<(u64, Error)>,
     /// The thread running an operation of this queue now, if any.
-    runner: Option<ThreadId>,
+    runner: Option<ThreadKey>,
     /// No more work will be accepted; the thread exits once drained.
     closed: bool,
     /// The worker thread sleeps on `work`.
@@ -189,7 +204,7 @@ impl Worker {
         self: &Arc<Self>,
         op: impl FnOnce() -> OlResult + Send + 'static,
     ) -> OlResult {
-        let me = std::thread::current().id();
+        let me = ThreadKey::current();
         {
             let mut st = self.lock();
             let idle = !st.closed && st.ops.is_empty() && st.runner.is_none();
@@ -208,7 +223,7 @@ impl Worker {
     }
 
     /// Take the next operation if nobody is running one; `me` runs it.
-    fn start_next(st: &mut State, me: ThreadId) -> Option<Op> {
+    fn start_next(st: &mut State, me: ThreadKey) -> Option<Op> {
         if st.runner.is_some() {
             return None;
         }
@@ -237,7 +252,7 @@ impl Worker {
 
     /// The worker thread's loop.
     fn run(self: Arc<Self>) {
-        let me = std::thread::current().id();
+        let me = ThreadKey::current();
         let mut st = self.lock();
         loop {
             if let Some(op) = Self::start_next(&mut st, me) {
@@ -294,7 +309,7 @@ impl Worker {
         if self.reached(position) {
             return Ok(());
         }
-        let me = std::thread::current().id();
+        let me = ThreadKey::current();
         let mut st = self.lock();
         loop {
             if st.completed >= position {
