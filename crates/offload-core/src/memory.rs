@@ -256,10 +256,22 @@ pub struct AllocationIndex {
     shards: [RwLock<BTreeMap<u64, Allocation>>; SHARDS],
 }
 
+/// Key of a sentinel kept in every shard: a B-tree that never becomes
+/// empty never frees and re-allocates its root node, which would otherwise
+/// cost a malloc/free pair per allocation of a device with one live range.
+const SENTINEL: u64 = u64::MAX;
+
 impl Default for AllocationIndex {
     fn default() -> Self {
+        let sentinel = Allocation {
+            base: DevicePtr(SENTINEL),
+            size: 0,
+            kind: AllocKind::Device,
+            origin: Origin::Global,
+            owner: Owner::RUNTIME,
+        };
         AllocationIndex {
-            shards: std::array::from_fn(|_| RwLock::new(BTreeMap::new())),
+            shards: std::array::from_fn(|_| RwLock::new(BTreeMap::from([(SENTINEL, sentinel)]))),
         }
     }
 }
@@ -285,13 +297,23 @@ fn shards_of(base: u64, size: usize) -> impl Iterator<Item = usize> {
 }
 
 impl AllocationIndex {
-    /// File a new range. Overlapping a live range is an error (a device
-    /// allocator never returns one; a registration or global may).
+    /// File a new range. A registration or global overlapping a live range
+    /// is an error.
     pub fn insert(&self, a: Allocation) -> Result<()> {
-        if let Some(old) = self
-            .find(a.base)
-            .or_else(|| self.find(DevicePtr(a.end() - 1)))
-        {
+        if a.base.0 == SENTINEL || a.base.0.checked_add(a.size as u64).is_none() {
+            return Err(Error::new(
+                ErrorCode::InvalidSize,
+                format!("[{}, +{}) wraps around the address space", a.base, a.size),
+            ));
+        }
+        // Registrations and globals may overlap live memory; a device
+        // allocator never hands out memory that is still live.
+        let checked = !matches!(a.origin, Origin::Alloc(_));
+        let overlap = || {
+            self.find(a.base)
+                .or_else(|| self.find(DevicePtr(a.end() - 1)))
+        };
+        if let Some(old) = checked.then(overlap).flatten() {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
                 format!(
@@ -319,12 +341,12 @@ impl AllocationIndex {
         let home = shard_of(base.0);
         let a = {
             let mut shard = self.shards[home].write().unwrap_or_else(|e| e.into_inner());
-            match shard.get(&base.0) {
-                Some(a) => {
-                    accept(a)?;
-                    shard.remove(&base.0).expect("just found")
+            match shard.entry(base.0) {
+                std::collections::btree_map::Entry::Occupied(e) if base.0 != SENTINEL => {
+                    accept(e.get())?;
+                    e.remove()
                 }
-                None => {
+                _ => {
                     let msg = match shard
                         .range(..=base.0)
                         .next_back()
@@ -393,7 +415,12 @@ impl AllocationIndex {
         let mut out: Vec<Allocation> = Vec::new();
         for (s, shard) in self.shards.iter().enumerate() {
             let shard = shard.read().unwrap_or_else(|e| e.into_inner());
-            out.extend(shard.values().filter(|a| shard_of(a.base.0) == s).copied());
+            out.extend(
+                shard
+                    .values()
+                    .filter(|a| a.base.0 != SENTINEL && shard_of(a.base.0) == s)
+                    .copied(),
+            );
         }
         out.sort_by_key(|a| a.base);
         out
@@ -411,7 +438,10 @@ impl AllocationIndex {
     pub fn drain(&self) -> Vec<Allocation> {
         let all = self.all();
         for shard in &self.shards {
-            shard.write().unwrap_or_else(|e| e.into_inner()).clear();
+            shard
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|&k, _| k == SENTINEL);
         }
         all
     }
@@ -535,8 +565,14 @@ mod tests {
         let e = t.check(DevicePtr(0x1000), 1, "d").unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
         assert!(t.check(DevicePtr(0x2_0000), usize::MAX, "d").is_err());
-        // Overlaps are refused; the index is unchanged.
-        assert!(t.insert(alloc(0x4_0000, 0x100)).is_err());
+        // Registrations overlapping a live range are refused; the index is
+        // unchanged.
+        let reg = Allocation {
+            origin: Origin::Registered,
+            ..alloc(0x4_0000, 0x100)
+        };
+        assert!(t.insert(reg).is_err());
+        assert!(t.insert(alloc(u64::MAX - 4, 16)).is_err(), "wraps");
         assert_eq!(t.len(), 2);
         t.remove(DevicePtr(0x1_fff0), "d").unwrap();
         assert!(t.find(DevicePtr(0x3_0000)).is_none());
