@@ -47,6 +47,7 @@ pub mod elf;
 pub mod metadata;
 pub mod offload_binary;
 mod unwrap;
+pub mod validate;
 
 #[cfg(test)]
 mod test_elf;
