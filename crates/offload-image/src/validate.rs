@@ -1882,3 +1882,249 @@ impl<'a> Strtab<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(b: &mut [u8], off: usize, n: usize, v: u64) {
+        for i in 0..n {
+            b[off + i] = (v >> (8 * i)) as u8;
+        }
+    }
+
+    const DYN: usize = 248;
+
+    /// A minimal valid image: one RWX `PT_LOAD` mapping the whole file at
+    /// address 0, `PT_DYNAMIC`, `.dynstr`, a one-entry `.dynsym` and a GNU
+    /// hash table, no section headers.
+    fn minimal() -> Vec<u8> {
+        let mut b = vec![0u8; 360];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = 2;
+        b[5] = 1;
+        b[6] = 1;
+        put(&mut b, 16, 2, 3); // ET_DYN
+        put(&mut b, 18, 2, 62); // EM_X86_64
+        put(&mut b, 20, 4, 1);
+        put(&mut b, 32, 8, 64); // e_phoff
+        put(&mut b, 52, 2, 64);
+        put(&mut b, 54, 2, 56);
+        put(&mut b, 56, 2, 2);
+        // PT_LOAD
+        put(&mut b, 64, 4, 1);
+        put(&mut b, 68, 4, 7);
+        put(&mut b, 64 + 32, 8, 360);
+        put(&mut b, 64 + 40, 8, 360);
+        put(&mut b, 64 + 48, 8, 0x1000);
+        // PT_DYNAMIC
+        let p = 120;
+        put(&mut b, p, 4, 2);
+        put(&mut b, p + 4, 4, 6);
+        put(&mut b, p + 8, 8, DYN as u64);
+        put(&mut b, p + 16, 8, DYN as u64);
+        put(&mut b, p + 32, 8, 112);
+        put(&mut b, p + 40, 8, 112);
+        put(&mut b, p + 48, 8, 8);
+        b[177..186].copy_from_slice(b"libc.so.6");
+        // GNU hash: 1 bucket, symoffset 1, 1 Bloom word, shift 6.
+        put(&mut b, 216, 4, 1);
+        put(&mut b, 220, 4, 1);
+        put(&mut b, 224, 4, 1);
+        put(&mut b, 228, 4, 6);
+        let tags = [
+            (DT_NEEDED, 1),
+            (DT_STRTAB, 176),
+            (DT_STRSZ, 11),
+            (DT_SYMTAB, 192),
+            (DT_SYMENT, 24),
+            (DT_GNU_HASH, 216),
+        ];
+        for (i, (t, v)) in tags.iter().enumerate() {
+            put(&mut b, DYN + i * 16, 8, *t);
+            put(&mut b, DYN + i * 16 + 8, 8, *v);
+        }
+        b
+    }
+
+    fn refused(b: &[u8], expect: &str) {
+        match x86_64_shared_object(b) {
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains(expect), "expected {expect:?} in {msg:?}");
+            }
+            Ok(c) => panic!("expected {expect:?}, got {c:?}"),
+        }
+    }
+
+    fn with(f: impl Fn(&mut Vec<u8>)) -> Vec<u8> {
+        let mut b = minimal();
+        f(&mut b);
+        b
+    }
+
+    #[test]
+    fn the_minimal_image_is_accepted() {
+        let c = x86_64_shared_object(&minimal()).unwrap();
+        assert_eq!(c.needed, vec!["libc.so.6".to_string()]);
+        assert_eq!(c.symbols, 1);
+        assert_eq!(c.relocations, 0);
+        assert!(!c.entry_points_checked);
+    }
+
+    #[test]
+    fn bad_headers() {
+        assert!(matches!(
+            x86_64_shared_object(b""),
+            Err(ImageError::Truncated { .. })
+        ));
+        assert!(matches!(
+            x86_64_shared_object(&[0u8; 64]),
+            Err(ImageError::NotElf { .. })
+        ));
+        refused(&with(|b| b[4] = 1), "EI_CLASS] is 1");
+        refused(&with(|b| b[5] = 2), "EI_DATA] is 2");
+        refused(&with(|b| b[6] = 0), "EI_VERSION] is 0");
+        refused(&with(|b| b[7] = 9), "EI_OSABI] is 9");
+        refused(&with(|b| put(b, 16, 2, 2)), "e_type is 2");
+        refused(&with(|b| put(b, 18, 2, 3)), "e_machine is 3");
+        refused(&with(|b| put(b, 20, 4, 0)), "e_version is 0");
+        refused(&with(|b| put(b, 54, 2, 64)), "e_phentsize is 64");
+        refused(&with(|b| put(b, 56, 2, 0)), "e_phnum is 0");
+        refused(&with(|b| put(b, 56, 2, 513)), "e_phnum is 513");
+        refused(&with(|b| put(b, 56, 2, 40)), "program header table");
+        refused(
+            &with(|b| put(b, 32, 8, u64::MAX - 8)),
+            "program header table",
+        );
+        refused(&with(|b| put(b, 60, 2, 3)), "e_shentsize is 0");
+        refused(
+            &with(|b| {
+                put(b, 58, 2, 64);
+                put(b, 60, 2, 3);
+                put(b, 40, 8, 300);
+            }),
+            "section header table",
+        );
+    }
+
+    #[test]
+    fn bad_segments() {
+        refused(&with(|b| put(b, 64, 4, 0)), "no PT_LOAD");
+        refused(&with(|b| put(b, 104, 8, 0)), "p_memsz 0");
+        refused(&with(|b| put(b, 96, 8, 400)), "exceeds p_memsz");
+        refused(
+            &with(|b| {
+                put(b, 96, 8, 400);
+                put(b, 104, 8, 400);
+            }),
+            "lies outside the file",
+        );
+        refused(&with(|b| put(b, 112, 8, 0x1800)), "p_align 0x1800");
+        refused(&with(|b| put(b, 112, 8, 1 << 40)), "p_align");
+        refused(&with(|b| put(b, 80, 8, 0x10)), "modulo the page size");
+        refused(&with(|b| put(b, 104, 8, u64::MAX)), "ends beyond");
+        refused(&with(|b| put(b, 120, 4, 0)), "0 PT_DYNAMIC");
+        refused(&with(|b| put(b, 120, 4, 1)), "not in ascending order");
+        refused(&with(|b| put(b, 128, 8, 0x4000)), "PT_DYNAMIC at 0xf8");
+        refused(&with(|b| put(b, 136, 8, 0x4000)), "PT_DYNAMIC");
+        refused(
+            &with(|b| put(b, 152, 8, 0)),
+            "PT_DYNAMIC (program header 1) is empty",
+        );
+        refused(&with(|b| put(b, 68, 4, 3)), "readable");
+    }
+
+    #[test]
+    fn bad_dynamic_sections() {
+        refused(
+            &with(|b| put(b, DYN + 5 * 16, 8, DT_NULL)),
+            "neither DT_GNU_HASH nor DT_HASH",
+        );
+        refused(
+            &with(|b| {
+                for i in 6..7 {
+                    put(b, DYN + i * 16, 8, 0x6000_0000);
+                }
+            }),
+            "no DT_NULL",
+        );
+        refused(
+            &with(|b| put(b, DYN + 16, 8, DT_SYMTAB)),
+            "DT_SYMTAB appears more than once",
+        );
+        refused(&with(|b| put(b, DYN + 16, 8, 0x6000_0000)), "no DT_STRTAB");
+        refused(
+            &with(|b| put(b, DYN + 4 * 16 + 8, 8, 16)),
+            "DT_SYMENT is 16",
+        );
+        refused(
+            &with(|b| put(b, DYN + 8, 8, 0x20)),
+            "DT_NEEDED: string offset 0x20 lies outside",
+        );
+        refused(&with(|b| b[186] = b'x'), "not NUL-terminated");
+        refused(&with(|b| put(b, DYN + 2 * 16 + 8, 8, 0)), "DT_STRSZ is 0");
+        refused(
+            &with(|b| put(b, DYN + 2 * 16 + 8, 8, 1000)),
+            "DT_STRTAB at 0xb0",
+        );
+        refused(
+            &with(|b| put(b, DYN + 4 * 16, 8, DT_REL)),
+            "DT_REL is present",
+        );
+        refused(
+            &with(|b| put(b, DYN + 4 * 16, 8, DT_TEXTREL)),
+            "text relocations",
+        );
+        refused(
+            &with(|b| put(b, DYN + 4 * 16, 8, DT_RELA)),
+            "DT_RELA is present without DT_RELASZ",
+        );
+        refused(
+            &with(|b| put(b, DYN + 4 * 16, 8, DT_JMPREL)),
+            "DT_JMPREL is present without",
+        );
+        refused(
+            &with(|b| put(b, DYN + 4 * 16, 8, DT_INIT_ARRAY)),
+            "without DT_INIT_ARRAYSZ",
+        );
+        refused(
+            &with(|b| put(b, DYN + 4 * 16, 8, DT_VERNEED)),
+            "without DT_VERNEEDNUM",
+        );
+        refused(
+            &with(|b| {
+                put(b, DYN + 4 * 16, 8, DT_INIT);
+                put(b, 68, 4, 6);
+            }),
+            "DT_INIT 0x18 does not point into executable code",
+        );
+        refused(&with(|b| put(b, 224, 4, 3)), "Bloom filter size 3");
+        refused(&with(|b| put(b, 228, 4, 40)), "Bloom shift 40");
+        refused(
+            &with(|b| {
+                put(b, 220, 4, 5);
+                put(b, 240, 4, 2);
+            }),
+            "holds symbol 2, below symoffset 5",
+        );
+        // A bucket whose chain lies beyond the file.
+        refused(&with(|b| put(b, 240, 4, 1000)), "the chain of symbol 1000");
+    }
+
+    #[test]
+    fn no_panic_on_any_single_byte_change_or_truncation() {
+        let good = minimal();
+        for len in 0..good.len() {
+            assert!(x86_64_shared_object(&good[..len]).is_err(), "{len}");
+        }
+        let mut b = good.clone();
+        for p in 0..good.len() {
+            for v in [0, 1, 0x7f, 0x80, 0xff, good[p] ^ 0x80] {
+                b[p] = v;
+                let _ = x86_64_shared_object(&b);
+            }
+            b[p] = good[p];
+        }
+    }
+}
