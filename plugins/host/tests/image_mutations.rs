@@ -366,3 +366,85 @@ fn mutated_images_from_lld_with_relr_and_both_hashes_never_end_the_process() {
         0xD1B5_4A32_D192_ED03,
     ));
 }
+
+fn put(b: &mut [u8], off: usize, n: usize, v: u64) {
+    for i in 0..n {
+        b[off + i] = (v >> (8 * i)) as u8;
+    }
+}
+
+fn section(img: &[u8], name: &str) -> usize {
+    regions(img)
+        .0
+        .into_iter()
+        .find(|r| r.2 == name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .0
+}
+
+/// Corruptions that made glibc assert (exit 127) are plain errors now.
+#[test]
+fn former_ld_so_assertions_are_invalid_binary_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_so(dir.path(), "asserts", &[]);
+    let rt = Runtime::new(
+        Config {
+            host_devices: 1,
+            ..Config::default()
+        },
+        &[offload_plugin_host::ENTRY],
+    );
+    let dev = &rt.devices()[0];
+    let gnu_hash = section(&image, ".gnu.hash");
+    let verneed = section(&image, ".gnu.version_r");
+    let cases: [(&str, usize, usize, u64); 2] = [
+        // `assert ((bitmask_nwords & (bitmask_nwords - 1)) == 0)`
+        ("Bloom filter size 3", gnu_hash + 8, 4, 3),
+        // `assert (needed != NULL)` in _dl_check_map_versions
+        ("not a DT_NEEDED library", verneed + 4, 4, 0),
+    ];
+    for (expect, off, n, v) in cases {
+        let mut m = image.clone();
+        put(&mut m, off, n, v);
+        let e = dev.load_program(&m).err().expect("corrupt image loaded");
+        assert_eq!(e.code(), ErrorCode::InvalidBinary, "{e}");
+        assert!(e.message().contains(expect), "{e}");
+    }
+    dev.load_program(&image).unwrap().kernel("saxpy").unwrap();
+}
+
+/// An image that stays loaded after dlclose (DF_1_NODELETE) must not be
+/// handed out again for a later image opened under the same
+/// `/proc/self/fd/N` name.
+#[test]
+fn a_nodelete_image_does_not_shadow_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let sticky = build_so(dir.path(), "sticky", &["-Wl,-z,nodelete"]);
+    let src = dir.path().join("other.c");
+    std::fs::write(&src, "void other_kernel(const void *a, const void *i) {}\n").unwrap();
+    let out = dir.path().join("other.so");
+    assert!(Command::new("clang-22")
+        .args(["-O1", "-fPIC", "-shared", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let other = std::fs::read(&out).unwrap();
+    let rt = Runtime::new(
+        Config {
+            host_devices: 1,
+            ..Config::default()
+        },
+        &[offload_plugin_host::ENTRY],
+    );
+    let dev = &rt.devices()[0];
+    for _ in 0..3 {
+        let p = dev.load_program(&sticky).unwrap();
+        p.kernel("saxpy").unwrap();
+        drop(p);
+        let p = dev.load_program(&other).unwrap();
+        p.kernel("other_kernel").unwrap();
+        assert!(p.kernel("saxpy").is_err());
+    }
+}
