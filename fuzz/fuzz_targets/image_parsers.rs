@@ -1,4 +1,5 @@
-//! Feeds arbitrary bytes to every parser of `offload-image`.
+//! Feeds arbitrary bytes to every parser of `offload-image`, and to the
+//! loader-safety validator `validate::x86_64_shared_object`.
 //!
 //! Besides "no panic", it checks two round-trip properties: whatever parses
 //! as an `OffloadBinary` or a `1OMP` header parses the same after being
@@ -7,7 +8,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use offload_image::{detect, elf, images_in_host_binary, metadata, offload_binary, unwrap};
+use offload_image::{
+    detect, elf, images_in_host_binary, metadata, offload_binary, unwrap, validate,
+};
 
 fuzz_target!(|data: &[u8]| {
     let _ = detect(data);
@@ -16,6 +19,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = elf::defined_symbols(data);
     let _ = elf::offloading_sections(data);
     let _ = images_in_host_binary(data);
+    if let Ok(checked) = validate::x86_64_shared_object(data) {
+        // Whatever is accepted names at most as many symbols as fit.
+        assert!(checked.symbols <= data.len() as u64 / 24);
+    }
 
     if let Ok(all) = offload_binary::parse_all(data) {
         let again = offload_binary::write(&all);

@@ -10,7 +10,13 @@
 //!   options, producer, target ID, vendor, ... in front of an image);
 //! * [`elf`]: the facts the runtime needs from an ELF file (class, byte order,
 //!   machine, type, defined symbols, `.llvm.offloading` sections);
-//! * LLVM bitcode, which is only recognised.
+//! * LLVM bitcode, which is only recognised;
+//! * [`validate`]: whether an x86-64 shared object is safe to hand to the
+//!   dynamic loader (`dlopen`): ELF and program headers, the dynamic section,
+//!   hash tables, symbols, versions and relocations are checked the way
+//!   glibc's `ld.so` uses them, so that a corrupt image is an error instead
+//!   of an `ld.so` assertion or a crash (the rules are listed in the
+//!   module's documentation).
 //!
 //! [`unwrap`] strips containers recursively and yields every leaf
 //! [`DeviceImage`] together with what the containers said about it;
@@ -47,6 +53,7 @@ pub mod elf;
 pub mod metadata;
 pub mod offload_binary;
 mod unwrap;
+pub mod validate;
 
 #[cfg(test)]
 mod test_elf;

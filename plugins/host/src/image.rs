@@ -5,11 +5,17 @@
 //! so nothing is left on disk (LLVM's host plugin leaves a `/tmp/tmpfile_*`
 //! behind per image). Where memfd is unavailable a temporary file is used
 //! and unlinked right after `dlopen`.
+//!
+//! Before the dynamic loader sees an image, it is checked structurally by
+//! [`offload_image::validate::x86_64_shared_object`]: `ld.so` trusts the
+//! files it maps, and a corrupt one can make it assert (exiting the process)
+//! or crash. A rejected image is an `InvalidBinary` error naming the bad
+//! field; the process goes on.
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
@@ -21,12 +27,13 @@ use crate::kernel::HostKernel;
 
 /// A dlopened image; dlclosed when the last program or kernel drops it.
 pub struct LoadedImage {
-    library: Library,
+    /// `None` only while dropping.
+    library: Option<Library>,
     /// The memfd the library was opened from. Kept open while loaded so
     /// that no other image gets the same `/proc/self/fd/N` name, which the
-    /// dynamic loader would take for an already loaded library. Declared
-    /// after `library` so it closes after `dlclose`.
-    _memfd: Option<OwnedFd>,
+    /// dynamic loader would take for an already loaded library. Closed
+    /// after `dlclose`, and never if the library stays loaded (see `Drop`).
+    memfd: Option<OwnedFd>,
     /// Sizes of the data symbols the image defines (dlsym gives no size).
     object_sizes: HashMap<String, u64>,
 }
@@ -41,6 +48,9 @@ impl LoadedImage {
                 info.elf_type
             )));
         }
+        #[cfg(target_arch = "x86_64")]
+        offload_image::validate::x86_64_shared_object(bytes)
+            .map_err(|e| Error::invalid_binary(format!("{label}: {e}")))?;
         let object_sizes = elf::defined_symbols(bytes)
             .map_err(|e| Error::invalid_binary(format!("{label}: {e}")))?
             .into_iter()
@@ -49,8 +59,8 @@ impl LoadedImage {
             .collect();
         let (library, memfd) = open_from_memory(bytes, label)?;
         Ok(LoadedImage {
-            library,
-            _memfd: memfd,
+            library: Some(library),
+            memfd,
             object_sizes,
         })
     }
@@ -58,9 +68,35 @@ impl LoadedImage {
     fn symbol(&self, name: &str) -> Option<*const c_void> {
         let cname = CString::new(name).ok()?;
         // SAFETY: looking up an address; nothing is called here.
-        let sym = unsafe { self.library.get::<*const c_void>(cname.as_bytes_with_nul()) }.ok()?;
+        let library = self.library.as_ref()?;
+        let sym = unsafe { library.get::<*const c_void>(cname.as_bytes_with_nul()) }.ok()?;
         let addr = sym.into_raw() as *const c_void;
         (!addr.is_null()).then_some(addr)
+    }
+}
+
+impl Drop for LoadedImage {
+    fn drop(&mut self) {
+        if let Some(library) = self.library.take() {
+            let _ = library.close();
+        }
+        let Some(fd) = self.memfd.as_ref() else {
+            return;
+        };
+        // An image marked DF_1_NODELETE (or made so by unique symbols)
+        // stays loaded after dlclose. Its name `/proc/self/fd/N` must then
+        // never be reused, or the loader would hand out this image for the
+        // next one opened through a new memfd with the same number: keep
+        // the descriptor open for the life of the process.
+        let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
+        // SAFETY: a NUL-terminated path; RTLD_NOLOAD never loads anything.
+        let handle =
+            unsafe { libc::dlopen(path.as_ptr().cast(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+        if !handle.is_null() {
+            // SAFETY: drops the reference RTLD_NOLOAD just took.
+            unsafe { libc::dlclose(handle) };
+            std::mem::forget(self.memfd.take());
+        }
     }
 }
 
