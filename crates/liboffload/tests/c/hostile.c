@@ -100,6 +100,32 @@ int main(int argc, char **argv) {
   /* Truncated and garbage images. */
   EXPECT(OL_ERRC_INVALID_BINARY, olCreateProgram(D, image, 64, &prog));
   EXPECT(OL_ERRC_INVALID_BINARY, olCreateProgram(D, big, 4096, &prog));
+
+  /* 300 single-byte mutations of the image's headers and loader tables
+   * (the first page: ELF and program headers, dynamic symbols, strings,
+   * hash tables, relocations; code starts after it). Each one either loads
+   * or is refused; none may take the process down. */
+  char *mutant = malloc(ksize);
+  unsigned seed = 12345, loaded = 0, refused = 0;
+  size_t limit = ksize < 4096 ? ksize : 4096;
+  for (int i = 0; i < 300; i++) {
+    seed = seed * 1103515245u + 12345u;
+    size_t pos = (seed >> 8) % limit;
+    memcpy(mutant, image, ksize);
+    mutant[pos] = (char)(i % 3 == 0 ? 0x00 : i % 3 == 1 ? 0xff : mutant[pos] ^ 0x80);
+    ol_program_handle_t mp;
+    ol_result_t mr = olCreateProgram(D, mutant, ksize, &mp);
+    if (mr) {
+      CHECK(mr->Code == OL_ERRC_INVALID_BINARY);
+      refused++;
+    } else {
+      OK(olDestroyProgram(mp));
+      loaded++;
+    }
+  }
+  printf("mutants: %u loaded, %u refused\n", loaded, refused);
+  CHECK(loaded + refused == 300 && refused > 0);
+  free(mutant);
   free(image);
 
   OK(olDestroyQueue(q));
