@@ -100,36 +100,50 @@ impl Device {
     /// Zero-byte requests are an error (callers that accept them, like
     /// `omp_target_alloc`, check first).
     pub fn alloc_for(&self, size: usize, kind: AllocKind, owner: Owner) -> Result<DevicePtr> {
-        let _s = debug_span!("alloc", device = self.id, size, ?kind).entered();
         if size == 0 {
             return Err(Error::invalid_size(format!(
                 "cannot allocate 0 bytes on {}",
                 self.label
             )));
         }
-        let ptr = if kind == AllocKind::Device {
-            self.pool.alloc(size, |n| self.raw.alloc(n, kind))?
-        } else {
-            self.raw.alloc(size, kind)?
-        };
+        self.stats.count_alloc(size);
+        let class = (kind == AllocKind::Device)
+            .then(|| self.pool.class_size(size))
+            .flatten();
+        if class.is_some() {
+            // A cached block: its slot comes back to life, nothing shared
+            // moves, one thread-local access.
+            let reused = crate::memory::with_thread(|t| {
+                let slot = self.pool.take_in(t, size)?;
+                slot.revive(size, owner);
+                let base = slot.base();
+                self.index.remember_owned_in(&mut t.recent, slot);
+                Some(base)
+            });
+            if let Some(Some(base)) = reused {
+                return Ok(base);
+            }
+        }
+        let capacity = class.unwrap_or(size);
+        let _s = debug_span!("alloc", device = self.id, size, ?kind).entered();
+        let ptr = self.raw.alloc(capacity, kind)?;
         if ptr.is_null() {
             return Err(Error::out_of_resources(format!(
                 "{} returned no memory for {size} bytes",
                 self.label
             )));
         }
-        let filed = self.index.insert(Allocation {
+        let a = Allocation {
             base: ptr,
             size,
             kind,
             origin: Origin::Alloc(kind),
             owner,
-        });
-        if let Err(e) = filed {
-            // The plugin handed out memory that is already in use.
+        };
+        if let Err(e) = self.index.insert_with_capacity(a, capacity) {
+            let _ = self.raw.free(ptr, kind);
             return Err(Error::backend(format!("{}: {}", self.label, e.message())));
         }
-        self.stats.count_alloc(size);
         Ok(ptr)
     }
 
@@ -142,21 +156,44 @@ impl Device {
 
     /// Free an allocation; with `owner`, only one of that owner's.
     pub fn free_for(&self, ptr: DevicePtr, owner: Option<Owner>) -> Result<()> {
-        let _s = debug_span!("free", device = self.id, ptr = %ptr).entered();
         let label = &self.label;
-        let a = self.index.remove_if(ptr, label, |a| {
+        let accept = |a: &Allocation| {
             if !matches!(a.origin, Origin::Alloc(_)) || owner.is_some_and(|o| o != a.owner) {
                 return Err(Error::invalid_argument(format!(
                     "pointer {ptr} is not an allocation of this caller on {label}"
                 )));
             }
             Ok(())
-        })?;
-        if a.kind == AllocKind::Device {
-            self.pool.free(ptr, a.size, |p| self.raw.free(p, a.kind))
-        } else {
-            self.raw.free(ptr, a.kind)
+        };
+        let pooled =
+            |a: &Allocation| a.kind == AllocKind::Device && self.pool.class_size(a.size).is_some();
+        // Fast path: a block this thread used last goes back to its pool
+        // front in one thread-local access.
+        let fast = crate::memory::with_thread(|t| {
+            let r = self.index.retire_recent(&mut t.recent, ptr, &accept)?;
+            Some(r.map(|(a, slot)| {
+                if pooled(&a) {
+                    self.pool.put_in(t, a.size, slot);
+                    None
+                } else {
+                    Some((a, slot))
+                }
+            }))
+        });
+        let (a, slot) = match fast.flatten() {
+            Some(Ok(None)) => return Ok(()),
+            Some(Ok(Some(unpooled))) => unpooled,
+            Some(Err(e)) => return Err(e),
+            None => self.index.retire(ptr, label, accept)?,
+        };
+        if pooled(&a) {
+            // Kept for reuse, still filed (not live) in the index.
+            self.pool.put(a.size, slot);
+            return Ok(());
         }
+        let _s = debug_span!("free", device = self.id, ptr = %ptr).entered();
+        self.index.forget(&slot);
+        self.raw.free(ptr, a.kind)
     }
 
     /// The live range (allocation, global, registration) containing `ptr`.
@@ -172,13 +209,15 @@ impl Device {
     /// File host memory registered for this device (`olMemRegister`), so
     /// copies naming it pass the range checks.
     pub fn register_host_range(&self, ptr: DevicePtr, size: usize, owner: Owner) -> Result<()> {
-        self.index.insert(Allocation {
-            base: ptr,
-            size,
-            kind: AllocKind::Host,
-            origin: Origin::Registered,
-            owner,
-        })
+        self.index
+            .insert(Allocation {
+                base: ptr,
+                size,
+                kind: AllocKind::Host,
+                origin: Origin::Registered,
+                owner,
+            })
+            .map(|_| ())
     }
 
     /// Forget a registration filed by [`Device::register_host_range`].
@@ -298,6 +337,47 @@ impl Device {
         self.check_range(dst, size)?;
         self.stats.count_to_device(size);
         self.with_sync_queue(|q| q.copy_to_device(dst, src, size))
+    }
+
+    /// Copy host memory into device memory the caller allocated through
+    /// this device and still holds, now, without the range check (the
+    /// OpenMP face's own mapped blocks, addressed from its mapping table;
+    /// addresses a user names go through the checked calls).
+    ///
+    /// # Safety
+    /// `src` is valid for `size` bytes; `[dst, dst + size)` lies inside a
+    /// live allocation of this device made by the caller.
+    pub unsafe fn copy_to_owned_block(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        size: usize,
+    ) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        debug_assert!(self.check_range(dst, size).is_ok());
+        self.stats.count_to_device(size);
+        self.with_sync_queue(|q| q.copy_to_device(dst, src, size))
+    }
+
+    /// The other direction of [`Device::copy_to_owned_block`].
+    ///
+    /// # Safety
+    /// `dst` is valid for `size` bytes; `[src, src + size)` lies inside a
+    /// live allocation of this device made by the caller.
+    pub unsafe fn copy_from_owned_block(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        size: usize,
+    ) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        debug_assert!(self.check_range(src, size).is_ok());
+        self.stats.count_from_device(size);
+        self.with_sync_queue(|q| q.copy_from_device(dst, src, size))
     }
 
     /// Copy device memory to the host, now.
@@ -420,19 +500,14 @@ impl Device {
     /// Free everything still allocated and empty the pool (runtime shutdown).
     pub(crate) fn release_memory(&self) {
         for a in self.index.drain() {
-            match a.origin {
-                Origin::Alloc(AllocKind::Device) => {
-                    let _ = self.pool.free(a.base, a.size, |p| self.raw.free(p, a.kind));
-                }
-                Origin::Alloc(kind) => {
-                    let _ = self.raw.free(a.base, kind);
-                }
-                Origin::Global | Origin::Registered => {}
+            if let Origin::Alloc(kind) = a.origin {
+                let _ = self.raw.free(a.base, kind);
             }
         }
-        let _ = self
-            .pool
-            .release_all(|p| self.raw.free(p, AllocKind::Device));
+        for slot in self.pool.drain() {
+            self.index.forget(&slot);
+            let _ = self.raw.free(slot.base(), AllocKind::Device);
+        }
     }
 }
 

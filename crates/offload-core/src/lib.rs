@@ -32,6 +32,7 @@ pub mod device;
 pub mod error;
 pub mod executor;
 pub mod image;
+pub mod index;
 pub mod memory;
 pub mod plugin;
 pub mod profile;

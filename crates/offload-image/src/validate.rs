@@ -1100,6 +1100,24 @@ impl<'a> Validator<'a> {
             nsyms = nsyms.max(self.sysv_hash_count(addr)?);
         }
         let symtab_addr = d.get(DT_SYMTAB).unwrap_or(0);
+        // A GNU hash table covers only the symbols it exports (from
+        // `symoffset` on): undefined symbols after an empty hash (an image
+        // that exports nothing through .dynsym) are counted from the
+        // section header of .dynsym, else from the gap up to the string
+        // table, which the linkers place right after the symbols.
+        if d.get(DT_HASH).is_none() {
+            const SHT_DYNSYM: u32 = 11;
+            let from_section = self
+                .sections
+                .iter()
+                .find(|s| s.sh_type == SHT_DYNSYM && s.addr == symtab_addr)
+                .map(|s| s.size / 24);
+            let strtab_addr = d.get(DT_STRTAB).unwrap_or(0);
+            let from_gap = (strtab_addr > symtab_addr).then(|| (strtab_addr - symtab_addr) / 24);
+            if let Some(n) = from_section.or(from_gap) {
+                nsyms = nsyms.max(n);
+            }
+        }
         let symtab_size = nsyms.saturating_mul(24);
         let symtab_off = self.readable(
             &format!("DT_SYMTAB ({nsyms} symbols)"),

@@ -521,8 +521,10 @@ impl DevState {
     pub unsafe fn h2d(&self, tgt: u64, hst: u64, size: u64) -> bool {
         size == 0
             || reported(
+                // Mapped blocks are the face's own allocations (range
+                // checked in debug builds).
                 self.dev
-                    .copy_to_device(DevicePtr(tgt), hst as *const u8, size as usize),
+                    .copy_to_owned_block(DevicePtr(tgt), hst as *const u8, size as usize),
                 "Failure to copy data from host to device",
             )
     }
@@ -532,7 +534,7 @@ impl DevState {
         size == 0
             || reported(
                 self.dev
-                    .copy_from_device(hst as *mut u8, DevicePtr(tgt), size as usize),
+                    .copy_from_owned_block(hst as *mut u8, DevicePtr(tgt), size as usize),
                 "Failure to copy data from device to host",
             )
     }

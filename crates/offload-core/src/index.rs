@@ -1,0 +1,592 @@
+//! The allocation index: every range of device memory a caller may name
+//! (allocations, globals of loaded programs, registered host memory), with
+//! its owner. Frees of unknown pointers are caught (double free, foreign or
+//! interior pointer), an interior pointer is traced to its allocation, and
+//! every copy or fill is checked against the range it touches.
+//!
+//! Shape, for speed:
+//!
+//! * Each range is a [`Slot`] whose liveness is an atomic. Blocks of the
+//!   caching allocator keep their slot while cached (not live), so a
+//!   map/unmap cycle flips a flag instead of inserting and removing.
+//! * The ranges are sharded by address (64 KiB granules, 16 shards): a range
+//!   is filed in every shard one of its granules maps to, so the shard of
+//!   any address inside it holds it; ranges never overlap, so the greatest
+//!   base at or below an address in that shard is the only candidate.
+//!   Threads working on different memory do not contend.
+//! * Each thread remembers the last few slots it used: checking the range
+//!   of a copy into memory the thread just allocated touches no lock.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::plugin::{AllocKind, DevicePtr};
+
+/// Who made a range: lets one face (or one server session) free and check
+/// only its own memory. `Owner::RUNTIME` is everything the faces of this
+/// process allocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Owner(pub u64);
+
+impl Owner {
+    pub const RUNTIME: Owner = Owner(0);
+}
+
+/// Where a range of device memory came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// An allocation through the core ([`crate::Device::alloc`]).
+    Alloc(AllocKind),
+    /// A global variable of a loaded program.
+    Global,
+    /// Host memory registered for the device (`olMemRegister`).
+    Registered,
+}
+
+/// A live range of device memory, as lookups report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    pub base: DevicePtr,
+    pub size: usize,
+    pub kind: AllocKind,
+    pub origin: Origin,
+    pub owner: Owner,
+}
+
+impl Allocation {
+    pub fn end(&self) -> u64 {
+        self.base.0.saturating_add(self.size.max(1) as u64)
+    }
+    pub fn contains(&self, ptr: DevicePtr) -> bool {
+        ptr.0 >= self.base.0 && ptr.0 < self.end()
+    }
+}
+
+const CACHED: u8 = 0;
+const LIVE: u8 = 1;
+/// Out of the index for good (its address may belong to a new slot).
+const DEAD: u8 = 2;
+
+/// One range in the index.
+#[derive(Debug)]
+pub struct Slot {
+    base: DevicePtr,
+    /// Bytes the slot may ever cover (a pooled block's class size).
+    capacity: usize,
+    /// Bytes of the current allocation (<= capacity).
+    size: AtomicUsize,
+    owner: AtomicU64,
+    kind: AllocKind,
+    origin: Origin,
+    state: AtomicU8,
+}
+
+impl Slot {
+    pub fn base(&self) -> DevicePtr {
+        self.base
+    }
+
+    /// The allocation, when live.
+    #[inline]
+    fn live(&self) -> Option<Allocation> {
+        (self.state.load(Ordering::Acquire) == LIVE).then(|| Allocation {
+            base: self.base,
+            size: self.size.load(Ordering::Relaxed),
+            kind: self.kind,
+            origin: self.origin,
+            owner: Owner(self.owner.load(Ordering::Relaxed)),
+        })
+    }
+
+    /// Make a cached slot live again for a new allocation of `size` bytes.
+    pub fn revive(&self, size: usize, owner: Owner) {
+        debug_assert!(size <= self.capacity);
+        self.size.store(size, Ordering::Relaxed);
+        self.owner.store(owner.0, Ordering::Relaxed);
+        self.state.store(LIVE, Ordering::Release);
+    }
+
+    /// Live -> cached; false when it was not live (a double free racing).
+    fn retire(&self) -> bool {
+        self.state
+            .compare_exchange(LIVE, CACHED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+const SHARDS: usize = 16;
+/// Ranges are filed under the 64 KiB granules they touch, modulo `SHARDS`.
+const GRANULE_SHIFT: u32 = 16;
+/// Slots a thread remembers.
+const RECENT: usize = 8;
+
+/// One remembered slot: its index and range are kept next to it, so a miss
+/// costs no dereference.
+pub(crate) struct Recent {
+    index: u64,
+    base: u64,
+    /// `base + capacity`.
+    limit: u64,
+    slot: Arc<Slot>,
+}
+
+type Shard = RwLock<BTreeMap<u64, Arc<Slot>>>;
+
+/// The ranges of one device.
+pub struct AllocationIndex {
+    /// Tells this index's slots apart in the per-thread cache.
+    id: u64,
+    shards: [Shard; SHARDS],
+}
+
+impl Default for AllocationIndex {
+    fn default() -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(1);
+        AllocationIndex {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            shards: std::array::from_fn(|_| RwLock::new(BTreeMap::new())),
+        }
+    }
+}
+
+impl Drop for AllocationIndex {
+    fn drop(&mut self) {
+        // Per-thread caches may still hold slots: make sure none is live.
+        for shard in &self.shards {
+            for slot in shard.write().unwrap_or_else(|e| e.into_inner()).values() {
+                slot.state.store(DEAD, Ordering::Release);
+            }
+        }
+    }
+}
+
+fn shard_of(addr: u64) -> usize {
+    ((addr >> GRANULE_SHIFT) as usize) % SHARDS
+}
+
+/// The shards a range is filed in (ascending, no repeats).
+fn shards_of(base: u64, size: usize) -> impl Iterator<Item = usize> {
+    let first = base >> GRANULE_SHIFT;
+    let last = base.saturating_add(size.max(1) as u64 - 1) >> GRANULE_SHIFT;
+    let span = last - first + 1;
+    let mut set = [false; SHARDS];
+    if span >= SHARDS as u64 {
+        set = [true; SHARDS];
+    } else {
+        for g in first..=last {
+            set[(g as usize) % SHARDS] = true;
+        }
+    }
+    (0..SHARDS).filter(move |&s| set[s])
+}
+
+impl AllocationIndex {
+    fn read(&self, s: usize) -> std::sync::RwLockReadGuard<'_, BTreeMap<u64, Arc<Slot>>> {
+        self.shards[s].read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self, s: usize) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, Arc<Slot>>> {
+        self.shards[s].write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// File a new live range. A registration or global overlapping a live
+    /// range is an error (a device allocator never hands out live memory).
+    pub fn insert(&self, a: Allocation) -> Result<Arc<Slot>> {
+        self.insert_with_capacity(a, a.size)
+    }
+
+    /// File a new live range that may later be reused for up to `capacity`
+    /// bytes (a block of the caching allocator).
+    pub fn insert_with_capacity(&self, a: Allocation, capacity: usize) -> Result<Arc<Slot>> {
+        let capacity = capacity.max(a.size).max(1);
+        if a.base.0.checked_add(capacity as u64).is_none() {
+            return Err(Error::new(
+                ErrorCode::InvalidSize,
+                format!("[{}, +{}) wraps around the address space", a.base, a.size),
+            ));
+        }
+        let checked = !matches!(a.origin, Origin::Alloc(_));
+        let overlap = || {
+            self.find(a.base)
+                .or_else(|| self.find(DevicePtr(a.end() - 1)))
+        };
+        if let Some(old) = checked.then(overlap).flatten() {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "[{}, +{}) overlaps the live range at {} (+{})",
+                    a.base, a.size, old.base, old.size
+                ),
+            ));
+        }
+        let slot = Arc::new(Slot {
+            base: a.base,
+            capacity,
+            size: AtomicUsize::new(a.size),
+            owner: AtomicU64::new(a.owner.0),
+            kind: a.kind,
+            origin: a.origin,
+            state: AtomicU8::new(LIVE),
+        });
+        for s in shards_of(a.base.0, capacity) {
+            if let Some(old) = self.write(s).insert(a.base.0, slot.clone()) {
+                // A dead or cached slot at the same base (its block went
+                // back to the device and came out again): gone for good.
+                old.state.store(DEAD, Ordering::Release);
+            }
+        }
+        self.remember(&slot);
+        Ok(slot)
+    }
+
+    /// Take a slot out of the index for good (its memory goes back to the
+    /// device).
+    pub fn forget(&self, slot: &Arc<Slot>) {
+        slot.state.store(DEAD, Ordering::Release);
+        for s in shards_of(slot.base.0, slot.capacity) {
+            let mut shard = self.write(s);
+            if shard
+                .get(&slot.base.0)
+                .is_some_and(|x| Arc::ptr_eq(x, slot))
+            {
+                shard.remove(&slot.base.0);
+            }
+        }
+    }
+
+    /// End the live range starting exactly at `base` if `accept` agrees:
+    /// the slot is returned, no longer live (still filed; the caller keeps
+    /// it for reuse or [`AllocationIndex::forget`]s it).
+    pub fn retire(
+        &self,
+        base: DevicePtr,
+        device: &str,
+        accept: impl Fn(&Allocation) -> Result<()>,
+    ) -> Result<(Allocation, Arc<Slot>)> {
+        // Fast path: a slot this thread used last, moved out of its cache
+        // (no reference count touched).
+        if let Some(Some(done)) = self.with_recent(|r| self.retire_recent(r, base, &accept)) {
+            return done;
+        }
+        let found = self
+            .read(shard_of(base.0))
+            .get(&base.0)
+            .and_then(|s| s.live().map(|a| (a, s.clone())));
+        let Some((a, slot)) = found else {
+            let msg = match self.find(base) {
+                Some(a) => format!(
+                    "pointer {base} is inside the allocation at {} on {device}, not its start",
+                    a.base
+                ),
+                None => format!(
+                    "pointer {base} is not a live allocation on {device} (double free or foreign pointer)"
+                ),
+            };
+            return Err(Error::new(ErrorCode::InvalidArgument, msg));
+        };
+        // (`accept` was not called on the fast path when we get here.)
+        accept(&a)?;
+        if !slot.retire() {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("pointer {base} was freed twice at once on {device}"),
+            ));
+        }
+        Ok((a, slot))
+    }
+
+    /// The fast path of [`AllocationIndex::retire`]: `base` among this
+    /// thread's recent slots (None: not there, take the slow path).
+    #[inline]
+    pub(crate) fn retire_recent(
+        &self,
+        recent: &mut Vec<Recent>,
+        base: DevicePtr,
+        accept: &impl Fn(&Allocation) -> Result<()>,
+    ) -> Option<Result<(Allocation, Arc<Slot>)>> {
+        let i = recent
+            .iter()
+            .position(|e| e.index == self.id && e.base == base.0)?;
+        let a = recent[i].slot.live()?;
+        if let Err(e) = accept(&a) {
+            return Some(Err(e));
+        }
+        if !recent[i].slot.retire() {
+            return None;
+        }
+        Some(Ok((a, recent.remove(i).slot)))
+    }
+
+    /// Remove the live range that starts exactly at `base` if `accept` agrees.
+    pub fn remove_if(
+        &self,
+        base: DevicePtr,
+        device: &str,
+        accept: impl Fn(&Allocation) -> Result<()>,
+    ) -> Result<Allocation> {
+        let (a, slot) = self.retire(base, device, accept)?;
+        self.forget(&slot);
+        Ok(a)
+    }
+
+    /// Remove the allocation that starts exactly at `base`.
+    pub fn remove(&self, base: DevicePtr, device: &str) -> Result<Allocation> {
+        self.remove_if(base, device, |_| Ok(()))
+    }
+
+    #[inline]
+    fn with_recent<R>(&self, f: impl FnOnce(&mut Vec<Recent>) -> R) -> Option<R> {
+        crate::memory::with_thread(|t| f(&mut t.recent))
+    }
+
+    /// Remember `slot`, handing it over (a pooled block coming back to
+    /// life: its next free takes it back out without touching counts).
+    #[inline]
+    pub fn remember_owned(&self, slot: Arc<Slot>) {
+        self.with_recent(|r| self.remember_owned_in(r, slot));
+    }
+
+    #[inline]
+    pub(crate) fn remember_owned_in(&self, r: &mut Vec<Recent>, slot: Arc<Slot>) {
+        if let Some(i) = r.iter().position(|e| Arc::ptr_eq(&e.slot, &slot)) {
+            r[..=i].rotate_right(1);
+            return;
+        }
+        let e = Recent {
+            index: self.id,
+            base: slot.base.0,
+            limit: slot.base.0 + slot.capacity as u64,
+            slot,
+        };
+        if r.len() >= RECENT {
+            r.pop();
+        }
+        r.insert(0, e);
+    }
+
+    /// Remember `slot` for this thread's next checks (most recent first).
+    #[inline]
+    pub fn remember(&self, slot: &Arc<Slot>) {
+        self.with_recent(|r| {
+            if let Some(i) = r.iter().position(|e| Arc::ptr_eq(&e.slot, slot)) {
+                r[..=i].rotate_right(1);
+                return;
+            }
+            let e = Recent {
+                index: self.id,
+                base: slot.base.0,
+                limit: slot.base.0 + slot.capacity as u64,
+                slot: slot.clone(),
+            };
+            if r.len() < RECENT {
+                r.insert(0, e);
+            } else {
+                r.rotate_right(1);
+                r[0] = e;
+            }
+        });
+    }
+
+    /// The live range containing `ptr` (interior pointers included).
+    #[inline]
+    pub fn find(&self, ptr: DevicePtr) -> Option<Allocation> {
+        self.find_slot(ptr).and_then(|s| s.live())
+    }
+
+    fn find_slot(&self, ptr: DevicePtr) -> Option<Arc<Slot>> {
+        let shard = self.read(shard_of(ptr.0));
+        let (_, slot) = shard.range(..=ptr.0).next_back()?;
+        let a = slot.live()?;
+        a.contains(ptr).then(|| slot.clone())
+    }
+
+    /// The live range holding all of `[ptr, ptr + size)`, or an error that
+    /// says what is wrong with the range.
+    #[inline]
+    pub fn check(&self, ptr: DevicePtr, size: usize, device: &str) -> Result<Allocation> {
+        let inside = |a: &Allocation| {
+            ptr.0 >= a.base.0
+                && ptr
+                    .0
+                    .checked_add(size as u64)
+                    .is_some_and(|e| e <= a.base.0 + a.size as u64)
+        };
+        let cached = self.with_recent(|r| {
+            r.iter()
+                .filter(|e| e.index == self.id && ptr.0 >= e.base && ptr.0 < e.limit)
+                .find_map(|e| e.slot.live().filter(|a| inside(a)))
+        });
+        if let Some(a) = cached.flatten() {
+            return Ok(a);
+        }
+        let Some(slot) = self.find_slot(ptr) else {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("{ptr} is not inside a live allocation of {device}"),
+            ));
+        };
+        let Some(a) = slot.live() else {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("{ptr} is not inside a live allocation of {device}"),
+            ));
+        };
+        if !inside(&a) {
+            return Err(Error::new(
+                ErrorCode::InvalidSize,
+                format!(
+                    "{size} bytes at {ptr} run past the end of the {}-byte allocation at {} on {device}",
+                    a.size, a.base
+                ),
+            ));
+        }
+        self.remember(&slot);
+        Ok(a)
+    }
+
+    /// Every live range, each once, in address order.
+    pub fn all(&self) -> Vec<Allocation> {
+        let mut out: Vec<Allocation> = Vec::new();
+        for s in 0..SHARDS {
+            let shard = self.read(s);
+            out.extend(
+                shard
+                    .values()
+                    .filter(|x| shard_of(x.base.0) == s)
+                    .filter_map(|x| x.live()),
+            );
+        }
+        out.sort_by_key(|a| a.base);
+        out
+    }
+
+    pub fn len(&self) -> usize {
+        self.all().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Take every live range out (shutdown); cached slots stay with their
+    /// pool.
+    pub fn drain(&self) -> Vec<Allocation> {
+        let mut out = Vec::new();
+        for s in 0..SHARDS {
+            let mut shard = self.write(s);
+            shard.retain(|_, slot| match slot.live() {
+                Some(a) => {
+                    if shard_of(a.base.0) == s {
+                        out.push(a);
+                    }
+                    slot.state.store(DEAD, Ordering::Release);
+                    false
+                }
+                None => slot.state.load(Ordering::Acquire) == CACHED,
+            });
+        }
+        out.sort_by_key(|a| a.base);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(base: u64, size: usize) -> Allocation {
+        Allocation {
+            base: DevicePtr(base),
+            size,
+            kind: AllocKind::Device,
+            origin: Origin::Alloc(AllocKind::Device),
+            owner: Owner::RUNTIME,
+        }
+    }
+
+    #[test]
+    fn index_finds_ranges_across_shards_and_checks_bounds() {
+        let t = AllocationIndex::default();
+        // Spans granules 0..=2 of shards 1..=3; a large one spans every shard.
+        t.insert(alloc(0x1_fff0, 0x2_0020)).unwrap();
+        t.insert(alloc(0x100_0000, 4 << 20)).unwrap();
+        for p in [0x1_fff0u64, 0x2_0000, 0x3_ffff, 0x4_000f] {
+            assert_eq!(
+                t.find(DevicePtr(p)).unwrap().base,
+                DevicePtr(0x1_fff0),
+                "{p:#x}"
+            );
+        }
+        assert!(t.find(DevicePtr(0x4_0010)).is_none());
+        assert_eq!(
+            t.find(DevicePtr(0x100_0000 + (3 << 20) + 5)).unwrap().size,
+            4 << 20
+        );
+        t.check(DevicePtr(0x2_0000), 0x2_0010, "d").unwrap();
+        let e = t.check(DevicePtr(0x2_0000), 0x2_0011, "d").unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidSize);
+        let e = t.check(DevicePtr(0x1000), 1, "d").unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        assert!(t.check(DevicePtr(0x2_0000), usize::MAX, "d").is_err());
+        // Registrations overlapping a live range are refused; the index is
+        // unchanged.
+        let reg = Allocation {
+            origin: Origin::Registered,
+            ..alloc(0x4_0000, 0x100)
+        };
+        assert!(t.insert(reg).is_err());
+        assert!(t.insert(alloc(u64::MAX - 4, 16)).is_err(), "wraps");
+        assert_eq!(t.len(), 2);
+        t.remove(DevicePtr(0x1_fff0), "d").unwrap();
+        assert!(t.find(DevicePtr(0x3_0000)).is_none());
+        assert_eq!(t.drain().len(), 1);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn index_catches_double_and_interior_frees() {
+        let t = AllocationIndex::default();
+        t.insert(alloc(0x100, 0x40)).unwrap();
+        assert_eq!(t.find(DevicePtr(0x120)).unwrap().base, DevicePtr(0x100));
+        assert!(t.find(DevicePtr(0x140)).is_none());
+        let e = t.remove(DevicePtr(0x110), "device 0").unwrap_err();
+        assert!(e.message().contains("inside the allocation"), "{e}");
+        t.remove(DevicePtr(0x100), "device 0").unwrap();
+        let e = t.remove(DevicePtr(0x100), "device 0").unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        assert!(e.message().contains("double free"), "{e}");
+    }
+
+    /// A retired (cached) slot is no live memory: checks fail, a second
+    /// free is a double free, and reviving it makes it live again with the
+    /// new size. The per-thread cache never outlives the state.
+    #[test]
+    fn cached_slots_are_not_live_until_revived() {
+        let t = AllocationIndex::default();
+        t.insert_with_capacity(alloc(0x8000, 24), 32).unwrap();
+        t.check(DevicePtr(0x8000), 24, "d").unwrap();
+        let (_, slot) = t.retire(DevicePtr(0x8000), "d", |_| Ok(())).unwrap();
+        assert!(t.check(DevicePtr(0x8000), 1, "d").is_err());
+        assert!(t.find(DevicePtr(0x8000)).is_none());
+        assert!(t.retire(DevicePtr(0x8000), "d", |_| Ok(())).is_err());
+        assert!(t.is_empty());
+        slot.revive(32, Owner(7));
+        let a = t.check(DevicePtr(0x8000), 32, "d").unwrap();
+        assert_eq!(a.owner, Owner(7));
+        t.forget(&slot);
+        assert!(
+            t.check(DevicePtr(0x8000), 1, "d").is_err(),
+            "cache must not resurrect it"
+        );
+        // Another thread sees the same state.
+        let t = Arc::new(t);
+        t.insert(alloc(0x9000, 8)).unwrap();
+        let t2 = t.clone();
+        std::thread::spawn(move || t2.remove(DevicePtr(0x9000), "d").unwrap())
+            .join()
+            .unwrap();
+        assert!(t.check(DevicePtr(0x9000), 8, "d").is_err());
+    }
+}
