@@ -15,6 +15,7 @@ use offload_image::DeviceImage;
 use tracing::debug_span;
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::index::Retire;
 use crate::memory::{Allocation, AllocationIndex, MemoryPool, Origin, Owner};
 use crate::plugin::{self, AllocKind, DeviceInfo, DevicePtr, KernelArgs, LaunchConfig};
 use crate::program::{Kernel, Program};
@@ -156,6 +157,18 @@ impl Device {
 
     /// Free an allocation; with `owner`, only one of that owner's.
     pub fn free_for(&self, ptr: DevicePtr, owner: Option<Owner>) -> Result<()> {
+        self.free_as(ptr, owner, Retire::Checked)
+    }
+
+    /// Free a block the caller allocated with [`Device::alloc`] and frees
+    /// exactly once by construction (the OpenMP face's mapped blocks and
+    /// private copies, tracked by its mapping table): the same checks,
+    /// minus the atomic guard against two threads freeing it at once.
+    pub fn free_owned_block(&self, ptr: DevicePtr) -> Result<()> {
+        self.free_as(ptr, None, Retire::Trusted)
+    }
+
+    fn free_as(&self, ptr: DevicePtr, owner: Option<Owner>, how: Retire) -> Result<()> {
         let label = &self.label;
         let accept = |a: &Allocation| {
             if !matches!(a.origin, Origin::Alloc(_)) || owner.is_some_and(|o| o != a.owner) {
@@ -165,12 +178,13 @@ impl Device {
             }
             Ok(())
         };
-        let pooled =
-            |a: &Allocation| a.kind == AllocKind::Device && self.pool.class_size(a.size).is_some();
+        let pooled = |a: &Allocation| {
+            a.kind == AllocKind::Device && a.size <= self.pool.threshold() && a.size > 0
+        };
         // Fast path: a block this thread used last goes back to its pool
         // front in one thread-local access.
         let fast = crate::memory::with_thread(|t| {
-            let r = self.index.retire_recent(&mut t.recent, ptr, &accept)?;
+            let r = self.index.retire_recent(&mut t.recent, ptr, how, &accept)?;
             Some(r.map(|(a, slot)| {
                 if pooled(&a) {
                     self.pool.put_in(t, a.size, slot);

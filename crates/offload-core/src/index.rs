@@ -116,10 +116,20 @@ impl Slot {
     }
 }
 
+/// How a free ends a slot's life.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retire {
+    /// Atomically: two threads freeing one pointer at once are caught.
+    Checked,
+    /// A plain store, for blocks a face frees exactly once by construction
+    /// (its own mapped blocks): saves the locked instruction.
+    Trusted,
+}
+
 const SHARDS: usize = 16;
 /// Ranges are filed under the 64 KiB granules they touch, modulo `SHARDS`.
 const GRANULE_SHIFT: u32 = 16;
-/// Slots a thread remembers.
+/// Slots a thread remembers (most recent last).
 const RECENT: usize = 8;
 
 /// One remembered slot: its index and range are kept next to it, so a miss
@@ -267,7 +277,9 @@ impl AllocationIndex {
     ) -> Result<(Allocation, Arc<Slot>)> {
         // Fast path: a slot this thread used last, moved out of its cache
         // (no reference count touched).
-        if let Some(Some(done)) = self.with_recent(|r| self.retire_recent(r, base, &accept)) {
+        if let Some(Some(done)) =
+            self.with_recent(|r| self.retire_recent(r, base, Retire::Checked, &accept))
+        {
             return done;
         }
         let found = self
@@ -304,19 +316,22 @@ impl AllocationIndex {
         &self,
         recent: &mut Vec<Recent>,
         base: DevicePtr,
+        how: Retire,
         accept: &impl Fn(&Allocation) -> Result<()>,
     ) -> Option<Result<(Allocation, Arc<Slot>)>> {
         let i = recent
             .iter()
-            .position(|e| e.index == self.id && e.base == base.0)?;
+            .rposition(|e| e.index == self.id && e.base == base.0)?;
         let a = recent[i].slot.live()?;
         if let Err(e) = accept(&a) {
             return Some(Err(e));
         }
-        if !recent[i].slot.retire() {
-            return None;
+        match how {
+            Retire::Checked if !recent[i].slot.retire() => return None,
+            Retire::Checked => {}
+            Retire::Trusted => recent[i].slot.state.store(CACHED, Ordering::Release),
         }
-        Some(Ok((a, recent.remove(i).slot)))
+        Some(Ok((a, recent.swap_remove(i).slot)))
     }
 
     /// Remove the live range that starts exactly at `base` if `accept` agrees.
@@ -348,44 +363,37 @@ impl AllocationIndex {
         self.with_recent(|r| self.remember_owned_in(r, slot));
     }
 
+    /// The slot comes from a pool, so it is not among the recent ones
+    /// (a stale duplicate is harmless): appended, the oldest dropped.
     #[inline]
     pub(crate) fn remember_owned_in(&self, r: &mut Vec<Recent>, slot: Arc<Slot>) {
-        if let Some(i) = r.iter().position(|e| Arc::ptr_eq(&e.slot, &slot)) {
-            r[..=i].rotate_right(1);
-            return;
+        if r.len() >= RECENT {
+            r.remove(0);
         }
-        let e = Recent {
+        r.push(Recent {
             index: self.id,
             base: slot.base.0,
             limit: slot.base.0 + slot.capacity as u64,
             slot,
-        };
-        if r.len() >= RECENT {
-            r.pop();
-        }
-        r.insert(0, e);
+        });
     }
 
     /// Remember `slot` for this thread's next checks (most recent first).
     #[inline]
     pub fn remember(&self, slot: &Arc<Slot>) {
         self.with_recent(|r| {
-            if let Some(i) = r.iter().position(|e| Arc::ptr_eq(&e.slot, slot)) {
-                r[..=i].rotate_right(1);
+            if r.iter().any(|e| Arc::ptr_eq(&e.slot, slot)) {
                 return;
             }
-            let e = Recent {
+            if r.len() >= RECENT {
+                r.remove(0);
+            }
+            r.push(Recent {
                 index: self.id,
                 base: slot.base.0,
                 limit: slot.base.0 + slot.capacity as u64,
                 slot: slot.clone(),
-            };
-            if r.len() < RECENT {
-                r.insert(0, e);
-            } else {
-                r.rotate_right(1);
-                r[0] = e;
-            }
+            });
         });
     }
 

@@ -504,9 +504,13 @@ impl DevState {
         self.alloc(size)
     }
 
-    /// Release a block from [`Self::alloc_block`].
+    /// Release a block from [`Self::alloc_block`] (each is freed once: the
+    /// mapping table or the launch that made it owns it).
     pub fn free_block(&self, p: u64, _size: u64) -> bool {
-        self.free(p)
+        reported(
+            self.dev.free_owned_block(DevicePtr(p)),
+            "Failure to deallocate device memory",
+        )
     }
 
     pub fn free(&self, p: u64) -> bool {
