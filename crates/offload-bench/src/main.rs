@@ -245,6 +245,35 @@ fn remote(json: bool, quick: bool) {
         },
     );
 
+    // Small copies: each a full round trip; against the same ping (a reply
+    // that leaves in pieces without TCP_NODELAY waits for a delayed ACK).
+    let small = dev.alloc(1024, AllocKind::Device).unwrap();
+    let mut small_host = vec![3u8; 1024];
+    let (d2h_small, ping_small) = interleaved_us(
+        reps,
+        iters / 4,
+        || unsafe {
+            dev.copy_from_device(small_host.as_mut_ptr(), small, 1024)
+                .unwrap()
+        },
+        || {
+            io.block_on(ping_client.ping(offload_proto::PingRequest {
+                payload: Default::default(),
+            }))
+            .unwrap();
+        },
+    );
+    let (h2d_small, _) = interleaved_us(
+        reps,
+        iters / 4,
+        || unsafe {
+            dev.copy_to_device(small, small_host.as_ptr(), 1024)
+                .unwrap()
+        },
+        || {},
+    );
+    dev.free(small).unwrap();
+
     // Bandwidth, against raw TCP between the same two processes.
     let host = vec![7u8; bytes];
     let mut back = vec![0u8; bytes];
@@ -295,6 +324,24 @@ fn remote(json: bool, quick: bool) {
             baseline_name: "gRPC unary ping",
             goal: "<= 1.5x",
             ok: launch <= 1.5 * ping,
+        },
+        Row {
+            case: "remote 1 KiB copy device->host",
+            ours: d2h_small,
+            baseline: ping_small,
+            unit: "us",
+            baseline_name: "gRPC unary ping",
+            goal: "<= 3x",
+            ok: d2h_small <= 3.0 * ping_small,
+        },
+        Row {
+            case: "remote 1 KiB copy host->device",
+            ours: h2d_small,
+            baseline: ping_small,
+            unit: "us",
+            baseline_name: "gRPC unary ping",
+            goal: "<= 3x",
+            ok: h2d_small <= 3.0 * ping_small,
         },
         Row {
             case: "remote copy host->device",

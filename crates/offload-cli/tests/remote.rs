@@ -742,3 +742,165 @@ int main(void) {
     );
     assert!(!err.contains("panicked"), "a panic escaped:\n{err}");
 }
+
+/// Small copies must not wait for delayed ACKs (~40 ms each when a reply
+/// leaves in pieces on a socket without TCP_NODELAY): 50 device-to-host
+/// copies of 1 KiB, each a full round trip, take well under a second, and
+/// none (bar two, for a loaded machine's scheduling hiccups) takes 20 ms.
+#[test]
+fn small_reads_do_not_stall_on_delayed_acks() {
+    let server = Server::start(None);
+    let rt = client(&server.addr, None);
+    let dev = &rt.devices()[0];
+    let p = dev.alloc(1024, AllocKind::Device).unwrap();
+    let data: Vec<u8> = (0..1024).map(|i| i as u8).collect();
+    unsafe { dev.copy_to_device(p, data.as_ptr(), data.len()).unwrap() };
+    let mut back = vec![0u8; 1024];
+    // Warm up: the thread's queue stream opens on first use.
+    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, 1024).unwrap() };
+    let rounds = 50;
+    let start = Instant::now();
+    let mut each = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        back.fill(0);
+        let t = Instant::now();
+        unsafe { dev.copy_from_device(back.as_mut_ptr(), p, 1024).unwrap() };
+        each.push(t.elapsed());
+        assert_eq!(back, data);
+    }
+    let elapsed = start.elapsed();
+    let slow = each
+        .iter()
+        .filter(|t| **t >= Duration::from_millis(20))
+        .count();
+    each.sort();
+    eprintln!(
+        "{rounds} reads of 1 KiB: {elapsed:?} (median {:?}, max {:?}, {slow} of 20 ms or more)",
+        each[rounds / 2],
+        each[rounds - 1]
+    );
+    assert!(
+        slow <= 2 && elapsed < Duration::from_millis(500),
+        "{rounds} small reads took {elapsed:?}, {slow} of them 20 ms or more: reads wait for delayed ACKs"
+    );
+    dev.free(p).unwrap();
+}
+
+/// A raw gRPC client's Alloc with `credential` as its session header.
+async fn alloc_as(
+    raw: &mut offload_proto::offload_client::OffloadClient<tonic::transport::Channel>,
+    credential: &str,
+) -> Result<u64, tonic::Status> {
+    let mut req = tonic::Request::new(offload_proto::AllocRequest {
+        device: 0,
+        size: 64,
+        kind: 1,
+    });
+    req.metadata_mut().insert(
+        offload_proto::SESSION_HEADER,
+        credential.parse().expect("header value"),
+    );
+    raw.alloc(req).await.map(|r| r.into_inner().ptr)
+}
+
+/// Session credentials are unguessable and bound to their session: a second
+/// client that forges another session's header (the old predictable
+/// `s<pid>-<n>` format, the public id it can see in logs, or its own
+/// credential replayed after its session closed) is refused, and the other
+/// session's memory is untouched.
+#[test]
+fn forged_and_replayed_session_credentials_are_refused() {
+    let server = Server::start(None);
+    // The victim: an ordinary client with data on the server.
+    let victim = client(&server.addr, None);
+    let vdev = &victim.devices()[0];
+    let vp = vdev.alloc(64, AllocKind::Device).unwrap();
+    vdev.fill(vp, &[5], 64).unwrap();
+    let victim_id = server
+        .log()
+        .lines()
+        .find(|l| l.contains("session opened"))
+        .and_then(|l| l.split("session=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .expect("session id in the server log")
+        .to_string();
+
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mine = io.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut raw = offload_proto::offload_client::OffloadClient::new(channel);
+        let hello = || offload_proto::HelloRequest {
+            client: "forger".into(),
+            protocol_version: offload_proto::PROTOCOL_VERSION,
+        };
+        let mut stream = raw.hello(hello()).await.unwrap().into_inner();
+        let mine = stream.message().await.unwrap().unwrap().session;
+        // `<public id>.<secret>`: 64 + 128 random bits, as hex.
+        let (my_id, my_secret) = mine.split_once('.').expect("id.secret");
+        assert_eq!((my_id.len(), my_secret.len()), (16, 32), "{mine}");
+        assert!(mine.replace('.', "").bytes().all(|c| c.is_ascii_hexdigit()));
+        assert!(alloc_as(&mut raw, &mine).await.is_ok());
+        // A second session gets an unrelated credential.
+        let mut other = raw.hello(hello()).await.unwrap().into_inner();
+        let second = other.message().await.unwrap().unwrap().session;
+        assert_ne!(second.split_once('.').unwrap().1, my_secret);
+        drop(other);
+
+        let refused = |r: Result<u64, tonic::Status>, what: &str| {
+            let s = r.expect_err(what);
+            assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{what}: {s:?}");
+            assert!(s.message().contains("not open"), "{what}: {s:?}");
+        };
+        // The old predictable format, for the first few sessions of this pid.
+        let pid = server.child.id();
+        for n in 1..=4 {
+            refused(
+                alloc_as(&mut raw, &format!("s{pid}-{n}")).await,
+                "old format",
+            );
+        }
+        // The victim's public id, alone, with our secret, with a zero secret.
+        refused(alloc_as(&mut raw, &victim_id).await, "public id alone");
+        refused(
+            alloc_as(&mut raw, &format!("{victim_id}.{my_secret}")).await,
+            "public id with another session's secret",
+        );
+        refused(
+            alloc_as(&mut raw, &format!("{victim_id}.{}", "0".repeat(32))).await,
+            "public id with a guessed secret",
+        );
+        // Replay: our own credential after our session closed.
+        drop(stream);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !server
+            .log()
+            .lines()
+            .any(|l| l.contains("session closed") && l.contains(my_id))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "session not closed:\n{}",
+                server.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        refused(alloc_as(&mut raw, &mine).await, "replayed credential");
+        mine
+    });
+    // The victim's session and data are intact.
+    let mut back = [0u8; 64];
+    unsafe { vdev.copy_from_device(back.as_mut_ptr(), vp, 64).unwrap() };
+    assert_eq!(back, [5; 64]);
+    vdev.free(vp).unwrap();
+    // Credentials never reach the server's log, only public ids.
+    let secret = mine.split_once('.').unwrap().1;
+    assert!(!server.log().contains(secret), "{}", server.log());
+}

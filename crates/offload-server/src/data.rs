@@ -13,10 +13,12 @@
 //! ```
 //!
 //! Every range is checked against the session's memory, as on gRPC. When
-//! TLS is on there is no side channel (it would be plain text).
+//! TLS is on there is no side channel (it would be plain text). Sockets are
+//! TCP_NODELAY and every reply (status and payload) leaves in one write, so
+//! no small piece waits for the peer's delayed ACK.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
@@ -51,11 +53,20 @@ pub fn spawn(listener: TcpListener, sessions: Sessions) {
         .expect("starting the data listener");
 }
 
+/// The session whose data secret is `secret`: every open session's secret is
+/// compared, each in constant time.
 fn find_session(sessions: &Sessions, secret: &str) -> Option<Arc<Session>> {
+    if secret.is_empty() {
+        return None;
+    }
     let map = sessions.lock().unwrap_or_else(|e| e.into_inner());
-    map.values()
-        .find(|s| !secret.is_empty() && s.data_secret == secret)
-        .cloned()
+    let mut found = None;
+    for s in map.values() {
+        if crate::secret::equal(s.data_secret.as_bytes(), secret.as_bytes()) {
+            found = Some(s.clone());
+        }
+    }
+    found
 }
 
 fn still_open(sessions: &Sessions, session: &Session) -> bool {
@@ -174,10 +185,10 @@ fn send(
         Err(e) => return send_status(writer, Err(e)),
     };
     if dev.shares_host_memory() {
-        send_status(writer, Ok(()))?;
         // SAFETY: the range lies inside a live allocation of this session.
         let src = unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len as usize) };
-        return writer.write_all(src);
+        let status = status_bytes(Ok(()));
+        return write_all_vectored(writer, &mut [IoSlice::new(&status), IoSlice::new(src)]);
     }
     // Stage the first piece before committing to success.
     staging.resize(STAGING, 0);
@@ -186,14 +197,20 @@ fn send(
         let n = (len - done).min(STAGING as u64) as usize;
         // SAFETY: range checked; `staging` holds n bytes.
         let r = unsafe { dev.copy_from_device(staging.as_mut_ptr(), DevicePtr(addr + done), n) };
-        if done == 0 {
-            send_status(writer, r.clone())?;
-        }
-        if r.is_err() {
+        match (done, r) {
+            // The status and the first piece leave together.
+            (0, Ok(())) => {
+                let status = status_bytes(Ok(()));
+                write_all_vectored(
+                    writer,
+                    &mut [IoSlice::new(&status), IoSlice::new(&staging[..n])],
+                )?;
+            }
+            (0, Err(e)) => return send_status(writer, Err(e)),
+            (_, Ok(())) => writer.write_all(&staging[..n])?,
             // Mid-stream failure: the client sees a short stream and drops it.
-            return Err(std::io::Error::other("device read failed mid-transfer"));
+            (_, Err(_)) => return Err(std::io::Error::other("device read failed mid-transfer")),
         }
-        writer.write_all(&staging[..n])?;
         done += n as u64;
     }
     if len == 0 {
@@ -202,7 +219,7 @@ fn send(
     Ok(())
 }
 
-fn send_status(w: &mut impl Write, result: Result<(), Error>) -> std::io::Result<()> {
+fn status_bytes(result: Result<(), Error>) -> Vec<u8> {
     let (code, msg) = match result {
         Ok(()) => (0u32, String::new()),
         Err(e) => (e.code().as_raw(), e.message().to_string()),
@@ -211,6 +228,90 @@ fn send_status(w: &mut impl Write, result: Result<(), Error>) -> std::io::Result
     out.extend_from_slice(&code.to_le_bytes());
     out.extend_from_slice(&(msg.len() as u32).to_le_bytes());
     out.extend_from_slice(msg.as_bytes());
-    w.write_all(&out)?;
+    out
+}
+
+/// A status alone, in one write.
+fn send_status(w: &mut impl Write, result: Result<(), Error>) -> std::io::Result<()> {
+    w.write_all(&status_bytes(result))?;
     w.flush()
+}
+
+/// `write_all` for several buffers: as few writes (one `writev` when the
+/// socket takes it all) as the kernel allows.
+fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        match w.write_vectored(bufs) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts writes; accepts at most `max` bytes per call.
+    struct Counting {
+        out: Vec<u8>,
+        writes: usize,
+        max: usize,
+    }
+
+    impl Write for Counting {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.write_vectored(&[IoSlice::new(b)])
+        }
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+            self.writes += 1;
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(self.max - n);
+                self.out.extend_from_slice(&b[..take]);
+                n += take;
+            }
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn status_and_payload_leave_in_one_write() {
+        let mut w = Counting {
+            out: Vec::new(),
+            writes: 0,
+            max: usize::MAX,
+        };
+        let status = status_bytes(Ok(()));
+        write_all_vectored(
+            &mut w,
+            &mut [IoSlice::new(&status), IoSlice::new(&[9; 1024])],
+        )
+        .unwrap();
+        assert_eq!(w.writes, 1);
+        assert_eq!(w.out.len(), 8 + 1024);
+        assert_eq!(&w.out[..8], &[0; 8]);
+    }
+
+    #[test]
+    fn short_writes_are_resumed() {
+        let mut w = Counting {
+            out: Vec::new(),
+            writes: 0,
+            max: 5,
+        };
+        let payload: Vec<u8> = (0..100).collect();
+        write_all_vectored(&mut w, &mut [IoSlice::new(b"abc"), IoSlice::new(&payload)]).unwrap();
+        let mut want = b"abc".to_vec();
+        want.extend_from_slice(&payload);
+        assert_eq!(w.out, want);
+        assert_eq!(w.writes, 21);
+    }
 }

@@ -8,11 +8,14 @@
 //!   freed. Loaded images are native code: a kernel can do anything the
 //!   server process can, so serve only clients you trust to run code.
 //! * A shared-secret **token** (`OFFLOAD_REMOTE_TOKEN` or `--token-file`) is
-//!   checked on every call. Listening beyond loopback without a token is
+//!   checked on every call. A session is named by an unguessable credential
+//!   (a public selector plus 128 random bits from the OS), compared in
+//!   constant time, as are the token and the data-channel secrets. Listening beyond loopback without a token is
 //!   refused unless `insecure` is set. TLS (rustls) is optional.
 //! * Logs are structured (`tracing`): one line per session event.
 
 mod data;
+mod secret;
 mod service;
 mod session;
 
@@ -20,7 +23,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use offload_core::{Config, Runtime};
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 pub use service::{Service, ERRC_HEADER};
@@ -95,8 +98,10 @@ pub async fn serve(
     let svc = offload_proto::offload_server::OffloadServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // `tcp_nodelay` of the builder applies only to listeners it binds
+    // itself: the incoming stream sets it on every accepted socket (without
+    // it a reply that leaves in pieces waits for the peer's delayed ACK).
     let mut builder = Server::builder()
-        .tcp_nodelay(true)
         // Large HTTP/2 windows: bulk copies must not stall on flow control.
         .initial_stream_window_size(Some(WINDOW_BYTES))
         .initial_connection_window_size(Some(2 * WINDOW_BYTES))
@@ -111,7 +116,10 @@ pub async fn serve(
     on_bound(bound);
     builder
         .add_service(svc)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await?;
     Ok(())
 }

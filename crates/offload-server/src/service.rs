@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -60,33 +59,40 @@ impl Service {
             None => Err(Status::unauthenticated(
                 "offload server: this server requires a token; set OFFLOAD_REMOTE_TOKEN on the client",
             )),
-            Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
+            Some(g) if crate::secret::equal(g.as_bytes(), token.as_bytes()) => Ok(()),
             Some(_) => Err(Status::unauthenticated("offload server: wrong token (OFFLOAD_REMOTE_TOKEN does not match)")),
         }
     }
 
+    /// The session named by the call's `x-offload-session` credential
+    /// (`<id>.<secret>`): looked up by its public id, then the secret is
+    /// compared in constant time. Refusals never echo the credential.
     fn session<T>(&self, req: &Request<T>) -> Result<Arc<Session>, Status> {
         self.authorize(req)?;
-        let id = req
+        let credential = req
             .metadata()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| {
                 Status::failed_precondition("offload server: no session; call Hello first")
             })?;
-        self.sessions
+        let refused = || {
+            Status::failed_precondition(
+                "offload server: the session is not open (unknown or closed session credential)",
+            )
+        };
+        let (id, secret) = credential.split_once('.').ok_or_else(refused)?;
+        let session = self
+            .sessions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
-            .cloned()
-            .ok_or_else(|| {
-                Status::failed_precondition(format!("offload server: session '{id}' is not open"))
-            })
+            .cloned();
+        match session {
+            Some(s) if s.secret_matches(secret) => Ok(s),
+            _ => Err(refused()),
+        }
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A core error as a gRPC status that carries the `ol_errc_t` code.
@@ -235,21 +241,18 @@ impl Offload for Service {
                 hello.protocol_version
             )));
         }
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        let id = format!(
-            "s{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let session = Arc::new(Session::new(
-            id.clone(),
-            hello.client.clone(),
-            self.runtime.clone(),
-        ));
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), session.clone());
+        let session = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            // Public ids are 64 random bits: a clash is unlikely, never fatal.
+            loop {
+                let s = Arc::new(Session::new(hello.client.clone(), self.runtime.clone()));
+                if !sessions.contains_key(&s.id) {
+                    sessions.insert(s.id.clone(), s.clone());
+                    break s;
+                }
+            }
+        };
+        let id = session.id.clone();
         info!(session = %id, client = %hello.client, %peer, "session opened");
         let greeting = HelloEvent {
             data_port: self.data_port as u32,
@@ -258,7 +261,7 @@ impl Offload for Service {
             } else {
                 String::new()
             },
-            session: id,
+            session: session.credential(),
             server: self.server_name.clone(),
             protocol_version: PROTOCOL_VERSION,
             devices: self

@@ -14,6 +14,8 @@ use offload_core::plugin;
 use offload_core::{DevicePtr, Error, ErrorCode, Owner, Result, Runtime};
 use offload_image::{metadata::Metadata, DeviceImage, ImageFormat};
 
+use crate::secret::random_hex;
+
 /// An image shipped by a client, owned by the server.
 pub struct ShippedImage {
     pub bytes: Vec<u8>,
@@ -58,7 +60,12 @@ struct State {
 
 /// One client's session.
 pub struct Session {
+    /// Public selector: names the session in logs and in the server's map
+    /// (64 random bits; knowing it grants nothing).
     pub id: String,
+    /// The rest of the session credential (128 random bits): a call names
+    /// its session with `<id>.<secret>`, checked in constant time.
+    secret: String,
     pub client: String,
     /// Authenticates this session's bulk-data connections.
     pub data_secret: String,
@@ -68,26 +75,17 @@ pub struct Session {
     state: Mutex<State>,
 }
 
-/// `n` random bytes as hex, from the kernel's generator.
-fn random_hex(n: usize) -> String {
-    use std::io::Read;
-    let mut bytes = vec![0u8; n];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    assert!(ok, "reading /dev/urandom");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn next_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Session {
-    pub fn new(id: String, client: String, runtime: Arc<Runtime>) -> Self {
+    /// A session with a fresh random credential.
+    pub fn new(client: String, runtime: Arc<Runtime>) -> Self {
         Session {
-            id,
+            id: random_hex(8),
+            secret: random_hex(16),
             client,
             data_secret: random_hex(32),
             // Distinct from the runtime's own owners (small numbers).
@@ -95,6 +93,16 @@ impl Session {
             runtime,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// What the client sends in `x-offload-session`: `<id>.<secret>`.
+    pub fn credential(&self) -> String {
+        format!("{}.{}", self.id, self.secret)
+    }
+
+    /// Whether `secret` is this session's (constant time).
+    pub fn secret_matches(&self, secret: &str) -> bool {
+        crate::secret::equal(secret.as_bytes(), self.secret.as_bytes())
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {

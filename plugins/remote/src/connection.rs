@@ -175,6 +175,7 @@ impl Connection {
         let mut endpoint = Endpoint::from_shared(uri.clone())
             .map_err(|e| fail("bad address", &e))?
             .connect_timeout(timeout)
+            // Small requests and replies must not wait for delayed ACKs.
             .tcp_nodelay(true)
             // Large HTTP/2 windows: bulk copies must not stall on flow control.
             .initial_stream_window_size(16 << 20)
@@ -260,7 +261,9 @@ impl Connection {
             )
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            tracing::info!(server = %addr_owned, session = %first.session, devices = first.devices.len(), "remote session opened");
+            // The credential is `<id>.<secret>`: log only the public id.
+            let public_id = first.session.split('.').next().unwrap_or_default();
+            tracing::info!(server = %addr_owned, session = %public_id, devices = first.devices.len(), "remote session opened");
             let data = match first.data_port {
                 0 => None,
                 port => crate::data::DataChannel::new(

@@ -1,8 +1,10 @@
 //! Client side of the bulk-data side channel (protocol described in
 //! offload-server's `data` module): large copies go over plain TCP,
-//! straight from and into the caller's memory.
+//! straight from and into the caller's memory. Connections are TCP_NODELAY
+//! and each request (secret line of a new connection, header, payload)
+//! leaves in one write.
 
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -51,31 +53,31 @@ impl DataChannel {
         )
     }
 
-    fn take(&self) -> Result<TcpStream> {
+    /// An idle connection, or a new one; with what must precede the first
+    /// request on it (the secret line of a new connection).
+    fn take(&self) -> Result<(TcpStream, Vec<u8>)> {
         if let Some(s) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-            return Ok(s);
+            return Ok((s, Vec::with_capacity(32)));
         }
-        let mut s = TcpStream::connect_timeout(&self.addr, self.timeout)
+        let s = TcpStream::connect_timeout(&self.addr, self.timeout)
             .map_err(|e| self.error("connect", e))?;
-        s.set_nodelay(true).ok();
+        s.set_nodelay(true).map_err(|e| self.error("connect", e))?;
         s.set_read_timeout(Some(self.timeout)).ok();
         s.set_write_timeout(Some(self.timeout)).ok();
-        s.write_all(format!("{}\n", self.secret).as_bytes())
-            .map_err(|e| self.error("connect", e))?;
-        Ok(s)
+        Ok((s, format!("{}\n", self.secret).into_bytes()))
     }
 
     fn give_back(&self, s: TcpStream) {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(s);
     }
 
-    fn header(op: u32, device: u32, addr: u64, len: usize) -> [u8; 32] {
-        let mut h = [0u8; 32];
-        h[0..4].copy_from_slice(&op.to_le_bytes());
-        h[4..8].copy_from_slice(&device.to_le_bytes());
-        h[8..16].copy_from_slice(&addr.to_le_bytes());
-        h[16..24].copy_from_slice(&(len as u64).to_le_bytes());
-        h
+    /// Append a request header to `out`.
+    fn header(out: &mut Vec<u8>, op: u32, device: u32, addr: u64, len: usize) {
+        out.extend_from_slice(&op.to_le_bytes());
+        out.extend_from_slice(&device.to_le_bytes());
+        out.extend_from_slice(&addr.to_le_bytes());
+        out.extend_from_slice(&(len as u64).to_le_bytes());
+        out.extend_from_slice(&[0; 8]);
     }
 
     /// Read a status; `Ok(Err(..))` is an error the server reported.
@@ -111,11 +113,11 @@ impl DataChannel {
         src: *const u8,
         size: usize,
     ) -> Result<()> {
-        let mut s = self.take()?;
+        let (mut s, mut head) = self.take()?;
         let data = std::slice::from_raw_parts(src, size);
+        Self::header(&mut head, OP_WRITE, device, dst.0, size);
         let io = (|| {
-            s.write_all(&Self::header(OP_WRITE, device, dst.0, size))?;
-            s.write_all(data)?;
+            write_all_vectored(&mut s, &mut [IoSlice::new(&head), IoSlice::new(data)])?;
             self.status(&mut s)
         })();
         match io {
@@ -138,10 +140,11 @@ impl DataChannel {
         src: DevicePtr,
         size: usize,
     ) -> Result<()> {
-        let mut s = self.take()?;
+        let (mut s, mut head) = self.take()?;
         let out = std::slice::from_raw_parts_mut(dst, size);
+        Self::header(&mut head, OP_READ, device, src.0, size);
         let io = (|| {
-            s.write_all(&Self::header(OP_READ, device, src.0, size))?;
+            s.write_all(&head)?;
             match self.status(&mut s)? {
                 Ok(()) => s.read_exact(out).map(|_| Ok(())),
                 Err(e) => Ok(Err(e)),
@@ -155,4 +158,19 @@ impl DataChannel {
             Err(e) => Err(self.error("copy from device", e)),
         }
     }
+}
+
+/// `write_all` for several buffers, in as few writes (one `writev` when the
+/// socket takes it all) as the kernel allows.
+fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        match w.write_vectored(bufs) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
