@@ -15,7 +15,6 @@ use offload_image::DeviceImage;
 use tracing::debug_span;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::index::Retire;
 use crate::memory::{Allocation, AllocationIndex, MemoryPool, Origin, Owner};
 use crate::plugin::{self, AllocKind, DeviceInfo, DevicePtr, KernelArgs, LaunchConfig};
 use crate::program::{Kernel, Program};
@@ -157,21 +156,12 @@ impl Device {
 
     /// Free an allocation; with `owner`, only one of that owner's.
     pub fn free_for(&self, ptr: DevicePtr, owner: Option<Owner>) -> Result<()> {
-        self.free_as(ptr, owner, Retire::Checked)
-    }
-
-    /// Free a block the caller allocated with [`Device::alloc`] and frees
-    /// exactly once by construction (the OpenMP face's mapped blocks and
-    /// private copies, tracked by its mapping table): the same checks,
-    /// minus the atomic guard against two threads freeing it at once.
-    pub fn free_owned_block(&self, ptr: DevicePtr) -> Result<()> {
-        self.free_as(ptr, None, Retire::Trusted)
-    }
-
-    fn free_as(&self, ptr: DevicePtr, owner: Option<Owner>, how: Retire) -> Result<()> {
         let label = &self.label;
         let accept = |a: &Allocation| {
-            if !matches!(a.origin, Origin::Alloc(_)) || owner.is_some_and(|o| o != a.owner) {
+            if !matches!(a.origin, Origin::Alloc(_))
+                || owner.is_some_and(|o| o != a.owner)
+                || a.owner == Owner::OWNED_BLOCKS
+            {
                 return Err(Error::invalid_argument(format!(
                     "pointer {ptr} is not an allocation of this caller on {label}"
                 )));
@@ -184,7 +174,7 @@ impl Device {
         // Fast path: a block this thread used last goes back to its pool
         // front in one thread-local access.
         let fast = crate::memory::with_thread(|t| {
-            let r = self.index.retire_recent(&mut t.recent, ptr, how, &accept)?;
+            let r = self.index.retire_recent(&mut t.recent, ptr, &accept)?;
             Some(r.map(|(a, slot)| {
                 if pooled(&a) {
                     self.pool.put_in(t, a.size, slot);
@@ -208,6 +198,73 @@ impl Device {
         let _s = debug_span!("free", device = self.id, ptr = %ptr).entered();
         self.index.forget(&slot);
         self.raw.free(ptr, a.kind)
+    }
+
+    /// Device memory for a face's own runtime data (OpenMP's mapped blocks
+    /// and private copies), freed with [`Device::free_owned_block`] with the
+    /// same size, exactly once. Small blocks come from the caching
+    /// allocator and stay live ranges of the index (owner
+    /// [`Owner::OWNED_BLOCKS`]) while cached: a copy or free of one touches
+    /// no shared state, and pointers to them (`omp_get_mapped_ptr`) pass
+    /// the range checks of the other faces. Nobody else can free them.
+    pub fn alloc_owned_block(&self, size: usize) -> Result<DevicePtr> {
+        if size == 0 {
+            return Err(Error::invalid_size(format!(
+                "cannot allocate 0 bytes on {}",
+                self.label
+            )));
+        }
+        self.stats.count_alloc(size);
+        let class = self.pool.class_size(size);
+        if class.is_some() {
+            let reused = crate::memory::with_thread(|t| self.pool.take_owned_in(t, size));
+            if let Some(Some(ptr)) = reused {
+                return Ok(ptr);
+            }
+        }
+        let capacity = class.unwrap_or(size);
+        let _s = debug_span!("alloc", device = self.id, size).entered();
+        let ptr = self.raw.alloc(capacity, AllocKind::Device)?;
+        if ptr.is_null() {
+            return Err(Error::out_of_resources(format!(
+                "{} returned no memory for {size} bytes",
+                self.label
+            )));
+        }
+        let a = Allocation {
+            base: ptr,
+            size: capacity,
+            kind: AllocKind::Device,
+            origin: Origin::Alloc(AllocKind::Device),
+            owner: Owner::OWNED_BLOCKS,
+        };
+        if let Err(e) = self.index.insert(a) {
+            let _ = self.raw.free(ptr, AllocKind::Device);
+            return Err(Error::backend(format!("{}: {}", self.label, e.message())));
+        }
+        Ok(ptr)
+    }
+
+    /// Release a block from [`Device::alloc_owned_block`] of `size` bytes.
+    pub fn free_owned_block(&self, ptr: DevicePtr, size: usize) -> Result<()> {
+        if self.pool.class_size(size).is_some() {
+            let kept = crate::memory::with_thread(|t| self.pool.put_owned_in(t, size, ptr));
+            if kept.is_some() {
+                return Ok(());
+            }
+        }
+        let label = &self.label;
+        self.index.remove_if(ptr, label, |a| {
+            if a.owner == Owner::OWNED_BLOCKS {
+                Ok(())
+            } else {
+                Err(Error::invalid_argument(format!(
+                    "pointer {ptr} is not an owned block on {label}"
+                )))
+            }
+        })?;
+        let _s = debug_span!("free", device = self.id, ptr = %ptr).entered();
+        self.raw.free(ptr, AllocKind::Device)
     }
 
     /// The live range (allocation, global, registration) containing `ptr`.
@@ -522,6 +579,8 @@ impl Device {
             self.index.forget(&slot);
             let _ = self.raw.free(slot.base(), AllocKind::Device);
         }
+        // Cached owned blocks were live ranges: freed just above.
+        self.pool.drain_owned();
     }
 }
 

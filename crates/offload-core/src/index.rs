@@ -32,6 +32,9 @@ pub struct Owner(pub u64);
 
 impl Owner {
     pub const RUNTIME: Owner = Owner(0);
+    /// Blocks a face manages itself ([`crate::Device::alloc_owned_block`]):
+    /// only [`crate::Device::free_owned_block`] releases them.
+    pub const OWNED_BLOCKS: Owner = Owner(u64::MAX);
 }
 
 /// Where a range of device memory came from.
@@ -114,16 +117,6 @@ impl Slot {
             .compare_exchange(LIVE, CACHED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
-}
-
-/// How a free ends a slot's life.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Retire {
-    /// Atomically: two threads freeing one pointer at once are caught.
-    Checked,
-    /// A plain store, for blocks a face frees exactly once by construction
-    /// (its own mapped blocks): saves the locked instruction.
-    Trusted,
 }
 
 const SHARDS: usize = 16;
@@ -277,9 +270,7 @@ impl AllocationIndex {
     ) -> Result<(Allocation, Arc<Slot>)> {
         // Fast path: a slot this thread used last, moved out of its cache
         // (no reference count touched).
-        if let Some(Some(done)) =
-            self.with_recent(|r| self.retire_recent(r, base, Retire::Checked, &accept))
-        {
+        if let Some(Some(done)) = self.with_recent(|r| self.retire_recent(r, base, &accept)) {
             return done;
         }
         let found = self
@@ -316,7 +307,6 @@ impl AllocationIndex {
         &self,
         recent: &mut Vec<Recent>,
         base: DevicePtr,
-        how: Retire,
         accept: &impl Fn(&Allocation) -> Result<()>,
     ) -> Option<Result<(Allocation, Arc<Slot>)>> {
         let i = recent
@@ -326,10 +316,8 @@ impl AllocationIndex {
         if let Err(e) = accept(&a) {
             return Some(Err(e));
         }
-        match how {
-            Retire::Checked if !recent[i].slot.retire() => return None,
-            Retire::Checked => {}
-            Retire::Trusted => recent[i].slot.state.store(CACHED, Ordering::Release),
+        if !recent[i].slot.retire() {
+            return None;
         }
         Some(Ok((a, recent.swap_remove(i).slot)))
     }

@@ -14,6 +14,8 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::plugin::DevicePtr;
+
 pub use crate::index::{Allocation, AllocationIndex, Origin, Owner, Slot};
 
 /// A cached block: its slot in the device's allocation index.
@@ -32,6 +34,8 @@ pub struct MemoryPool {
 /// The pool's shared free lists: `classes[i]` holds blocks of `MIN_CLASS << i` bytes.
 struct SharedLists {
     classes: Vec<Mutex<Vec<Block>>>,
+    /// Owned blocks (see [`MemoryPool::take_owned_in`]), by class.
+    owned: Vec<Mutex<Vec<DevicePtr>>>,
 }
 
 /// Blocks one thread keeps per size class before giving them to the pool.
@@ -42,6 +46,7 @@ struct Front {
     pool: u64,
     shared: Weak<SharedLists>,
     classes: Vec<Vec<Block>>,
+    owned: Vec<Vec<DevicePtr>>,
 }
 
 /// What one thread keeps for the allocator: its pool fronts (handed back
@@ -60,6 +65,12 @@ impl Drop for ThreadState {
             if let Some(shared) = f.shared.upgrade() {
                 for (c, blocks) in f.classes.into_iter().enumerate() {
                     shared.classes[c]
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(blocks);
+                }
+                for (c, blocks) in f.owned.into_iter().enumerate() {
+                    shared.owned[c]
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .extend(blocks);
@@ -99,6 +110,7 @@ impl MemoryPool {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             shared: Arc::new(SharedLists {
                 classes: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+                owned: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             }),
         }
     }
@@ -112,21 +124,78 @@ impl MemoryPool {
         (size > 0 && size <= self.threshold).then(|| class_index(size))
     }
 
-    /// This pool's lists in a thread's state.
+    /// This pool's front in a thread's state.
     #[inline]
-    fn front_in<'t>(&self, t: &'t mut ThreadState) -> &'t mut Vec<Vec<Block>> {
+    fn front_of<'t>(&self, t: &'t mut ThreadState) -> &'t mut Front {
         let i = match t.fronts.iter().position(|x| x.pool == self.id) {
             Some(i) => i,
             None => {
+                let n = self.shared.classes.len();
                 t.fronts.push(Front {
                     pool: self.id,
                     shared: Arc::downgrade(&self.shared),
-                    classes: vec![Vec::new(); self.shared.classes.len()],
+                    classes: vec![Vec::new(); n],
+                    owned: vec![Vec::new(); n],
                 });
                 t.fronts.len() - 1
             }
         };
-        &mut t.fronts[i].classes
+        &mut t.fronts[i]
+    }
+
+    /// This pool's lists in a thread's state.
+    #[inline]
+    fn front_in<'t>(&self, t: &'t mut ThreadState) -> &'t mut Vec<Vec<Block>> {
+        &mut self.front_of(t).classes
+    }
+
+    /// A cached owned block for `size` bytes. Owned blocks are a face's own
+    /// runtime blocks (OpenMP's mapped data): they stay live ranges of the
+    /// allocation index while cached, so taking and giving one back touch
+    /// neither the index nor any shared cache line.
+    #[inline]
+    pub(crate) fn take_owned_in(&self, t: &mut ThreadState, size: usize) -> Option<DevicePtr> {
+        let c = self.class_of(size)?;
+        self.front_of(t).owned[c].pop().or_else(|| {
+            self.shared.owned[c]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()
+        })
+    }
+
+    /// Keep an owned block of a request of `size` bytes (a pooled class).
+    #[inline]
+    pub(crate) fn put_owned_in(&self, t: &mut ThreadState, size: usize, ptr: DevicePtr) {
+        let Some(c) = self.class_of(size) else {
+            return;
+        };
+        let front = &mut self.front_of(t).owned[c];
+        if front.len() < FRONT_PER_CLASS {
+            front.push(ptr);
+        } else {
+            self.shared.owned[c]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ptr);
+        }
+    }
+
+    /// Forget every cached owned block (shutdown: their ranges are freed
+    /// with the index's live ranges).
+    pub(crate) fn drain_owned(&self) -> Vec<DevicePtr> {
+        let mut out = with_thread(|t| {
+            self.front_of(t)
+                .owned
+                .iter_mut()
+                .flat_map(std::mem::take)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+        for class in &self.shared.owned {
+            out.append(&mut class.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        out
     }
 
     /// Run `f` on this thread's lists for this pool; None once the

@@ -329,3 +329,44 @@ fn images_are_matched_by_triple_and_arch_and_carry_metadata() {
     assert_eq!(e.code(), ErrorCode::InvalidBinary);
     assert!(e.message().contains("testarch-unknown-none t0"), "{e}");
 }
+
+/// A face's owned blocks: served by the same caching allocator, live ranges
+/// of the index while cached (copies naming them pass the checks), freed only
+/// through `free_owned_block`, released at shutdown.
+#[test]
+fn owned_blocks_stay_live_in_the_index_and_are_reused() {
+    let _g = SERIAL.lock().unwrap();
+    let entries = plugins();
+    let config = Config {
+        memory_manager_threshold: 1024,
+        ..Config::default()
+    };
+    let rt = Runtime::new(config, &entries);
+    let dev = &rt.devices()[0];
+    take_log();
+    let a = dev.alloc_owned_block(24).unwrap();
+    // The whole 32-byte class block is in range, nothing past it.
+    dev.check_range(a, 32).unwrap();
+    assert!(dev.check_range(a, 33).is_err());
+    // Nobody else may free it.
+    assert_eq!(dev.free(a).unwrap_err().code(), ErrorCode::InvalidArgument);
+    dev.free_owned_block(a, 24).unwrap();
+    dev.check_range(a, 8).unwrap();
+    let b = dev.alloc_owned_block(20).unwrap();
+    assert_eq!(a, b, "reused from the owned free list");
+    // Larger than the pool threshold: a plain device allocation, freed at once.
+    let big = dev.alloc_owned_block(4096).unwrap();
+    dev.free_owned_block(big, 4096).unwrap();
+    assert!(dev.check_range(big, 1).is_err());
+    assert_eq!(
+        take_log(),
+        vec![
+            "backend alloc 32 Device".to_string(),
+            "backend alloc 4096 Device".to_string(),
+            format!("backend free {big}"),
+        ]
+    );
+    dev.free_owned_block(b, 20).unwrap();
+    rt.shutdown();
+    assert!(take_log().contains(&format!("backend free {b}")));
+}

@@ -498,17 +498,24 @@ impl DevState {
     }
 
     /// Device memory for runtime-owned data (mapped blocks, private
-    /// copies): the core's caching allocator serves small sizes from this
-    /// thread's free lists. Free with [`Self::free_block`].
+    /// copies): the core's owned blocks (caching allocator, per-thread
+    /// front, live ranges of the core's index). Free with
+    /// [`Self::free_block`] and the same size.
     pub fn alloc_block(&self, size: u64) -> Option<u64> {
-        self.alloc(size)
+        match self.dev.alloc_owned_block(size as usize) {
+            Ok(p) => Some(p.0),
+            Err(e) => {
+                crate::msg::plugin_error("Failure to allocate device memory", &e);
+                None
+            }
+        }
     }
 
-    /// Release a block from [`Self::alloc_block`] (each is freed once: the
-    /// mapping table or the launch that made it owns it).
-    pub fn free_block(&self, p: u64, _size: u64) -> bool {
+    /// Release a block from [`Self::alloc_block`] of `size` bytes (each is
+    /// freed once: the mapping table entry or the launch that made it owns it).
+    pub fn free_block(&self, p: u64, size: u64) -> bool {
         reported(
-            self.dev.free_owned_block(DevicePtr(p)),
+            self.dev.free_owned_block(DevicePtr(p), size as usize),
             "Failure to deallocate device memory",
         )
     }
