@@ -207,6 +207,7 @@ impl Device {
     /// [`Owner::OWNED_BLOCKS`]) while cached: a copy or free of one touches
     /// no shared state, and pointers to them (`omp_get_mapped_ptr`) pass
     /// the range checks of the other faces. Nobody else can free them.
+    #[inline]
     pub fn alloc_owned_block(&self, size: usize) -> Result<DevicePtr> {
         if size == 0 {
             return Err(Error::invalid_size(format!(
@@ -246,6 +247,7 @@ impl Device {
     }
 
     /// Release a block from [`Device::alloc_owned_block`] of `size` bytes.
+    #[inline]
     pub fn free_owned_block(&self, ptr: DevicePtr, size: usize) -> Result<()> {
         if self.pool.class_size(size).is_some() {
             let kept = crate::memory::with_thread(|t| self.pool.put_owned_in(t, size, ptr));
@@ -348,6 +350,7 @@ impl Device {
     // ------------------------------------------------- synchronous queue
 
     /// Run `op` on this thread's queue for this device, then synchronise.
+    #[inline]
     pub(crate) fn with_sync_queue<R>(
         &self,
         op: impl FnOnce(&dyn plugin::Queue) -> Result<R>,
@@ -363,6 +366,7 @@ impl Device {
         Ok(r)
     }
 
+    #[inline]
     fn inline_queue(&self) -> Result<Option<&Arc<dyn plugin::Queue>>> {
         if let Some(q) = self.inline_queue.get() {
             return Ok(q.as_ref());
@@ -418,6 +422,7 @@ impl Device {
     /// # Safety
     /// `src` is valid for `size` bytes; `[dst, dst + size)` lies inside a
     /// live allocation of this device made by the caller.
+    #[inline]
     pub unsafe fn copy_to_owned_block(
         &self,
         dst: DevicePtr,
@@ -437,6 +442,7 @@ impl Device {
     /// # Safety
     /// `dst` is valid for `size` bytes; `[src, src + size)` lies inside a
     /// live allocation of this device made by the caller.
+    #[inline]
     pub unsafe fn copy_from_owned_block(
         &self,
         dst: *mut u8,
@@ -479,6 +485,7 @@ impl Device {
     }
 
     /// Launch `kernel` and wait for it.
+    #[inline]
     pub fn launch(
         &self,
         kernel: &Kernel,
@@ -491,6 +498,7 @@ impl Device {
         self.with_sync_queue(|q| q.launch(kernel.raw(), args, config))
     }
 
+    #[inline]
     pub(crate) fn check_kernel(&self, kernel: &Kernel) -> Result<()> {
         if kernel.device().serial != self.serial {
             return Err(Error::new(

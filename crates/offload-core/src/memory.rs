@@ -120,6 +120,7 @@ impl MemoryPool {
     }
 
     /// Size class a request falls in, or None when it bypasses the pool.
+    #[inline]
     fn class_of(&self, size: usize) -> Option<usize> {
         (size > 0 && size <= self.threshold).then(|| class_index(size))
     }
@@ -207,6 +208,7 @@ impl MemoryPool {
 
     /// The block size a request of `size` bytes is served with, when the
     /// pool serves it.
+    #[inline]
     pub fn class_size(&self, size: usize) -> Option<usize> {
         self.class_of(size).map(|c| MIN_CLASS << c)
     }
@@ -302,6 +304,7 @@ impl MemoryPool {
     }
 }
 
+#[inline]
 fn class_index(size: usize) -> usize {
     let rounded = size.max(MIN_CLASS).next_power_of_two();
     (rounded / MIN_CLASS).trailing_zeros() as usize

@@ -81,6 +81,7 @@ impl Kernel {
     pub fn program(&self) -> &Arc<Program> {
         &self.program
     }
+    #[inline]
     pub fn device(&self) -> &Arc<Device> {
         &self.program.device
     }
@@ -88,6 +89,7 @@ impl Kernel {
     pub fn preferred_group_size(&self, dyn_group_memory: usize) -> u32 {
         self.raw.preferred_group_size(dyn_group_memory)
     }
+    #[inline]
     pub(crate) fn raw(&self) -> &dyn plugin::Kernel {
         self.raw.as_ref()
     }
