@@ -23,6 +23,10 @@ pub struct Args {
     /// PEM private key for TLS (with --tls-cert).
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Address of the bulk-data side channel for copies of 64 KiB and more
+    /// (default: the --listen IP with a free port; not used under TLS).
+    #[arg(long)]
+    data_listen: Option<SocketAddr>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -53,6 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         token,
         insecure: args.insecure,
         tls,
+        data_listen: args.data_listen,
     };
     offload_server::validate(&options, args.listen).map_err(anyhow::Error::msg)?;
     let runtime = Arc::new(offload_server::local_runtime());
@@ -61,8 +66,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .build()
         .context("starting the server runtime")?;
     rt.block_on(async {
+        // SIGINT (Ctrl-C) and SIGTERM (what systemd and docker send):
+        // stop accepting, let calls in flight finish, exit 0.
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let sigterm = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = sigterm => {}
+            }
+            tracing::info!("shutting down (signal)");
         };
         offload_server::serve(
             options,

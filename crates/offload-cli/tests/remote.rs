@@ -904,3 +904,88 @@ fn forged_and_replayed_session_credentials_are_refused() {
     let secret = mine.split_once('.').unwrap().1;
     assert!(!server.log().contains(secret), "{}", server.log());
 }
+
+/// SIGTERM (systemd, docker) and SIGINT end `offload serve` cleanly: exit
+/// status 0 and a log line, within a few seconds.
+#[test]
+fn sigterm_and_sigint_drain_and_exit_zero() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut server = Server::start(None);
+        // A client session is open while the signal arrives.
+        let rt = client(&server.addr, None);
+        assert!(!rt.devices().is_empty());
+        // SAFETY: sending a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(server.child.id() as i32, signal) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(s) = server.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit on signal {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(
+            status.success(),
+            "signal {signal}: {status}\n{}",
+            server.log()
+        );
+        let log = server.log();
+        assert!(log.contains("shutting down (signal)"), "{log}");
+        assert!(log.contains("offload server stopped"), "{log}");
+        drop(rt);
+    }
+}
+
+/// A bind failure names the address (gRPC and the data channel); the data
+/// channel listens where `--data-listen` says and large copies use it.
+#[test]
+fn bind_errors_name_the_address_and_data_listen_is_honoured() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(["serve", "--listen", &addr])
+        .env_remove("OFFLOAD_REMOTE_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-listen", &addr])
+        .env_remove("OFFLOAD_REMOTE_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on {addr} (bulk-data channel")),
+        "{err}"
+    );
+    drop(taken);
+
+    // A free port for the data channel, then a large copy through it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = format!("127.0.0.1:{port}");
+    let server = Server::start_with(None, &["--data-listen", &data]);
+    let rt = client(&server.addr, None);
+    let dev = &rt.devices()[0];
+    let n = 1 << 20;
+    let bytes: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+    let p = dev.alloc(n, AllocKind::Device).unwrap();
+    unsafe { dev.copy_to_device(p, bytes.as_ptr(), n).unwrap() };
+    let mut back = vec![0u8; n];
+    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    assert!(back == bytes);
+    let log = server.log();
+    assert!(
+        log.contains(&format!("bulk-data channel listening addr={data}")),
+        "{log}"
+    );
+}

@@ -45,7 +45,14 @@ pub struct ServeOptions {
     pub insecure: bool,
     /// PEM certificate chain and private key for TLS.
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
+    /// Address of the bulk-data side channel (default: the gRPC address's
+    /// IP with a free port). Must be reachable by clients (publish it too
+    /// when the server runs in a container).
+    pub data_listen: Option<SocketAddr>,
 }
+
+/// How long calls in flight may run on after a shutdown signal.
+const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Default listening address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50151";
@@ -78,12 +85,21 @@ pub async fn serve(
         .listen
         .unwrap_or_else(|| DEFAULT_LISTEN.parse().unwrap());
     validate(&options, addr)?;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
     let devices = runtime.devices().len();
     // The bulk-data side channel (plain TCP: not offered under TLS).
     let data_listener = if options.tls.is_none() {
-        Some(std::net::TcpListener::bind((bound.ip(), 0))?)
+        let data_addr = options
+            .data_listen
+            .unwrap_or_else(|| SocketAddr::new(bound.ip(), 0));
+        let l = std::net::TcpListener::bind(data_addr).map_err(|e| {
+            format!("cannot listen on {data_addr} (bulk-data channel, --data-listen): {e}")
+        })?;
+        tracing::info!(addr = %l.local_addr()?, "bulk-data channel listening");
+        Some(l)
     } else {
         None
     };
@@ -91,7 +107,11 @@ pub async fn serve(
         Some(l) => l.local_addr()?.port(),
         None => 0,
     };
-    let service = Service::new(runtime, options.token.clone(), data_port);
+    // Shutdown: the signal stops accepting and ends every session stream;
+    // calls in flight get DRAIN_GRACE to finish.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let service =
+        Service::new(runtime, options.token.clone(), data_port).stop_sessions_on(stop_rx.clone());
     if let Some(listener) = data_listener {
         data::spawn(listener, service.sessions());
     }
@@ -114,12 +134,22 @@ pub async fn serve(
     }
     tracing::info!(%bound, devices, tls = options.tls.is_some(), token = options.token.is_some(), "offload server listening");
     on_bound(bound);
-    builder
+    let signal = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    let serving = builder
         .add_service(svc)
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
-        .await?;
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
+    let mut stopping = stop_rx;
+    let grace = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(DRAIN_GRACE).await;
+    };
+    tokio::select! {
+        r = serving => r?,
+        _ = grace => tracing::warn!(grace_secs = DRAIN_GRACE.as_secs(), "calls still in flight after the grace period; stopping anyway"),
+    }
+    tracing::info!("offload server stopped");
     Ok(())
 }

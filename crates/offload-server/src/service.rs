@@ -29,9 +29,17 @@ pub struct Service {
     token: Option<String>,
     sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
     server_name: String,
+    /// Turns true when the server shuts down: session streams end.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Service {
+    /// Sessions end (their Hello streams close) once `stopping` turns true.
+    pub fn stop_sessions_on(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stopping = stopping;
+        self
+    }
+
     pub fn new(runtime: Arc<Runtime>, token: Option<String>, data_port: u16) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         Service {
@@ -40,6 +48,7 @@ impl Service {
             token,
             sessions: Default::default(),
             server_name: format!("{} (pid {})", host.trim(), std::process::id()),
+            stopping: tokio::sync::watch::channel(false).1,
         }
     }
 
@@ -122,6 +131,8 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 struct SessionStream {
     greeting: Option<HelloEvent>,
     guard: SessionGuard,
+    /// Resolves when the server shuts down.
+    stopped: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 }
 
 struct SessionGuard {
@@ -142,12 +153,15 @@ impl Drop for SessionGuard {
 
 impl Stream for SessionStream {
     type Item = Result<HelloEvent, Status>;
-    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let _ = &self.guard;
-        match self.greeting.take() {
-            Some(g) => Poll::Ready(Some(Ok(g))),
-            // Never woken: the stream ends only when the client drops it.
-            None => Poll::Pending,
+        if let Some(g) = self.greeting.take() {
+            return Poll::Ready(Some(Ok(g)));
+        }
+        // The stream ends when the client drops it, or when the server stops.
+        match self.stopped.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -275,9 +289,17 @@ impl Offload for Service {
             session,
             sessions: self.sessions.clone(),
         };
+        let mut stopping = self.stopping.clone();
+        let stopped = Box::pin(async move {
+            // A dropped sender (no shutdown wired) never ends the session.
+            if stopping.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        });
         Ok(Response::new(Box::pin(SessionStream {
             greeting: Some(greeting),
             guard,
+            stopped,
         })))
     }
 
