@@ -27,6 +27,13 @@ pub struct Args {
     /// (default: the --listen IP with a free port; not used under TLS).
     #[arg(long)]
     data_listen: Option<SocketAddr>,
+    /// Most sessions (clients) served at once; more are refused with a clear error.
+    #[arg(long)]
+    max_sessions: Option<usize>,
+    /// Most device memory one session may hold, in bytes; larger allocations
+    /// are refused (out of resources).
+    #[arg(long)]
+    max_session_memory: Option<u64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -58,6 +65,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         insecure: args.insecure,
         tls,
         data_listen: args.data_listen,
+        max_sessions: args.max_sessions,
+        max_session_memory: args.max_session_memory,
     };
     offload_server::validate(&options, args.listen).map_err(anyhow::Error::msg)?;
     let runtime = Arc::new(offload_server::local_runtime());

@@ -989,3 +989,66 @@ fn bind_errors_name_the_address_and_data_listen_is_honoured() {
         "{log}"
     );
 }
+
+const LIMITS_CHILD: &str = "OFFLOAD_REMOTE_TEST_LIMITS_CHILD";
+
+/// `--max-sessions`: a client beyond the limit is refused with a message
+/// naming the limit; once a session ends, a new client gets in.
+/// `--max-session-memory`: an allocation past the quota is refused
+/// (out of resources) and freeing makes room again.
+#[test]
+fn session_and_memory_limits_refuse_clearly() {
+    if let Ok(addr) = std::env::var(LIMITS_CHILD) {
+        // Child: hold the only session, check the quota, exit.
+        let rt = client(&addr, None);
+        assert_eq!(rt.devices().len(), 2, "{:?}", rt.failed_plugins());
+        let dev = &rt.devices()[0];
+        let a = dev.alloc(600 << 10, AllocKind::Device).unwrap();
+        let e = dev.alloc(600 << 10, AllocKind::Device).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::OutOfResources, "{e}");
+        assert!(e.message().contains("--max-session-memory"), "{e}");
+        dev.free(a).unwrap();
+        let b = dev.alloc(900 << 10, AllocKind::Device).unwrap();
+        dev.free(b).unwrap();
+        println!("child: holding the session");
+        std::thread::sleep(Duration::from_secs(3));
+        std::process::exit(0);
+    }
+    let server = Server::start_with(
+        None,
+        &["--max-sessions", "1", "--max-session-memory", "1048576"],
+    );
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "session_and_memory_limits_refuse_clearly",
+            "--nocapture",
+        ])
+        .env(LIMITS_CHILD, &server.addr)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("child: holding the session") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
+    }
+    let second = client(&server.addr, None);
+    assert!(second.devices().is_empty());
+    let why = second.failed_plugins()[0].1.to_string();
+    assert!(why.contains("--max-sessions"), "{why}");
+    assert!(child.wait().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let again = client(&server.addr, None);
+        if !again.devices().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no session after the first ended"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

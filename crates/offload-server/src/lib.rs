@@ -49,6 +49,10 @@ pub struct ServeOptions {
     /// IP with a free port). Must be reachable by clients (publish it too
     /// when the server runs in a container).
     pub data_listen: Option<SocketAddr>,
+    /// Sessions served at once (`--max-sessions`); more are refused.
+    pub max_sessions: Option<usize>,
+    /// Device memory one session may hold (`--max-session-memory`, bytes).
+    pub max_session_memory: Option<u64>,
 }
 
 /// How long calls in flight may run on after a shutdown signal.
@@ -110,8 +114,12 @@ pub async fn serve(
     // Shutdown: the signal stops accepting and ends every session stream;
     // calls in flight get DRAIN_GRACE to finish.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let service =
-        Service::new(runtime, options.token.clone(), data_port).stop_sessions_on(stop_rx.clone());
+    let service = Service::new(runtime, options.token.clone(), data_port)
+        .stop_sessions_on(stop_rx.clone())
+        .with_limits(service::Limits {
+            max_sessions: options.max_sessions,
+            max_session_memory: options.max_session_memory,
+        });
     if let Some(listener) = data_listener {
         data::spawn(listener, service.sessions());
     }

@@ -31,9 +31,22 @@ pub struct Service {
     server_name: String,
     /// Turns true when the server shuts down: session streams end.
     stopping: tokio::sync::watch::Receiver<bool>,
+    limits: Limits,
+}
+
+/// Per-server limits (`offload serve --max-sessions`, `--max-session-memory`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limits {
+    pub max_sessions: Option<usize>,
+    pub max_session_memory: Option<u64>,
 }
 
 impl Service {
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// Sessions end (their Hello streams close) once `stopping` turns true.
     pub fn stop_sessions_on(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
         self.stopping = stopping;
@@ -49,6 +62,7 @@ impl Service {
             sessions: Default::default(),
             server_name: format!("{} (pid {})", host.trim(), std::process::id()),
             stopping: tokio::sync::watch::channel(false).1,
+            limits: Limits::default(),
         }
     }
 
@@ -257,9 +271,21 @@ impl Offload for Service {
         }
         let session = {
             let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(max) = self.limits.max_sessions {
+                if sessions.len() >= max {
+                    tracing::warn!(%peer, max, "session refused: server full");
+                    return Err(Status::resource_exhausted(format!(
+                        "offload server: {max} sessions open, the most it serves (offload serve --max-sessions); try again later"
+                    )));
+                }
+            }
             // Public ids are 64 random bits: a clash is unlikely, never fatal.
             loop {
-                let s = Arc::new(Session::new(hello.client.clone(), self.runtime.clone()));
+                let s = Arc::new(Session::with_quota(
+                    hello.client.clone(),
+                    self.runtime.clone(),
+                    self.limits.max_session_memory,
+                ));
                 if !sessions.contains_key(&s.id) {
                     sessions.insert(s.id.clone(), s.clone());
                     break s;

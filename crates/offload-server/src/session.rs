@@ -71,6 +71,10 @@ pub struct Session {
     pub data_secret: String,
     /// Tags the session's memory in the core's allocation index.
     owner: Owner,
+    /// Bytes this session may hold allocated at once (`--max-session-memory`).
+    quota: Option<u64>,
+    /// Bytes it holds now.
+    in_use: std::sync::atomic::AtomicU64,
     runtime: Arc<Runtime>,
     state: Mutex<State>,
 }
@@ -83,6 +87,11 @@ fn next_id() -> u64 {
 impl Session {
     /// A session with a fresh random credential.
     pub fn new(client: String, runtime: Arc<Runtime>) -> Self {
+        Self::with_quota(client, runtime, None)
+    }
+
+    /// A session that may hold at most `quota` bytes of device memory.
+    pub fn with_quota(client: String, runtime: Arc<Runtime>, quota: Option<u64>) -> Self {
         Session {
             id: random_hex(8),
             secret: random_hex(16),
@@ -90,6 +99,8 @@ impl Session {
             data_secret: random_hex(32),
             // Distinct from the runtime's own owners (small numbers).
             owner: Owner(1 << 63 | next_id()),
+            quota,
+            in_use: Default::default(),
             runtime,
             state: Mutex::new(State::default()),
         }
@@ -136,20 +147,43 @@ impl Session {
     }
 
     pub fn alloc(&self, device: u32, size: u64, kind: plugin::AllocKind) -> Result<DevicePtr> {
-        let size = usize::try_from(size)
+        use std::sync::atomic::Ordering::Relaxed;
+        let bytes = usize::try_from(size)
             .map_err(|_| Error::invalid_size(format!("cannot allocate {size} bytes")))?;
-        self.device(device)?.alloc_for(size, kind, self.owner)
+        if let Some(quota) = self.quota {
+            // Reserve first, so concurrent allocations cannot overshoot.
+            let before = self.in_use.fetch_add(size, Relaxed);
+            if before.saturating_add(size) > quota {
+                self.in_use.fetch_sub(size, Relaxed);
+                return Err(Error::new(
+                    ErrorCode::OutOfResources,
+                    format!(
+                        "session memory quota exceeded: {before} bytes in use, {size} requested, {quota} allowed (offload serve --max-session-memory)"
+                    ),
+                ));
+            }
+        }
+        let r = self.device(device)?.alloc_for(bytes, kind, self.owner);
+        if r.is_err() && self.quota.is_some() {
+            self.in_use.fetch_sub(size, Relaxed);
+        }
+        r
     }
 
     pub fn free(&self, device: u32, ptr: u64) -> Result<()> {
-        self.device(device)?
-            .free_for(DevicePtr(ptr), Some(self.owner))
-            .map_err(|_| {
-                Error::new(
-                    ErrorCode::InvalidArgument,
-                    format!("pointer {} is not an allocation of this session on device {device} (double free or foreign pointer)", DevicePtr(ptr)),
-                )
-            })
+        let dev = self.device(device)?;
+        let size = dev.allocation(DevicePtr(ptr)).map_or(0, |a| a.size as u64);
+        dev.free_for(DevicePtr(ptr), Some(self.owner)).map_err(|_| {
+            Error::new(
+                ErrorCode::InvalidArgument,
+                format!("pointer {} is not an allocation of this session on device {device} (double free or foreign pointer)", DevicePtr(ptr)),
+            )
+        })?;
+        if self.quota.is_some() {
+            self.in_use
+                .fetch_sub(size, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Load `image` on `device` as this session's program.
