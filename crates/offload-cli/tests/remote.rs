@@ -1052,3 +1052,80 @@ fn session_and_memory_limits_refuse_clearly() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Idle, unauthenticated connections to the data port cannot pin the
+/// server: at most 64 wait for their secret at a time (the rest are closed
+/// at once), each for the handshake timeout; a real client keeps working.
+#[test]
+fn idle_unauthenticated_data_connections_are_bounded_and_dropped() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("OFFLOAD_HOST_DEVICES", "1")
+        .env("OFFLOAD_SERVE_DATA_HANDSHAKE_MS", "500")
+        .env_remove("OFFLOAD_REMOTE_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let data = text
+        .lines()
+        .find_map(|l| l.split("bulk-data channel listening addr=").nth(1))
+        .expect("data channel address in the log")
+        .trim()
+        .to_string();
+    let threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", child.id()))
+            .unwrap()
+            .count()
+    };
+    let before = threads();
+    let mut idle: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| std::net::TcpStream::connect(&data).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let during = threads();
+    assert!(
+        during <= before + 70,
+        "{during} server threads with 200 idle connections (were {before})"
+    );
+    // All of them are closed by the server within the handshake timeout.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for s in &mut idle {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        // EOF or reset: the server hung up (a timeout would mean it did not).
+        match s.read(&mut b) {
+            Ok(0) => {}
+            Ok(_) => {} // a refusal status for the empty secret, then EOF
+            Err(e) => assert!(
+                !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "an idle connection stayed open: {e}"
+            ),
+        }
+        assert!(Instant::now() < deadline, "idle connections stayed open");
+    }
+    // A real client is unaffected (its large copies use the data channel).
+    let rt = client(&addr, None);
+    let dev = &rt.devices()[0];
+    let n = 256 << 10;
+    let bytes = vec![5u8; n];
+    let p = dev.alloc(n, AllocKind::Device).unwrap();
+    unsafe { dev.copy_to_device(p, bytes.as_ptr(), n).unwrap() };
+    let mut back = vec![0u8; n];
+    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    assert!(back == bytes);
+    let _ = child.kill();
+    let _ = child.wait();
+}

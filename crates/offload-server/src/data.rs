@@ -12,7 +12,10 @@
 //! status: code:u32 (ol_errc_t, 0 = success) msg_len:u32 msg
 //! ```
 //!
-//! Every range is checked against the session's memory, as on gRPC. When
+//! Unauthenticated peers are bounded: at most 64 connections wait for
+//! their secret line at once (more are closed at accept), each for the
+//! handshake timeout. Every range is checked against the session's memory,
+//! as on gRPC. When
 //! TLS is on there is no side channel (it would be plain text). Sockets are
 //! TCP_NODELAY and every reply (status and payload) leaves in one write, so
 //! no small piece waits for the peer's delayed ACK.
@@ -34,20 +37,48 @@ const STAGING: usize = 1 << 20;
 
 type Sessions = Arc<Mutex<HashMap<String, Arc<Session>>>>;
 
+/// Connections that have not yet named their session, at most: more are
+/// closed at once, so unauthenticated peers cannot pin threads.
+const MAX_UNAUTHENTICATED: usize = 64;
+
+/// How long a new connection has to send its secret line
+/// (`OFFLOAD_SERVE_DATA_HANDSHAKE_MS`, default 10 s).
+fn handshake_timeout() -> std::time::Duration {
+    static T: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        let ms = std::env::var("OFFLOAD_SERVE_DATA_HANDSHAKE_MS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(10_000);
+        std::time::Duration::from_millis(ms)
+    })
+}
+
 /// Accept data connections on `listener` until the process ends.
 pub fn spawn(listener: TcpListener, sessions: Sessions) {
+    let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("offload-data-accept".into())
         .spawn(move || {
+            use std::sync::atomic::Ordering::AcqRel;
             for stream in listener.incoming().flatten() {
+                if pending.fetch_add(1, AcqRel) >= MAX_UNAUTHENTICATED {
+                    pending.fetch_sub(1, AcqRel);
+                    tracing::warn!(peer = ?stream.peer_addr().ok(), "data connection refused: too many unauthenticated connections");
+                    continue;
+                }
                 let sessions = sessions.clone();
-                let _ = std::thread::Builder::new()
+                let counter = pending.clone();
+                let spawned = std::thread::Builder::new()
                     .name("offload-data".into())
                     .spawn(move || {
-                        if let Err(e) = serve_connection(stream, &sessions) {
+                        if let Err(e) = serve_connection(stream, &sessions, &counter) {
                             tracing::debug!(error = %e, "data connection ended");
                         }
                     });
+                if spawned.is_err() {
+                    pending.fetch_sub(1, AcqRel);
+                }
             }
         })
         .expect("starting the data listener");
@@ -76,8 +107,32 @@ fn still_open(sessions: &Sessions, session: &Session) -> bool {
         .contains_key(&session.id)
 }
 
-fn serve_connection(stream: TcpStream, sessions: &Sessions) -> std::io::Result<()> {
+/// Counts a connection as unauthenticated until dropped or [`Pending::done`].
+struct Pending<'a>(Option<&'a std::sync::atomic::AtomicUsize>);
+
+impl Pending<'_> {
+    fn done(&mut self) {
+        if let Some(p) = self.0.take() {
+            p.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+fn serve_connection(
+    stream: TcpStream,
+    sessions: &Sessions,
+    pending: &std::sync::atomic::AtomicUsize,
+) -> std::io::Result<()> {
+    let mut unauthenticated = Pending(Some(pending));
     stream.set_nodelay(true)?;
+    // A peer that does not name its session in time is dropped.
+    stream.set_read_timeout(Some(handshake_timeout()))?;
     let mut reader = BufReader::with_capacity(64 << 10, stream.try_clone()?);
     let mut writer = stream;
     let mut line = String::new();
@@ -92,6 +147,9 @@ fn serve_connection(stream: TcpStream, sessions: &Sessions) -> std::io::Result<(
         )?;
         return Ok(());
     };
+    unauthenticated.done();
+    // Authenticated: copies may be far apart; the session's end closes it.
+    writer.set_read_timeout(None)?;
     tracing::debug!(session = %session.id, "data connection opened");
     let mut staging = Vec::new();
     loop {
