@@ -21,7 +21,6 @@
 //! by another thread stays alive until the call using it returns.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -183,7 +182,8 @@ pub struct Registration {
 
 /// Live objects of one kind, keyed by handle address.
 pub struct Registry<T> {
-    map: RwLock<HashMap<usize, Arc<T>, BuildHasherDefault<AddrHasher>>>,
+    /// Keys are addresses we handed out (no SipHash needed).
+    map: RwLock<HashMap<usize, Arc<T>, offload_core::hash::AddrHash>>,
 }
 
 impl<T> Default for Registry<T> {
@@ -191,27 +191,6 @@ impl<T> Default for Registry<T> {
         Registry {
             map: RwLock::new(HashMap::default()),
         }
-    }
-}
-
-/// Keys are heap addresses we handed out: a multiplicative hash spreads
-/// them well enough, at a fraction of SipHash's cost (no untrusted keys:
-/// a lookup of an unknown address only misses).
-#[derive(Default)]
-pub struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_usize(&mut self, v: usize) {
-        let v = v as u64;
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -212,24 +211,8 @@ struct KernelMap {
     retired: Mutex<Vec<Box<KMap>>>,
 }
 
-type KMap = HashMap<u64, KernelRef, BuildHasherDefault<AddrHasher>>;
-
 /// Region ids are addresses: a multiplicative hash is enough.
-#[derive(Default)]
-struct AddrHasher(u64);
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
+type KMap = HashMap<u64, KernelRef, offload_core::hash::AddrHash>;
 
 impl KernelMap {
     #[inline]
