@@ -7,6 +7,8 @@ pub mod v1 {
     tonic::include_proto!("offload.remote.v1");
 }
 
+pub mod data_channel;
+
 pub use bytes::Bytes;
 pub use v1::*;
 

@@ -29,9 +29,7 @@ use offload_core::{DevicePtr, Error};
 
 use crate::session::Session;
 
-pub const OP_WRITE: u32 = 1;
-pub const OP_READ: u32 = 2;
-pub const HEADER_BYTES: usize = 32;
+pub use offload_proto::data_channel::{HEADER_BYTES, OP_READ, OP_WRITE};
 /// Staging buffer for devices whose memory is not ours to address.
 const STAGING: usize = 1 << 20;
 
@@ -295,18 +293,9 @@ fn send_status(w: &mut impl Write, result: Result<(), Error>) -> std::io::Result
     w.flush()
 }
 
-/// `write_all` for several buffers: as few writes (one `writev` when the
-/// socket takes it all) as the kernel allows.
-fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
-    IoSlice::advance_slices(&mut bufs, 0);
-    while !bufs.is_empty() {
-        match w.write_vectored(bufs) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+/// `write_all` for several buffers, then flush.
+fn write_all_vectored(w: &mut impl Write, bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    offload_proto::data_channel::write_all_vectored(w, bufs)?;
     w.flush()
 }
 

@@ -13,8 +13,7 @@ use offload_core::{DevicePtr, Error, ErrorCode, Result};
 
 use crate::connection::errc_from_raw;
 
-const OP_WRITE: u32 = 1;
-const OP_READ: u32 = 2;
+use offload_proto::data_channel::{write_all_vectored, OP_READ, OP_WRITE};
 
 /// Copies at least this large use the side channel.
 pub const MIN_BYTES: usize = 64 << 10;
@@ -158,19 +157,4 @@ impl DataChannel {
             Err(e) => Err(self.error("copy from device", e)),
         }
     }
-}
-
-/// `write_all` for several buffers, in as few writes (one `writev` when the
-/// socket takes it all) as the kernel allows.
-fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
-    IoSlice::advance_slices(&mut bufs, 0);
-    while !bufs.is_empty() {
-        match w.write_vectored(bufs) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
