@@ -368,9 +368,14 @@ impl Device {
 
     #[inline]
     fn inline_queue(&self) -> Result<Option<&Arc<dyn plugin::Queue>>> {
-        if let Some(q) = self.inline_queue.get() {
-            return Ok(q.as_ref());
+        match self.inline_queue.get() {
+            Some(q) => Ok(q.as_ref()),
+            None => self.first_inline_queue(),
         }
+    }
+
+    #[cold]
+    fn first_inline_queue(&self) -> Result<Option<&Arc<dyn plugin::Queue>>> {
         let q = self.raw.create_queue()?;
         let q = q.completes_inline().then_some(q);
         Ok(self.inline_queue.get_or_init(|| q).as_ref())

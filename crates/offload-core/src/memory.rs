@@ -130,18 +130,23 @@ impl MemoryPool {
     fn front_of<'t>(&self, t: &'t mut ThreadState) -> &'t mut Front {
         let i = match t.fronts.iter().position(|x| x.pool == self.id) {
             Some(i) => i,
-            None => {
-                let n = self.shared.classes.len();
-                t.fronts.push(Front {
-                    pool: self.id,
-                    shared: Arc::downgrade(&self.shared),
-                    classes: vec![Vec::new(); n],
-                    owned: vec![Vec::new(); n],
-                });
-                t.fronts.len() - 1
-            }
+            None => self.add_front(t),
         };
         &mut t.fronts[i]
+    }
+
+    /// A thread's first use of this pool (kept out of line: the lookup
+    /// above runs on every allocation).
+    #[cold]
+    fn add_front(&self, t: &mut ThreadState) -> usize {
+        let n = self.shared.classes.len();
+        t.fronts.push(Front {
+            pool: self.id,
+            shared: Arc::downgrade(&self.shared),
+            classes: vec![Vec::new(); n],
+            owned: vec![Vec::new(); n],
+        });
+        t.fronts.len() - 1
     }
 
     /// This pool's lists in a thread's state.

@@ -195,7 +195,7 @@ pub fn memset(p: *mut c_void, val: i32, n: usize, dev: i64) -> *mut c_void {
 /// device address if it is mapped, with the "Mapping exists" INFO line.
 fn lookup_byte(d: &DevState, p: u64) -> Option<u64> {
     d.ensure_loaded();
-    let t = d.table_read();
+    let t = d.table(p, 1);
     let Some((k, Found::Contained)) = t.lookup(p, 1) else {
         return None;
     };
@@ -247,7 +247,7 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
     };
     d.ensure_loaded();
     let tgt = dptr + off as u64;
-    let mut t = d.table_write();
+    let mut t = d.table(host, size as u64);
     if let Some((k, f)) = t.lookup(host, size as u64) {
         let e = t.get(k).unwrap();
         if f == Found::Contained && e.hst_begin == host && e.tgt_begin == tgt {
@@ -259,10 +259,10 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
         );
         return -1;
     }
-    t.insert(Entry {
+    let inserted = t.insert(Entry {
         hst_base: host,
         hst_begin: host,
-        hst_end: host + size as u64,
+        hst_end: host.saturating_add(size as u64),
         tgt_alloc: tgt,
         tgt_begin: tgt,
         dyn_rc: INF,
@@ -272,6 +272,9 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
         host_ptr: false,
         shadows: Vec::new(),
     });
+    if inserted.is_err() {
+        return -1;
+    }
     0
 }
 
@@ -279,7 +282,7 @@ pub fn disassociate(host: u64, dev: i64) -> i32 {
     let Some(d) = checked_device(dev) else {
         return -1;
     };
-    let mut t = d.table_write();
+    let mut t = d.table(host, 0);
     let key = match t.lookup(host, 0) {
         Some((k, _)) if t.get(k).map(|e| e.hst_begin == host).unwrap_or(false) => k,
         _ => {
@@ -360,8 +363,8 @@ pub fn print_device_info(dev: i64) {
 
 /// Name of the mapping whose device range holds `tgt` (INFO output only).
 fn name_by_tgt(d: &DevState, tgt: u64) -> String {
-    let t = d.table_read();
-    for e in t.map.values() {
+    let t = d.table_all();
+    for e in t.entries() {
         if tgt >= e.tgt_begin && tgt < e.tgt_begin + e.size() {
             return msg::name_of(e.name);
         }

@@ -11,6 +11,7 @@ pub mod interop;
 pub mod mapping;
 pub mod msg;
 pub mod registry;
+pub mod shards;
 pub mod target;
 
 use std::ffi::{c_char, c_void};

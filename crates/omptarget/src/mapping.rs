@@ -41,6 +41,21 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// A placeholder (what a recycled box holds).
+    const EMPTY: Entry = Entry {
+        hst_base: 0,
+        hst_begin: 0,
+        hst_end: 0,
+        tgt_alloc: 0,
+        tgt_begin: 0,
+        dyn_rc: 0,
+        hold_rc: 0,
+        name: 0,
+        owned: false,
+        host_ptr: false,
+        shadows: Vec::new(),
+    };
+
     pub fn size(&self) -> u64 {
         self.hst_end - self.hst_begin
     }
@@ -103,82 +118,231 @@ pub enum Found {
     Extends,
 }
 
-/// Entries are boxed: B-tree nodes then hold only keys and pointers, so
-/// inserting and removing shifts little memory and threads mapping
-/// different data touch fewer shared cache lines.
+/// One device's mappings (or one shard of them), by host begin address.
+///
+/// Entries are boxed, so the ordered store holds only keys and pointers:
+/// inserting and removing shifts little memory. While small the store is a
+/// sorted vector (a binary search over the keys alone); past
+/// [`SMALL_MAX`] entries it becomes a B-tree. Boxes of removed entries are
+/// kept for the next insert (a `map(tofrom:)` region inserts and removes
+/// each of its entries once).
 #[derive(Default, Debug)]
+// Boxed on purpose: the boxes move between the store and the spares, and
+// the vectors shift pointers, not entries.
+#[allow(clippy::vec_box)]
 pub struct Table {
-    pub map: BTreeMap<u64, Box<Entry>>,
+    store: Store,
+    spare: Vec<Box<Entry>>,
+}
+
+#[derive(Debug)]
+#[allow(clippy::vec_box)] // see Table
+enum Store {
+    Small {
+        keys: Vec<u64>,
+        entries: Vec<Box<Entry>>,
+    },
+    Large(BTreeMap<u64, Box<Entry>>),
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store::Small {
+            keys: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+}
+
+/// Entries a table keeps in a sorted vector.
+const SMALL_MAX: usize = 64;
+/// Boxes a table keeps for reuse.
+const SPARE_BOXES: usize = 32;
+
+/// What LLVM's `lookupMapping` needs from an ordered set of disjoint
+/// entries: the neighbours of an address. A single [`Table`] and a view
+/// over several shards (see `shards.rs`) both provide it, so the lookup
+/// rules are written once.
+pub trait Neighbours {
+    /// The entry with the greatest key `< x`.
+    fn last_below(&self, x: u64) -> Option<(u64, &Entry)>;
+    /// The entry with the least key `> x`.
+    fn first_above(&self, x: u64) -> Option<(u64, &Entry)>;
+}
+
+/// LLVM's lookupMapping: the key of the entry the range hits and how.
+/// A zero-sized range asks about one address (using the entries' bases);
+/// otherwise the entry containing `hp` wins, then the first entry the
+/// range overlaps from the left.
+pub fn lookup_in(t: &impl Neighbours, hp: u64, size: u64) -> Option<(u64, Found)> {
+    let at_or_before = |x: u64| t.last_below(x.saturating_add(1));
+    if size == 0 {
+        if let Some((k, e)) = at_or_before(hp) {
+            if hp < e.hst_end || hp < e.hst_base {
+                return Some((k, Found::Contained));
+            }
+        }
+        return match t.first_above(hp) {
+            Some((k, e)) if hp >= e.hst_base => Some((k, Found::Contained)),
+            _ => None,
+        };
+    }
+    let end = hp.saturating_add(size);
+    // One search in the common cases: the last entry starting before
+    // `end` is either the entry at or before `hp` (then no later entry
+    // can overlap) or an entry overlapping from the right.
+    let (qk, q) = t.last_below(end)?;
+    if q.hst_begin <= hp {
+        if hp < q.hst_end && end <= q.hst_end {
+            return Some((qk, Found::Contained));
+        }
+        if hp < q.hst_end {
+            return Some((qk, Found::Extends));
+        }
+        return None;
+    }
+    // Something overlaps from the right; LLVM reports the left neighbour
+    // first, else the first entry after `hp`.
+    if let Some((k, e)) = at_or_before(hp) {
+        if hp < e.hst_end {
+            return Some((k, Found::Extends));
+        }
+    }
+    let (k, _) = t.first_above(hp)?;
+    Some((k, Found::Extends))
+}
+
+impl Neighbours for Table {
+    #[inline]
+    fn last_below(&self, x: u64) -> Option<(u64, &Entry)> {
+        match &self.store {
+            Store::Small { keys, entries } => {
+                let i = keys.partition_point(|&k| k < x);
+                i.checked_sub(1).map(|i| (keys[i], &*entries[i]))
+            }
+            Store::Large(map) => map.range(..x).next_back().map(|(&k, e)| (k, &**e)),
+        }
+    }
+    #[inline]
+    fn first_above(&self, x: u64) -> Option<(u64, &Entry)> {
+        match &self.store {
+            Store::Small { keys, entries } => {
+                let i = keys.partition_point(|&k| k <= x);
+                keys.get(i).map(|&k| (k, &*entries[i]))
+            }
+            Store::Large(map) => map
+                .range((std::ops::Bound::Excluded(x), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(&k, e)| (k, &**e)),
+        }
+    }
 }
 
 impl Table {
-    /// LLVM's lookupMapping: the key of the entry the range hits and how.
+    /// See [`lookup_in`].
+    #[inline]
     pub fn lookup(&self, hp: u64, size: u64) -> Option<(u64, Found)> {
-        if size == 0 {
-            let mut left = self.map.range(..=hp).next_back();
-            let right = self
-                .map
-                .range((std::ops::Bound::Excluded(hp), std::ops::Bound::Unbounded))
-                .next();
-            if let Some((&k, e)) = left.take() {
-                if hp < e.hst_end || hp < e.hst_base {
-                    return Some((k, Found::Contained));
-                }
-            }
-            if let Some((&k, e)) = right {
-                if hp >= e.hst_base {
-                    return Some((k, Found::Contained));
-                }
-            }
-            return None;
-        }
-        let end = hp.saturating_add(size);
-        // One search in the common cases: the last entry starting before
-        // `end` is either the entry at or before `hp` (then no later entry
-        // can overlap) or an entry overlapping from the right.
-        let (&qk, q) = self.map.range(..end).next_back()?;
-        if q.hst_begin <= hp {
-            if hp < q.hst_end && end <= q.hst_end {
-                return Some((qk, Found::Contained));
-            }
-            if hp < q.hst_end {
-                return Some((qk, Found::Extends));
-            }
-            return None;
-        }
-        // `q` overlaps from the right; LLVM reports the left neighbour first.
-        if let Some((&k, e)) = self.map.range(..=hp).next_back() {
-            if hp < e.hst_end {
-                return Some((k, Found::Extends));
-            }
-        }
-        Some((qk, Found::Extends))
+        lookup_in(self, hp, size)
     }
 
     pub fn get(&self, key: u64) -> Option<&Entry> {
-        self.map.get(&key).map(|b| &**b)
-    }
-    pub fn get_mut(&mut self, key: u64) -> Option<&mut Entry> {
-        self.map.get_mut(&key).map(|b| &mut **b)
-    }
-    pub fn insert(&mut self, e: Entry) {
-        self.map.insert(e.hst_begin, Box::new(e));
-    }
-    pub fn remove(&mut self, key: u64) -> Option<Entry> {
-        self.map.remove(&key).map(|b| *b)
-    }
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-    /// Device address for a contained `[hp, hp+size)`, if mapped.
-    pub fn translate(&self, hp: u64, size: u64) -> Option<u64> {
-        match self.lookup(hp, size) {
-            Some((k, Found::Contained)) => Some(self.map[&k].tgt_of(hp)),
-            _ => None,
+        match &self.store {
+            Store::Small { keys, entries } => keys.binary_search(&key).ok().map(|i| &*entries[i]),
+            Store::Large(map) => map.get(&key).map(|b| &**b),
         }
+    }
+
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut Entry> {
+        match &mut self.store {
+            Store::Small { keys, entries } => {
+                keys.binary_search(&key).ok().map(|i| &mut *entries[i])
+            }
+            Store::Large(map) => map.get_mut(&key).map(|b| &mut **b),
+        }
+    }
+
+    /// File `e` under its host begin (replacing an entry with that key).
+    pub fn insert(&mut self, e: Entry) {
+        let key = e.hst_begin;
+        let boxed = match self.spare.pop() {
+            Some(mut b) => {
+                *b = e;
+                b
+            }
+            None => Box::new(e),
+        };
+        match &mut self.store {
+            Store::Small { keys, entries } => match keys.binary_search(&key) {
+                Ok(i) => entries[i] = boxed,
+                Err(i) if keys.len() < SMALL_MAX => {
+                    keys.insert(i, key);
+                    entries.insert(i, boxed);
+                }
+                Err(_) => {
+                    let mut map: BTreeMap<u64, Box<Entry>> =
+                        keys.drain(..).zip(entries.drain(..)).collect();
+                    map.insert(key, boxed);
+                    self.store = Store::Large(map);
+                }
+            },
+            Store::Large(map) => {
+                map.insert(key, boxed);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, key: u64) -> Option<Entry> {
+        let mut b = match &mut self.store {
+            Store::Small { keys, entries } => {
+                let i = keys.binary_search(&key).ok()?;
+                keys.remove(i);
+                entries.remove(i)
+            }
+            Store::Large(map) => map.remove(&key)?,
+        };
+        if self.spare.len() >= SPARE_BOXES {
+            return Some(*b);
+        }
+        let e = std::mem::replace(&mut *b, Entry::EMPTY);
+        self.spare.push(b);
+        Some(e)
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.store {
+            Store::Small { keys, .. } => keys.len(),
+            Store::Large(map) => map.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every entry, by host begin.
+    pub fn values(&self) -> Box<dyn Iterator<Item = &Entry> + '_> {
+        match &self.store {
+            Store::Small { entries, .. } => Box::new(entries.iter().map(|b| &**b)),
+            Store::Large(map) => Box::new(map.values().map(|b| &**b)),
+        }
+    }
+}
+
+/// A plain entry mapping `[begin, end)` to device address `begin + 0x1000`.
+#[cfg(test)]
+pub(crate) fn test_entry(begin: u64, end: u64) -> Entry {
+    Entry {
+        hst_base: begin,
+        hst_begin: begin,
+        hst_end: end,
+        tgt_alloc: begin + 0x1000,
+        tgt_begin: begin + 0x1000,
+        dyn_rc: 1,
+        hold_rc: 0,
+        name: 0,
+        owned: true,
+        host_ptr: false,
+        shadows: vec![],
     }
 }
 
@@ -187,19 +351,7 @@ mod tests {
     use super::*;
 
     fn entry(b: u64, e: u64) -> Entry {
-        Entry {
-            hst_base: b,
-            hst_begin: b,
-            hst_end: e,
-            tgt_alloc: b + 0x1000,
-            tgt_begin: b + 0x1000,
-            dyn_rc: 1,
-            hold_rc: 0,
-            name: 0,
-            owned: true,
-            host_ptr: false,
-            shadows: vec![],
-        }
+        test_entry(b, e)
     }
 
     #[test]
@@ -212,7 +364,6 @@ mod tests {
         assert_eq!(t.lookup(96, 8), Some((100, Found::Extends)));
         assert_eq!(t.lookup(116, 4), None);
         assert_eq!(t.lookup(80, 20), None);
-        assert_eq!(t.translate(108, 4), Some(0x1000 + 108));
     }
 
     #[test]
@@ -231,6 +382,9 @@ mod tests {
         assert_eq!(t.lookup(190, 40), Some((200, Found::Extends)));
         assert_eq!(t.lookup(204, 8), Some((200, Found::Contained)));
         assert_eq!(t.lookup(316, 1), None);
+        // Overlapping two entries from the left: the first one (LLVM's
+        // upper_bound), not the last.
+        assert_eq!(t.lookup(150, 200), Some((200, Found::Extends)));
         assert_eq!(t.lookup(0, 1), None);
     }
 
@@ -262,6 +416,45 @@ mod tests {
         assert!(!g.dec(false, true));
         assert_eq!(g.dyn_rc, INF);
         assert_eq!(g.total(), INF);
+    }
+
+    /// The store changes from a vector to a B-tree past `SMALL_MAX`
+    /// entries; lookups, updates and removals answer the same on both.
+    #[test]
+    fn small_and_large_stores_agree() {
+        let mut t = Table::default();
+        for i in (0..200u64).rev() {
+            t.insert(entry(1000 + i * 16, 1000 + i * 16 + 8));
+            assert_eq!(t.len(), 200 - i as usize);
+            assert_eq!(
+                t.lookup(1000 + i * 16 + 4, 2),
+                Some((1000 + i * 16, Found::Contained))
+            );
+            assert_eq!(t.lookup(1000 + i * 16 + 8, 4), None);
+            assert_eq!(
+                t.lookup(1000 + i * 16 - 4, 8),
+                Some((1000 + i * 16, Found::Extends))
+            );
+            if i == 200 - SMALL_MAX as u64 {
+                assert!(matches!(t.store, Store::Small { .. }));
+            }
+        }
+        assert!(matches!(t.store, Store::Large(_)));
+        let keys: Vec<u64> = t.values().map(|e| e.hst_begin).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        t.get_mut(1000).unwrap().dyn_rc = 7;
+        assert_eq!(t.get(1000).unwrap().dyn_rc, 7);
+        for i in 0..200u64 {
+            assert_eq!(
+                t.remove(1000 + i * 16).map(|e| e.hst_begin),
+                Some(1000 + i * 16)
+            );
+        }
+        assert!(t.is_empty());
+        assert!(t.remove(1000).is_none());
+        // Recycled boxes carry nothing of the entries they held.
+        t.insert(entry(5, 6));
+        assert_eq!(t.get(5).unwrap().dyn_rc, 1);
     }
 
     #[test]

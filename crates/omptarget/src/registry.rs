@@ -3,15 +3,16 @@
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use offload_core::plugin::DevicePtr;
 use offload_core::{BinaryId, OffloadEntry};
 use offload_image::DeviceImage;
 
 use crate::abi::*;
-use crate::mapping::{Entry, Table, INF};
+use crate::mapping::{Entry, INF};
 use crate::msg;
+use crate::shards::{ShardedTable, View};
 
 // ---------------------------------------------------------------- policy
 
@@ -244,16 +245,13 @@ impl KernelMap {
     }
 }
 
-/// Keeps a value off the cache lines of its neighbours (no false sharing).
-#[repr(align(128))]
-struct Padded<T>(T);
-
 pub struct DevState {
     pub id: usize,
     pub dev: Arc<offload_core::Device>,
-    /// On its own cache lines: it is written by every mapping construct,
-    /// while the fields around it are read by every launch.
-    table: Padded<RwLock<Table>>,
+    /// Sharded by host address, each shard on its own cache lines: it is
+    /// written by every mapping construct, while the fields around it are
+    /// read by every launch.
+    table: ShardedTable,
     kernels: KernelMap,
     loaded_gen: AtomicU64,
     load_lock: Mutex<LoadState>,
@@ -275,18 +273,22 @@ impl DevState {
         DevState {
             id,
             dev,
-            table: Padded(RwLock::new(Table::default())),
+            table: ShardedTable::default(),
             kernels: KernelMap::default(),
             loaded_gen: AtomicU64::new(0),
             load_lock: Mutex::new(LoadState::default()),
         }
     }
 
-    pub fn table_read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
-        self.table.0.read().unwrap_or_else(|e| e.into_inner())
+    /// The mapping table as far as `[hp, hp + size)` needs it, locked
+    /// (a zero size: the address `hp`).
+    #[inline]
+    pub fn table(&self, hp: u64, size: u64) -> View<'_> {
+        self.table.view(hp, size)
     }
-    pub fn table_write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
-        self.table.0.write().unwrap_or_else(|e| e.into_inner())
+    /// The whole mapping table, locked.
+    pub fn table_all(&self) -> View<'_> {
+        self.table.view_all()
     }
 
     #[inline]
@@ -341,7 +343,7 @@ impl DevState {
                 continue;
             }
             if e.flags & ENTRY_INDIRECT != 0 {
-                if self.table_read().lookup(e.addr, 1).is_some() {
+                if self.table(e.addr, 1).lookup(e.addr, 1).is_some() {
                     continue;
                 }
                 if let Ok((dptr, _)) = prog.global(&e.name) {
@@ -418,11 +420,11 @@ impl DevState {
     }
 
     fn insert_permanent(&self, host: u64, size: u64, tgt: u64, name: usize) {
-        let mut t = self.table_write();
+        let mut t = self.table(host, size);
         if t.lookup(host, size).is_some() {
             return;
         }
-        t.insert(Entry {
+        let _ = t.insert(Entry {
             hst_base: host,
             hst_begin: host,
             hst_end: host + size,
@@ -454,7 +456,7 @@ impl DevState {
                 }
             }
         });
-        let mut t = self.table_write();
+        let mut t = self.table_all();
         for e in &b.entries {
             if e.size > 0 || e.flags & ENTRY_INDIRECT != 0 {
                 if let Some(en) = t.get(e.addr) {
@@ -535,14 +537,18 @@ impl DevState {
 }
 
 /// True on success; prints the plugin's reason on failure.
+#[inline]
 fn reported(r: offload_core::Result<()>, what: &str) -> bool {
     match r {
         Ok(()) => true,
-        Err(e) => {
-            crate::msg::plugin_error(what, &e);
-            false
-        }
+        Err(e) => report(what, e),
     }
+}
+
+#[cold]
+fn report(what: &str, e: offload_core::Error) -> bool {
+    crate::msg::plugin_error(what, &e);
+    false
 }
 
 // ---------------------------------------------------------------- registration

@@ -3,9 +3,10 @@
 use std::ffi::c_void;
 
 use offload_core::plugin::{KernelArgs, LaunchConfig};
+use smallvec::SmallVec;
 
 use crate::abi::*;
-use crate::mapping::{Entry, Found, Shadow, Table};
+use crate::mapping::{Entry, Found, Neighbours, Shadow};
 use crate::msg::{self, Loc, P};
 use crate::registry::{self, DevState};
 
@@ -75,17 +76,52 @@ pub enum Fail {
 /// Per-construct bookkeeping.
 #[derive(Default)]
 pub struct Ctx {
-    /// Keys (host begin) of entries created by this construct.
-    pub new_keys: Vec<u64>,
+    /// Host ranges `(begin, end)` of entries created by this construct
+    /// (an entry's key is its begin).
+    pub new_entries: SmallVec<[(u64, u64); 8]>,
     /// Deferred ATTACH entries: (pointer address, pointee begin, type).
     pub attaches: Vec<(u64, u64, i64)>,
     /// Device address found or created for each top-level argument of a
     /// `target` construct (`NO_TGT` = not known), so that the kernel
     /// arguments need no second lookup. Empty outside `target`.
-    pub arg_tgt: Vec<u64>,
+    pub arg_tgt: SmallVec<[u64; 16]>,
 }
 
 pub const NO_TGT: u64 = u64::MAX;
+
+/// Entries a `target exit data` (or the end of a region) removed, freed
+/// after all its map entries are processed (LLVM's order of messages).
+type Removals = SmallVec<[Removed; 16]>;
+
+/// What reporting and freeing a removed entry needs.
+struct Removed {
+    hst_begin: u64,
+    tgt_begin: u64,
+    tgt_alloc: u64,
+    size: u64,
+    name: usize,
+    owned: bool,
+}
+
+impl From<&Entry> for Removed {
+    fn from(e: &Entry) -> Removed {
+        Removed {
+            hst_begin: e.hst_begin,
+            tgt_begin: e.tgt_begin,
+            tgt_alloc: e.tgt_alloc,
+            size: e.size(),
+            name: e.name,
+            owned: e.owned,
+        }
+    }
+}
+
+impl Ctx {
+    /// Whether the entry with key `k` was created by this construct.
+    pub fn is_new(&self, k: u64) -> bool {
+        self.new_entries.iter().any(|&(b, _)| b == k)
+    }
+}
 
 // ------------------------------------------------------------ mappers
 
@@ -263,7 +299,7 @@ pub fn map_one(
     let implicit = t & IMPLICIT != 0;
     let hold = t & OMPX_HOLD != 0;
     let always = t & ALWAYS != 0;
-    let mut tbl = d.table_write();
+    let mut tbl = d.table(hp, size);
     let found = tbl.lookup(hp, size);
     match found {
         Some((k, f)) if f == Found::Contained || implicit => {
@@ -290,7 +326,7 @@ pub fn map_one(
             }
             let host_ptr = e.host_ptr;
             let ename = e.name;
-            let was_new = ctx.new_keys.contains(&k);
+            let was_new = ctx.is_new(k);
             if to && !host_ptr && size > 0 && (always || force_copy || was_new) {
                 let shadows = e.shadows.clone();
                 drop(tbl);
@@ -379,9 +415,14 @@ pub fn map_one(
                     ),
                 );
             }
-            tbl.insert(e);
+            if tbl.insert(e).is_err() {
+                // Only a range wrapping the address space gets here.
+                drop(tbl);
+                d.free_block(alloc, size + padding);
+                return Err(Fail::Other);
+            }
             drop(tbl);
-            ctx.new_keys.push(hp);
+            ctx.new_entries.push((hp, hp + size));
             if to && !copy_h2d(d, name, hp, tgt, size) {
                 return Err(Fail::Other);
             }
@@ -407,7 +448,7 @@ fn attach(d: &DevState, ptr_addr: u64, pointee_begin: u64, pointee_tgt: u64) {
     // SAFETY: `ptr_addr` is the host pointer variable being mapped.
     let host_value = unsafe { std::ptr::read_unaligned(ptr_addr as *const u64) };
     let tgt_value = pointee_tgt.wrapping_sub(pointee_begin.wrapping_sub(host_value));
-    let mut tbl = d.table_write();
+    let mut tbl = d.table(ptr_addr, 8);
     let Some((k, Found::Contained)) = tbl.lookup(ptr_addr, 8) else {
         return;
     };
@@ -496,11 +537,10 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
         let force_copy = member && !pao && {
             let p = parent_index(t).unwrap_or(usize::MAX);
             p < a.n && {
-                let tbl = d.table_read();
+                let tbl = d.table(a.begin(p), 0);
                 tbl.lookup(a.begin(p), 0)
                     .map(|(k, _)| {
-                        ctx.new_keys.contains(&k)
-                            || tbl.get(k).map(|e| e.total() == 1).unwrap_or(false)
+                        ctx.is_new(k) || tbl.get(k).map(|e| e.total() == 1).unwrap_or(false)
                     })
                     .unwrap_or(false)
             }
@@ -568,22 +608,20 @@ pub fn process_attaches(d: &DevState, ctx: &mut Ctx) {
     if ctx.attaches.is_empty() {
         return;
     }
-    let always_all = std::env::var_os("LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS").is_some();
+    static ALWAYS_ALL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let always_all = *ALWAYS_ALL
+        .get_or_init(|| std::env::var_os("LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS").is_some());
     let attaches = std::mem::take(&mut ctx.attaches);
     for (ptr_addr, pointee, t) in attaches {
-        if ctx.new_keys.is_empty() && !always_all && t & ALWAYS == 0 {
+        if ctx.new_entries.is_empty() && !always_all && t & ALWAYS == 0 {
             continue;
         }
-        let tbl = d.table_read();
         // Decide by address range first (LLVM: pointer or pointee inside an
         // allocation made by this construct); nothing is looked up or
         // printed otherwise.
         let in_new = |addr: u64, len: u64| {
-            ctx.new_keys.iter().any(|&k| {
-                tbl.get(k).is_some_and(|e| {
-                    addr >= e.hst_begin && addr.saturating_add(len.max(1)) <= e.hst_end
-                })
-            })
+            let end = addr.saturating_add(len.max(1));
+            ctx.new_entries.iter().any(|&(b, e)| addr >= b && end <= e)
         };
         if !(always_all || t & ALWAYS != 0 || in_new(ptr_addr, 8) || in_new(pointee, 0)) {
             continue;
@@ -600,25 +638,34 @@ pub fn process_attaches(d: &DevState, ctx: &mut Ctx) {
                 ),
             );
         };
-        let Some((ok, _)) = tbl.lookup(pointee, 0) else {
+        // One view at a time (never two locked together).
+        let pointee_entry = {
+            let tbl = d.table(pointee, 0);
+            tbl.lookup(pointee, 0).map(|(k, _)| {
+                let o = tbl.get(k).unwrap();
+                if info {
+                    line(o, pointee, 0);
+                }
+                (o.tgt_of(pointee), o.host_ptr)
+            })
+        };
+        let Some((tgt, pointee_on_host)) = pointee_entry else {
             continue;
         };
-        let o = tbl.get(ok).unwrap();
-        if info {
-            line(o, pointee, 0);
-        }
-        let Some((pk, Found::Contained)) = tbl.lookup(ptr_addr, 8) else {
-            continue;
+        let pointer_on_host = {
+            let tbl = d.table(ptr_addr, 8);
+            let Some((pk, Found::Contained)) = tbl.lookup(ptr_addr, 8) else {
+                continue;
+            };
+            let p = tbl.get(pk).unwrap();
+            if info {
+                line(p, ptr_addr, 8);
+            }
+            p.host_ptr
         };
-        let p = tbl.get(pk).unwrap();
-        if info {
-            line(p, ptr_addr, 8);
-        }
-        if o.host_ptr || p.host_ptr {
+        if pointee_on_host || pointer_on_host {
             continue;
         }
-        let tgt = o.tgt_of(pointee);
-        drop(tbl);
         attach(d, ptr_addr, pointee, tgt);
     }
 }
@@ -631,7 +678,7 @@ pub fn data_end(
     from_mapper: bool,
     check_present: bool,
 ) -> Result<(), Fail> {
-    let mut removals: Vec<Entry> = Vec::with_capacity(if from_mapper { 0 } else { a.n });
+    let mut removals = Removals::new();
     let r = data_end_inner(d, a, from_mapper, check_present, &mut removals);
     for e in removals {
         if msg::info_on(msg::INFO_MAPPING_CHANGED) {
@@ -641,13 +688,13 @@ pub fn data_end(
                     "Removing map entry with HstPtrBegin={}, TgtPtrBegin={}, Size={}, Name={}",
                     P(e.hst_begin),
                     P(e.tgt_begin),
-                    e.size(),
+                    e.size,
                     msg::name_of(e.name)
                 ),
             );
         }
         if e.owned {
-            d.free_block(e.tgt_alloc, e.tgt_begin - e.tgt_alloc + e.size());
+            d.free_block(e.tgt_alloc, e.tgt_begin - e.tgt_alloc + e.size);
         }
     }
     r
@@ -658,7 +705,7 @@ fn data_end_inner(
     a: &Args,
     from_mapper: bool,
     check_present: bool,
-    removals: &mut Vec<Entry>,
+    removals: &mut Removals,
 ) -> Result<(), Fail> {
     for i in (0..a.n).rev() {
         let t = a.ty(i);
@@ -668,7 +715,7 @@ fn data_end_inner(
         if a.mapper(i) != 0 {
             let mut o = run_mapper(a, i);
             let sub = o.args();
-            let mut rem = Vec::new();
+            let mut rem = Removals::new();
             let r = data_end_inner(d, &sub, true, check_present, &mut rem);
             removals.extend(rem);
             r?;
@@ -681,7 +728,7 @@ fn data_end_inner(
         let hold = t & OMPX_HOLD != 0;
         let delete = t & DELETE != 0;
         let update_ref = (!member || pao) && !(from_mapper && i == 0);
-        let mut tbl = d.table_write();
+        let mut tbl = d.table(hp, size);
         let key = match tbl.lookup(hp, size) {
             Some((k, Found::Contained)) => Some(k),
             Some((k, Found::Extends)) if t & IMPLICIT != 0 => Some(k),
@@ -742,7 +789,7 @@ fn data_end_inner(
             restore_shadows(&shadows, hp, size);
         }
         if let Some(e) = removed {
-            removals.push(e);
+            removals.push(Removed::from(&e));
         }
     }
     Ok(())
@@ -811,7 +858,7 @@ fn non_contig(
 
 fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<(), Fail> {
     let (tgt, shadows, host_ptr, name) = {
-        let tbl = d.table_read();
+        let tbl = d.table(hp, size);
         match tbl.lookup(hp, size) {
             Some((k, Found::Contained)) => {
                 let e = tbl.get(k).unwrap();
@@ -885,7 +932,7 @@ pub fn dump_table(d: &DevState, header: &str) {
 }
 
 fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &str)) {
-    let tbl: std::sync::RwLockReadGuard<'_, Table> = d.table_read();
+    let tbl = d.table_all();
     if tbl.is_empty() {
         out(d.id, "OpenMP Host-Device pointer mappings table empty");
         return;
@@ -895,7 +942,7 @@ fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &str))
         d.id,
         "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration",
     );
-    for e in tbl.map.values() {
+    for e in tbl.entries() {
         out(
             d.id,
             &format!(
@@ -1046,17 +1093,14 @@ fn required_alignment(p: u64) -> u64 {
 /// containing `[hp, hp+size)` or overlapping it from the left, else the next
 /// entry above, else the one below (lookupMapping's choice), else none.
 pub(crate) fn lookup_name(d: &DevState, hp: u64, size: u64) -> usize {
-    let tbl = d.table_read();
-    let left = tbl.map.range(..=hp).next_back();
+    let tbl = d.table_all();
+    let left = tbl.last_below(hp.saturating_add(1));
     if let Some((_, e)) = left {
         if hp < e.hst_end {
             return e.name;
         }
     }
-    let upper = tbl
-        .map
-        .range((std::ops::Bound::Excluded(hp), std::ops::Bound::Unbounded))
-        .next();
+    let upper = tbl.first_above(hp);
     let _ = size;
     upper.or(left).map(|(_, e)| e.name).unwrap_or(0)
 }
@@ -1076,7 +1120,7 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
         .1
         .wrapping_add(a.base(i).wrapping_sub(a.begin(parent)));
     let (value, name) = {
-        let tbl = d.table_read();
+        let tbl = d.table(hp_val, size);
         let Some((k, _)) = tbl.lookup(hp_val, size) else {
             return;
         };
@@ -1210,8 +1254,7 @@ pub fn target_kernel(
     };
     let mut ctx = Ctx::default();
     if a.n > 0 {
-        ctx.arg_tgt = vec![NO_TGT; a.n];
-        ctx.new_keys = Vec::with_capacity(a.n);
+        ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n];
         if let Err(f) = data_begin(d, &a, false, &mut ctx) {
             begin_fail_msgs(f);
             msg::error("Call to targetDataBegin failed, abort target.");
@@ -1312,7 +1355,7 @@ pub fn target_kernel(
             let hp = a.begin(i);
             let size = a.size(i).max(0) as u64;
             let off = a.base(i).wrapping_sub(hp);
-            let tbl = d.table_read();
+            let tbl = d.table(hp, size);
             let tgt = match tbl.lookup(hp, size) {
                 Some((k, f)) if f == Found::Contained || t & IMPLICIT != 0 => {
                     let e = tbl.get(k).unwrap();
