@@ -51,6 +51,9 @@ enum Command {
     Exec(exec::Args),
     /// Expose this machine's devices to remote clients over gRPC.
     Serve(serve::Args),
+    /// One session of `offload serve` (started by the server, not by hand).
+    #[command(hide = true)]
+    ServeWorker,
 }
 
 /// An error that asks for a specific exit status.
@@ -76,6 +79,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::LibDir(a) => lib_dir::run(a),
         Command::Exec(a) => exec::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::ServeWorker => serve::run_worker(),
     }
 }
 

@@ -34,6 +34,11 @@ pub struct Args {
     /// are refused (out of resources).
     #[arg(long)]
     max_session_memory: Option<u64>,
+    /// Run every session inside this process instead of one worker process
+    /// per session (no isolation between clients: one client's crashing
+    /// kernel takes every session down; for debugging).
+    #[arg(long)]
+    sessions_in_process: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -69,7 +74,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_session_memory: args.max_session_memory,
     };
     offload_server::validate(&options, args.listen).map_err(anyhow::Error::msg)?;
-    let runtime = Arc::new(offload_server::local_runtime());
+    let sessions = if args.sessions_in_process {
+        offload_server::Sessions::InProcess(Arc::new(offload_server::local_runtime()))
+    } else {
+        offload_server::Sessions::Workers(offload_server::WorkerCommand {
+            program: std::env::current_exe().context("locating the offload executable")?,
+            args: vec!["serve-worker".into()],
+        })
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -96,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         offload_server::serve(
             options,
-            runtime,
+            sessions,
             |addr| {
                 // Machine-readable line (tests parse it when using port 0).
                 println!("offload serve: listening on {addr}");
@@ -108,6 +120,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
     })
+}
+
+/// `offload serve-worker`: one session, on the control socket the server
+/// started this process with.
+pub fn run_worker() -> anyhow::Result<()> {
+    init_logging();
+    let control = offload_server::worker::control_socket_from_env().map_err(anyhow::Error::msg)?;
+    offload_server::worker::run(control).map_err(anyhow::Error::msg)
 }
 
 fn init_logging() {

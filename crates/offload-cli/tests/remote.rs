@@ -372,8 +372,9 @@ fn a_vanished_client_has_its_memory_freed() {
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
+        // The session's worker process reports what it freed as it exits.
         let log = server.log();
-        if log.contains("session closed") {
+        if log.contains("session closed") && log.contains("freed_allocations=") {
             assert!(log.contains("freed_allocations=3"), "{log}");
             break;
         }
@@ -584,9 +585,9 @@ fn build_openmp(dir: &Path, name: &str, source: &str) -> Option<PathBuf> {
 }
 
 /// An unmodified clang-22 OpenMP program, run on our libomptarget with only
-/// the remote plugin: its target region runs in the server process.
+/// the remote plugin: its target region runs in the session's worker process.
 #[test]
-fn openmp_target_regions_run_in_the_server_process() {
+fn openmp_target_regions_run_in_the_sessions_worker_process() {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = build_openmp(
         dir.path(),
@@ -635,10 +636,13 @@ int main(void) {
         .unwrap()
         .parse()
         .unwrap();
-    assert_eq!(
-        pid,
-        server.child.id(),
-        "the region ran in the server process"
+    // The region ran in the session's worker process: neither the client
+    // nor the supervisor.
+    assert_ne!(pid, server.child.id(), "the region ran in the supervisor");
+    assert!(
+        server.log().contains(&format!("worker_pid={pid}")),
+        "pid {pid} is not a session worker:\n{}",
+        server.log()
     );
     // Apart from the pid line, the output equals LLVM's local run.
     let llvm = Command::new(&exe)
@@ -831,25 +835,43 @@ fn forged_and_replayed_session_credentials_are_refused() {
         .build()
         .unwrap();
     let mine = io.block_on(async {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut raw = offload_proto::offload_client::OffloadClient::new(channel);
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr)).unwrap();
+        let channel = endpoint.connect().await.unwrap();
+        let mut main = offload_proto::offload_client::OffloadClient::new(channel);
         let hello = || offload_proto::HelloRequest {
             client: "forger".into(),
             protocol_version: offload_proto::PROTOCOL_VERSION,
         };
-        let mut stream = raw.hello(hello()).await.unwrap().into_inner();
-        let mine = stream.message().await.unwrap().unwrap().session;
+        let mut stream = main.hello(hello()).await.unwrap().into_inner();
+        let greeting = stream.message().await.unwrap().unwrap();
+        let mine = greeting.session;
         // `<public id>.<secret>`: 64 + 128 random bits, as hex.
         let (my_id, my_secret) = mine.split_once('.').expect("id.secret");
         assert_eq!((my_id.len(), my_secret.len()), (16, 32), "{mine}");
         assert!(mine.replace('.', "").bytes().all(|c| c.is_ascii_hexdigit()));
+        // Each session runs in its own process: session calls are refused
+        // on the main connection, taken on the session's own connection.
+        assert!(greeting.session_connection);
+        let on_main = alloc_as(&mut main, &mine).await.expect_err("alloc on main");
+        assert_eq!(
+            on_main.code(),
+            tonic::Code::FailedPrecondition,
+            "{on_main:?}"
+        );
+        let session_client = |id: String| {
+            let endpoint = endpoint.clone();
+            async move {
+                let channel = offload_plugin_remote::connect_session(&endpoint, &id)
+                    .await
+                    .expect("session connection");
+                offload_proto::offload_client::OffloadClient::new(channel)
+            }
+        };
+        let mut raw = session_client(my_id.to_string()).await;
         assert!(alloc_as(&mut raw, &mine).await.is_ok());
         // A second session gets an unrelated credential.
-        let mut other = raw.hello(hello()).await.unwrap().into_inner();
+        let mut other = main.hello(hello()).await.unwrap().into_inner();
         let second = other.message().await.unwrap().unwrap().session;
         assert_ne!(second.split_once('.').unwrap().1, my_secret);
         drop(other);
@@ -867,15 +889,24 @@ fn forged_and_replayed_session_credentials_are_refused() {
                 "old format",
             );
         }
-        // The victim's public id, alone, with our secret, with a zero secret.
-        refused(alloc_as(&mut raw, &victim_id).await, "public id alone");
+        // The victim's public id, alone, with our secret, with a zero secret:
+        // on our session's connection, and on a connection to the victim's
+        // own process (its public id is enough to reach it, not to use it).
+        let mut at_victim = session_client(victim_id.clone()).await;
+        for conn in [&mut raw, &mut at_victim] {
+            refused(alloc_as(conn, &victim_id).await, "public id alone");
+            refused(
+                alloc_as(conn, &format!("{victim_id}.{my_secret}")).await,
+                "public id with another session's secret",
+            );
+            refused(
+                alloc_as(conn, &format!("{victim_id}.{}", "0".repeat(32))).await,
+                "public id with a guessed secret",
+            );
+        }
         refused(
-            alloc_as(&mut raw, &format!("{victim_id}.{my_secret}")).await,
-            "public id with another session's secret",
-        );
-        refused(
-            alloc_as(&mut raw, &format!("{victim_id}.{}", "0".repeat(32))).await,
-            "public id with a guessed secret",
+            alloc_as(&mut at_victim, &mine).await,
+            "our credential at the victim's process",
         );
         // Replay: our own credential after our session closed.
         drop(stream);
@@ -892,7 +923,10 @@ fn forged_and_replayed_session_credentials_are_refused() {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        refused(alloc_as(&mut raw, &mine).await, "replayed credential");
+        refused(alloc_as(&mut at_victim, &mine).await, "replayed credential");
+        // Our session's process is gone, and with it its connection.
+        let gone = alloc_as(&mut raw, &mine).await.expect_err("closed session");
+        assert_ne!(gone.code(), tonic::Code::Ok);
         mine
     });
     // The victim's session and data are intact.
@@ -1137,4 +1171,153 @@ fn skip(why: &str) {
         "CI=true: cannot skip: {why}"
     );
     eprintln!("skipped: {why}");
+}
+
+/// Kernels and an image that attack their own server: read another
+/// session's address, exit, crash, crash while loading.
+fn hostile_images(dir: &Path) -> (Vec<u8>, Vec<u8>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let build = |name: &str, source: &str| {
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(&src, source).unwrap();
+        let out = dir.join(format!("{name}.so"));
+        let ok = Command::new("clang-22")
+            .args(["-O1", "-fPIC", "-shared", "-I"])
+            .arg(root.join("include"))
+            .arg("-o")
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "clang-22 failed on {name}.c");
+        std::fs::read(out).unwrap()
+    };
+    let kernels = build(
+        "hostile",
+        r#"#include "offload/host_kernel.h"
+#include <stdlib.h>
+#include <string.h>
+typedef struct { const unsigned char *from; unsigned char *to; uint32_t n; } peek_args;
+OFFLOAD_HOST_KERNEL(peek) {
+  const peek_args *p = args;
+  if (offload_global_id_x(item) == 0) memcpy(p->to, p->from, p->n);
+}
+typedef struct { int status; } quit_args;
+OFFLOAD_HOST_KERNEL(quit) { exit(((const quit_args *)args)->status); }
+"#,
+    );
+    let crashing = build(
+        "crashing",
+        r#"__attribute__((constructor)) static void boom(void) { *(volatile int *)8 = 1; }
+int unused;
+"#,
+    );
+    (kernels, crashing)
+}
+
+/// One session per process: a kernel that reads another session's device
+/// address never gets its data, and a kernel calling `exit()` or an image
+/// crashing in `dlopen` ends only its own session, with an error saying
+/// how; the victim's session and the server go on.
+#[test]
+fn sessions_are_contained_in_their_own_processes() {
+    if Command::new("clang-22").arg("--version").output().is_err() {
+        return skip("clang-22 not found");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (kernels, crashing) = hostile_images(dir.path());
+    let server = Server::start(None);
+    let victim = client(&server.addr, None);
+    let vdev = &victim.devices()[0];
+    let secret_data = vdev.alloc(64, AllocKind::Device).unwrap();
+    vdev.fill(secret_data, &[0xA5], 64).unwrap();
+    let victim_ok = || {
+        let mut back = [0u8; 64];
+        unsafe {
+            vdev.copy_from_device(back.as_mut_ptr(), secret_data, 64)
+                .unwrap()
+        };
+        assert_eq!(back, [0xA5; 64], "the victim's data changed");
+        let p = vdev.alloc(4096, AllocKind::Device).unwrap();
+        vdev.free(p).unwrap();
+    };
+
+    // A kernel reading the victim's address in another session.
+    {
+        let attacker = client(&server.addr, None);
+        let dev = &attacker.devices()[0];
+        let program = dev.load_program(&kernels).unwrap();
+        let peek = program.kernel("peek").unwrap();
+        let mine = dev.alloc(64, AllocKind::Device).unwrap();
+        dev.fill(mine, &[0], 64).unwrap();
+        #[repr(C)]
+        struct Peek {
+            from: u64,
+            to: u64,
+            n: u32,
+        }
+        let args = Peek {
+            from: secret_data.0,
+            to: mine.0,
+            n: 64,
+        };
+        let run = dev.launch(
+            &peek,
+            KernelArgs::Packed(packed(&args)),
+            &LaunchConfig::linear(1, 1),
+        );
+        match run {
+            // The address is nothing in the attacker's process, or its own
+            // memory: never the victim's bytes.
+            Ok(()) => {
+                let mut got = [0u8; 64];
+                unsafe { dev.copy_from_device(got.as_mut_ptr(), mine, 64).unwrap() };
+                assert_ne!(got, [0xA5; 64], "read another session's data");
+            }
+            Err(e) => assert!(e.message().contains("signal 11 (SIGSEGV)"), "{e}"),
+        }
+    }
+    victim_ok();
+
+    // A kernel calling exit(3).
+    {
+        let attacker = client(&server.addr, None);
+        let dev = &attacker.devices()[0];
+        let program = dev.load_program(&kernels).unwrap();
+        let quit = program.kernel("quit").unwrap();
+        let status: i32 = 3;
+        let e = dev
+            .launch(
+                &quit,
+                KernelArgs::Packed(packed(&status)),
+                &LaunchConfig::linear(1, 1),
+            )
+            .unwrap_err();
+        assert!(e.message().contains("exited with status 3"), "{e}");
+        // Later calls of that session say the same, at once.
+        let e = dev.alloc(64, AllocKind::Device).unwrap_err();
+        assert!(e.message().contains("exited with status 3"), "{e}");
+    }
+    victim_ok();
+
+    // An image whose constructor crashes inside dlopen.
+    {
+        let attacker = client(&server.addr, None);
+        let dev = &attacker.devices()[0];
+        let Err(e) = dev.load_program(&crashing) else {
+            panic!("a crashing image loaded");
+        };
+        assert!(e.message().contains("signal 11 (SIGSEGV)"), "{e}");
+    }
+    victim_ok();
+
+    // The server still opens sessions, and logged each worker's end.
+    let late = client(&server.addr, None);
+    let p = late.devices()[0].alloc(64, AllocKind::Device).unwrap();
+    late.devices()[0].free(p).unwrap();
+    let log = server.log();
+    assert!(log.contains("exited with status 3"), "{log}");
+    assert!(log.matches("signal 11 (SIGSEGV)").count() >= 1, "{log}");
+    vdev.free(secret_data).unwrap();
 }

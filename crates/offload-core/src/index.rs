@@ -9,7 +9,7 @@
 //! * Each range is a [`Slot`] whose liveness is an atomic. Blocks of the
 //!   caching allocator keep their slot while cached (not live), so a
 //!   map/unmap cycle flips a flag instead of inserting and removing.
-//! * The ranges are sharded by address (64 KiB granules, 16 shards): a range
+//! * The ranges are sharded by address (1 MiB granules, 16 shards): a range
 //!   is filed in every shard one of its granules maps to, so the shard of
 //!   any address inside it holds it; ranges never overlap, so the greatest
 //!   base at or below an address in that shard is the only candidate.
@@ -120,8 +120,11 @@ impl Slot {
 }
 
 const SHARDS: usize = 16;
-/// Ranges are filed under the 64 KiB granules they touch, modulo `SHARDS`.
-const GRANULE_SHIFT: u32 = 16;
+/// Ranges are filed under the 1 MiB granules they touch, modulo `SHARDS`:
+/// small enough that threads' allocations spread over the shards, large
+/// enough that a big allocation is filed in few of them (filing a range
+/// costs one insert per shard it touches).
+const GRANULE_SHIFT: u32 = 20;
 /// Slots a thread remembers (most recent last).
 const RECENT: usize = 8;
 

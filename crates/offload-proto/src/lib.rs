@@ -8,6 +8,7 @@ pub mod v1 {
 }
 
 pub mod data_channel;
+pub mod session_connection;
 
 pub use bytes::Bytes;
 pub use v1::*;

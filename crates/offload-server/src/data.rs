@@ -21,7 +21,7 @@
 //! no small piece waits for the peer's delayed ACK.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, IoSlice, Read, Write};
+use std::io::{BufReader, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
@@ -34,6 +34,15 @@ pub use offload_proto::data_channel::{HEADER_BYTES, OP_READ, OP_WRITE};
 const STAGING: usize = 1 << 20;
 
 type Sessions = Arc<Mutex<HashMap<String, Arc<Session>>>>;
+
+/// Where authenticated data connections go.
+#[derive(Clone)]
+pub(crate) enum Destination {
+    /// Sessions of this process: served here.
+    InProcess(Sessions),
+    /// Sessions in worker processes: the socket is handed to the worker.
+    Workers(Arc<crate::supervisor::Workers>),
+}
 
 /// Connections that have not yet named their session, at most: more are
 /// closed at once, so unauthenticated peers cannot pin threads.
@@ -53,7 +62,7 @@ fn handshake_timeout() -> std::time::Duration {
 }
 
 /// Accept data connections on `listener` until the process ends.
-pub fn spawn(listener: TcpListener, sessions: Sessions) {
+pub(crate) fn spawn(listener: TcpListener, destination: Destination) {
     let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("offload-data-accept".into())
@@ -65,12 +74,12 @@ pub fn spawn(listener: TcpListener, sessions: Sessions) {
                     tracing::warn!(peer = ?stream.peer_addr().ok(), "data connection refused: too many unauthenticated connections");
                     continue;
                 }
-                let sessions = sessions.clone();
+                let destination = destination.clone();
                 let counter = pending.clone();
                 let spawned = std::thread::Builder::new()
                     .name("offload-data".into())
                     .spawn(move || {
-                        if let Err(e) = serve_connection(stream, &sessions, &counter) {
+                        if let Err(e) = serve_connection(stream, &destination, &counter) {
                             tracing::debug!(error = %e, "data connection ended");
                         }
                     });
@@ -124,30 +133,71 @@ impl Drop for Pending<'_> {
 
 fn serve_connection(
     stream: TcpStream,
-    sessions: &Sessions,
+    destination: &Destination,
     pending: &std::sync::atomic::AtomicUsize,
 ) -> std::io::Result<()> {
     let mut unauthenticated = Pending(Some(pending));
     stream.set_nodelay(true)?;
     // A peer that does not name its session in time is dropped.
     stream.set_read_timeout(Some(handshake_timeout()))?;
-    let mut reader = BufReader::with_capacity(64 << 10, stream.try_clone()?);
-    let mut writer = stream;
-    let mut line = String::new();
-    // The secret line is short; refuse anything long.
-    (&mut reader).take(256).read_line(&mut line)?;
-    let Some(session) = find_session(sessions, line.trim()) else {
+    let secret = read_secret_line(&stream)?;
+    let refuse = |mut w: &TcpStream| {
         send_status(
-            &mut writer,
+            &mut w,
             Err(Error::invalid_argument(
                 "data channel: unknown session secret",
             )),
-        )?;
-        return Ok(());
+        )
     };
-    unauthenticated.done();
+    match destination {
+        Destination::InProcess(sessions) => {
+            let Some(session) = find_session(sessions, &secret) else {
+                return refuse(&stream);
+            };
+            unauthenticated.done();
+            serve_authenticated(stream, &session, || still_open(sessions, &session))
+        }
+        Destination::Workers(workers) => {
+            if workers.hand_data_connection(&secret, &stream) {
+                Ok(())
+            } else {
+                refuse(&stream)
+            }
+        }
+    }
+}
+
+/// The secret line, read byte by byte: nothing after it may be consumed
+/// here (the connection may go to another process, and the client sends
+/// its first request right behind the line).
+fn read_secret_line(mut stream: &TcpStream) -> std::io::Result<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    // The secret line is short; refuse anything long.
+    while line.len() < 256 {
+        if stream.read(&mut byte)? == 0 {
+            break;
+        }
+        if byte[0] == b'\n' {
+            break;
+        }
+        line.push(byte[0]);
+    }
+    Ok(String::from_utf8_lossy(&line).trim().to_string())
+}
+
+/// Serve copies for `session` on an authenticated connection until the
+/// client closes it or `still_open` says the session is gone.
+pub(crate) fn serve_authenticated(
+    stream: TcpStream,
+    session: &Session,
+    still_open: impl Fn() -> bool,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
     // Authenticated: copies may be far apart; the session's end closes it.
-    writer.set_read_timeout(None)?;
+    stream.set_read_timeout(None)?;
+    let mut reader = BufReader::with_capacity(64 << 10, stream.try_clone()?);
+    let mut writer = stream;
     tracing::debug!(session = %session.id, "data connection opened");
     let mut staging = Vec::new();
     loop {
@@ -157,7 +207,7 @@ fn serve_connection(
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         }
-        if !still_open(sessions, &session) {
+        if !still_open() {
             return Ok(());
         }
         let op = u32::from_le_bytes(hdr[0..4].try_into().unwrap());
@@ -166,10 +216,10 @@ fn serve_connection(
         let len = u64::from_le_bytes(hdr[16..24].try_into().unwrap());
         match op {
             OP_WRITE => {
-                let result = receive(&session, device, addr, len, &mut reader, &mut staging)?;
+                let result = receive(session, device, addr, len, &mut reader, &mut staging)?;
                 send_status(&mut writer, result)?;
             }
-            OP_READ => send(&session, device, addr, len, &mut writer, &mut staging)?,
+            OP_READ => send(session, device, addr, len, &mut writer, &mut staging)?,
             _ => {
                 send_status(
                     &mut writer,

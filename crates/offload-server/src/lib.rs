@@ -1,12 +1,13 @@
 //! `offload serve`: this machine's devices over gRPC.
 //!
-//! * Every client connection opens a **session** (the Hello stream). The
-//!   server checks every device address a client names against the session's
-//!   own allocations and program globals, so a client can never read, write
-//!   or free another's memory; when the Hello stream ends (the client exits,
-//!   crashes or its connection drops) the session's memory and programs are
-//!   freed. Loaded images are native code: a kernel can do anything the
-//!   server process can, so serve only clients you trust to run code.
+//! * Every client connection opens a **session** (the Hello stream). With
+//!   [`Sessions::Workers`] (what `offload serve` uses) each session runs in
+//!   its own worker process ([`worker`]), started and watched by the
+//!   supervisor (`supervisor` module): a kernel that crashes, exits or reads
+//!   wild addresses ends only its session. Inside a session the server also
+//!   checks every device address a client names against the session's own
+//!   allocations and program globals; when the Hello stream ends the
+//!   session's memory and programs are freed (its worker exits).
 //! * A shared-secret **token** (`OFFLOAD_REMOTE_TOKEN` or `--token-file`) is
 //!   checked on every call. A session is named by an unguessable credential
 //!   (a public selector plus 128 random bits from the OS), compared in
@@ -15,9 +16,13 @@
 //! * Logs are structured (`tracing`): one line per session event.
 
 mod data;
+mod fdpass;
+mod incoming;
 mod secret;
 mod service;
 mod session;
+mod supervisor;
+pub mod worker;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +32,24 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 pub use service::{Service, ERRC_HEADER};
+pub use supervisor::WorkerCommand;
+
+/// Where the sessions of a server run.
+pub enum Sessions {
+    /// In the serving process, on these devices (one address space for
+    /// every client: for tests and trusted setups).
+    InProcess(Arc<Runtime>),
+    /// Each in its own worker process started with this command (what
+    /// `offload serve` does): a session's crash or wild kernel reaches no
+    /// other session.
+    Workers(WorkerCommand),
+}
+
+impl From<Arc<Runtime>> for Sessions {
+    fn from(runtime: Arc<Runtime>) -> Self {
+        Sessions::InProcess(runtime)
+    }
+}
 
 /// Largest gRPC message either side accepts (chunks are smaller).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
@@ -55,6 +78,26 @@ pub struct ServeOptions {
     pub max_session_memory: Option<u64>,
 }
 
+/// The gRPC server settings both the main server and session workers use.
+pub(crate) fn grpc_server_builder() -> Server {
+    Server::builder()
+        // Large HTTP/2 windows: bulk copies must not stall on flow control.
+        .initial_stream_window_size(Some(WINDOW_BYTES))
+        .initial_connection_window_size(Some(2 * WINDOW_BYTES))
+        .max_frame_size(Some(FRAME_BYTES))
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+}
+
+/// The service with the message size limits.
+pub(crate) fn offload_service(
+    service: Service,
+) -> offload_proto::offload_server::OffloadServer<Service> {
+    offload_proto::offload_server::OffloadServer::new(service)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
 /// How long calls in flight may run on after a shutdown signal.
 const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -81,7 +124,7 @@ pub fn validate(options: &ServeOptions, addr: SocketAddr) -> Result<(), String> 
 /// actual address (useful with port 0).
 pub async fn serve(
     options: ServeOptions,
-    runtime: Arc<Runtime>,
+    sessions: impl Into<Sessions>,
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -93,7 +136,7 @@ pub async fn serve(
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let devices = runtime.devices().len();
+    let sessions = sessions.into();
     // The bulk-data side channel (plain TCP: not offered under TLS).
     let data_listener = if options.tls.is_none() {
         let data_addr = options
@@ -114,41 +157,69 @@ pub async fn serve(
     // Shutdown: the signal stops accepting and ends every session stream;
     // calls in flight get DRAIN_GRACE to finish.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let service = Service::new(runtime, options.token.clone(), data_port)
+    let limits = service::Limits {
+        max_sessions: options.max_sessions,
+        max_session_memory: options.max_session_memory,
+    };
+    let (service, workers) = match sessions {
+        Sessions::InProcess(runtime) => {
+            tracing::info!(
+                devices = runtime.devices().len(),
+                "sessions run in this process"
+            );
+            (
+                Service::new(runtime, options.token.clone(), data_port),
+                None,
+            )
+        }
+        Sessions::Workers(command) => {
+            tracing::info!(worker = %command.program.display(), "each session runs in its own process");
+            let workers = Arc::new(supervisor::Workers::new(
+                command,
+                options.token.clone(),
+                options.tls.clone(),
+            ));
+            let service = Service::supervisor(workers.clone(), options.token.clone(), data_port);
+            (service, Some(workers))
+        }
+    };
+    let service = service
         .stop_sessions_on(stop_rx.clone())
-        .with_limits(service::Limits {
-            max_sessions: options.max_sessions,
-            max_session_memory: options.max_session_memory,
-        });
+        .with_limits(limits);
     if let Some(listener) = data_listener {
-        data::spawn(listener, service.sessions());
+        let destination = match &workers {
+            Some(w) => data::Destination::Workers(w.clone()),
+            None => data::Destination::InProcess(service.sessions()),
+        };
+        data::spawn(listener, destination);
     }
-    let svc = offload_proto::offload_server::OffloadServer::new(service)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    // `tcp_nodelay` of the builder applies only to listeners it binds
-    // itself: the incoming stream sets it on every accepted socket (without
-    // it a reply that leaves in pieces waits for the peer's delayed ACK).
-    let mut builder = Server::builder()
-        // Large HTTP/2 windows: bulk copies must not stall on flow control.
-        .initial_stream_window_size(Some(WINDOW_BYTES))
-        .initial_connection_window_size(Some(2 * WINDOW_BYTES))
-        .max_frame_size(Some(FRAME_BYTES))
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
-        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)));
+    let svc = offload_service(service);
+    let mut builder = grpc_server_builder();
     if let Some((cert, key)) = &options.tls {
         builder =
             builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
     }
-    tracing::info!(%bound, devices, tls = options.tls.is_some(), token = options.token.is_some(), "offload server listening");
+    tracing::info!(%bound, tls = options.tls.is_some(), token = options.token.is_some(), "offload server listening");
     on_bound(bound);
     let signal = async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     };
-    let serving = builder
-        .add_service(svc)
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
+    let router = builder.add_service(svc);
+    // `tcp_nodelay` of the builder applies only to listeners it binds
+    // itself: the incoming streams set it on every accepted socket (without
+    // it a reply that leaves in pieces waits for the peer's delayed ACK).
+    let serving: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
+    > = match workers {
+        Some(workers) => Box::pin(
+            router.serve_with_incoming_shutdown(incoming::route(listener, workers), signal),
+        ),
+        None => Box::pin(router.serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            signal,
+        )),
+    };
     let mut stopping = stop_rx;
     let grace = async move {
         let _ = stopping.wait_for(|s| *s).await;

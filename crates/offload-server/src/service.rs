@@ -23,7 +23,7 @@ use crate::session::{Session, ShippedImage};
 pub const ERRC_HEADER: &str = "x-offload-errc";
 
 pub struct Service {
-    runtime: Arc<Runtime>,
+    mode: Mode,
     /// Port of the bulk-data listener (0 = none).
     data_port: u16,
     token: Option<String>,
@@ -32,6 +32,19 @@ pub struct Service {
     /// Turns true when the server shuts down: session streams end.
     stopping: tokio::sync::watch::Receiver<bool>,
     limits: Limits,
+}
+
+/// Where sessions live.
+enum Mode {
+    /// In this process, sharing its devices (tests; `offload serve
+    /// --sessions-in-process`).
+    InProcess(Arc<Runtime>),
+    /// This process is one session's worker: it serves that session's
+    /// calls; Hello is the supervisor's.
+    Worker,
+    /// In worker processes, one per session: this process says Hello and
+    /// hands each session its sockets.
+    Supervisor(Arc<crate::supervisor::Workers>),
 }
 
 /// Per-server limits (`offload serve --max-sessions`, `--max-session-memory`).
@@ -54,16 +67,44 @@ impl Service {
     }
 
     pub fn new(runtime: Arc<Runtime>, token: Option<String>, data_port: u16) -> Self {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        Self::with_mode(Mode::InProcess(runtime), token, data_port)
+    }
+
+    fn with_mode(mode: Mode, token: Option<String>, data_port: u16) -> Self {
         Service {
-            runtime,
+            mode,
             data_port,
             token,
             sessions: Default::default(),
-            server_name: format!("{} (pid {})", host.trim(), std::process::id()),
+            server_name: server_name(),
             stopping: tokio::sync::watch::channel(false).1,
             limits: Limits::default(),
         }
+    }
+
+    /// The service of a session's worker process: `session` is the only
+    /// one it serves.
+    pub(crate) fn for_worker(
+        runtime: Arc<Runtime>,
+        token: Option<String>,
+        session: Arc<Session>,
+    ) -> Self {
+        drop(runtime);
+        let s = Self::with_mode(Mode::Worker, token, 0);
+        s.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.id.clone(), session);
+        s
+    }
+
+    /// The supervisor's service: Ping and Hello; sessions run in `workers`.
+    pub(crate) fn supervisor(
+        workers: Arc<crate::supervisor::Workers>,
+        token: Option<String>,
+        data_port: u16,
+    ) -> Self {
+        Self::with_mode(Mode::Supervisor(workers), token, data_port)
     }
 
     pub fn sessions(&self) -> Arc<Mutex<HashMap<String, Arc<Session>>>> {
@@ -92,6 +133,11 @@ impl Service {
     /// compared in constant time. Refusals never echo the credential.
     fn session<T>(&self, req: &Request<T>) -> Result<Arc<Session>, Status> {
         self.authorize(req)?;
+        if let Mode::Supervisor(_) = self.mode {
+            return Err(Status::failed_precondition(
+                "offload server: sessions run in their own processes here; send session calls on the session connection (HelloEvent.session_connection)",
+            ));
+        }
         let credential = req
             .metadata()
             .get(SESSION_HEADER)
@@ -114,6 +160,117 @@ impl Service {
         match session {
             Some(s) if s.secret_matches(secret) => Ok(s),
             _ => Err(refused()),
+        }
+    }
+}
+
+/// How this server names itself to clients: host name and process id.
+pub(crate) fn server_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{} (pid {})", host.trim(), std::process::id())
+}
+
+impl Service {
+    /// Hello on a supervisor: start the session's worker process and keep
+    /// the stream open while it runs. Its end (crash, exit) ends the stream
+    /// with a status saying how; the client going away ends the worker.
+    async fn hello_supervised(
+        &self,
+        workers: Arc<crate::supervisor::Workers>,
+        peer: String,
+        hello: HelloRequest,
+    ) -> R<BoxStream<HelloEvent>> {
+        if let Some(max) = self.limits.max_sessions {
+            if workers.len() >= max {
+                tracing::warn!(%peer, max, "session refused: server full");
+                return Err(Status::resource_exhausted(format!(
+                    "offload server: {max} sessions open, the most it serves (offload serve --max-sessions); try again later"
+                )));
+            }
+        }
+        let started = std::time::Instant::now();
+        let (worker, mut greeting) = workers
+            .start(hello.client.clone(), self.limits.max_session_memory)
+            .await
+            .map_err(|e| {
+                tracing::error!(%peer, error = %e, "session refused: no worker");
+                Status::unavailable(format!("offload server: cannot start the session: {e}"))
+            })?;
+        info!(session = %worker.id, client = %hello.client, %peer, worker_pid = worker.pid, start_us = started.elapsed().as_micros() as u64, "session opened");
+        greeting.session = worker.credential();
+        greeting.protocol_version = PROTOCOL_VERSION;
+        greeting.session_connection = true;
+        greeting.data_port = self.data_port as u32;
+        greeting.data_secret = if self.data_port != 0 {
+            worker.data_secret().to_string()
+        } else {
+            String::new()
+        };
+        let mut stopping = self.stopping.clone();
+        let stopped = Box::pin(async move {
+            if stopping.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        });
+        let ended = Box::pin(worker.ended());
+        Ok(Response::new(Box::pin(SupervisedStream {
+            greeting: Some(greeting),
+            guard: WorkerGuard {
+                worker,
+                workers,
+                client: hello.client,
+            },
+            stopped,
+            ended,
+            done: false,
+        })))
+    }
+}
+
+/// A supervised session's Hello stream.
+struct SupervisedStream {
+    greeting: Option<HelloEvent>,
+    guard: WorkerGuard,
+    stopped: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    /// Resolves with how the worker process ended.
+    ended: Pin<Box<dyn std::future::Future<Output = String> + Send>>,
+    done: bool,
+}
+
+struct WorkerGuard {
+    worker: Arc<crate::supervisor::Worker>,
+    workers: Arc<crate::supervisor::Workers>,
+    client: String,
+}
+
+impl Drop for WorkerGuard {
+    fn drop(&mut self) {
+        self.workers.close(&self.worker);
+        info!(session = %self.worker.id, client = %self.client, "session closed");
+    }
+}
+
+impl Stream for SupervisedStream {
+    type Item = Result<HelloEvent, Status>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if let Some(g) = self.greeting.take() {
+            return Poll::Ready(Some(Ok(g)));
+        }
+        if let Poll::Ready(how) = self.ended.as_mut().poll(cx) {
+            self.done = true;
+            let id = self.guard.worker.id.clone();
+            tracing::warn!(session = %id, pid = self.guard.worker.pid, worker = %how, "session worker ended; session closed");
+            return Poll::Ready(Some(Err(Status::aborted(format!(
+                "offload server: the session's process (pid {}) {how}; the session is closed (a kernel or image of this session crashed or exited)",
+                self.guard.worker.pid
+            )))));
+        }
+        match self.stopped.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -180,7 +337,7 @@ impl Stream for SessionStream {
     }
 }
 
-fn device_desc(d: &offload_core::Device) -> DeviceDesc {
+pub(crate) fn device_desc(d: &offload_core::Device) -> DeviceDesc {
     let i = d.info();
     DeviceDesc {
         id: d.id() as u32,
@@ -269,6 +426,17 @@ impl Offload for Service {
                 hello.protocol_version
             )));
         }
+        let runtime = match &self.mode {
+            Mode::InProcess(runtime) => runtime.clone(),
+            Mode::Supervisor(workers) => {
+                return self.hello_supervised(workers.clone(), peer, hello).await;
+            }
+            Mode::Worker => {
+                return Err(Status::failed_precondition(
+                    "offload server: a session connection serves its session; Hello goes to the server's main connection",
+                ));
+            }
+        };
         let session = {
             let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(max) = self.limits.max_sessions {
@@ -283,7 +451,7 @@ impl Offload for Service {
             loop {
                 let s = Arc::new(Session::with_quota(
                     hello.client.clone(),
-                    self.runtime.clone(),
+                    runtime.clone(),
                     self.limits.max_session_memory,
                 ));
                 if !sessions.contains_key(&s.id) {
@@ -304,12 +472,8 @@ impl Offload for Service {
             session: session.credential(),
             server: self.server_name.clone(),
             protocol_version: PROTOCOL_VERSION,
-            devices: self
-                .runtime
-                .devices()
-                .iter()
-                .map(|d| device_desc(d))
-                .collect(),
+            devices: runtime.devices().iter().map(|d| device_desc(d)).collect(),
+            session_connection: false,
         };
         let guard = SessionGuard {
             session,

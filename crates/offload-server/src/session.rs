@@ -58,6 +58,14 @@ struct State {
     kernels: HashMap<u64, (u32, u64, Arc<offload_core::Kernel>)>,
 }
 
+/// What names a session: the public id, the secret completing the call
+/// credential (`<id>.<secret>`) and the bulk-data secret.
+pub struct Credentials {
+    pub id: String,
+    pub secret: String,
+    pub data_secret: String,
+}
+
 /// One client's session.
 pub struct Session {
     /// Public selector: names the session in logs and in the server's map
@@ -92,11 +100,27 @@ impl Session {
 
     /// A session that may hold at most `quota` bytes of device memory.
     pub fn with_quota(client: String, runtime: Arc<Runtime>, quota: Option<u64>) -> Self {
-        Session {
+        let credentials = Credentials {
             id: random_hex(8),
             secret: random_hex(16),
-            client,
             data_secret: random_hex(32),
+        };
+        Self::with_credentials(credentials, client, runtime, quota)
+    }
+
+    /// A session named by credentials made elsewhere (a worker process's
+    /// session, named by the supervisor).
+    pub fn with_credentials(
+        credentials: Credentials,
+        client: String,
+        runtime: Arc<Runtime>,
+        quota: Option<u64>,
+    ) -> Self {
+        Session {
+            id: credentials.id,
+            secret: credentials.secret,
+            client,
+            data_secret: credentials.data_secret,
             // Distinct from the runtime's own owners (small numbers).
             owner: Owner(1 << 63 | next_id()),
             quota,

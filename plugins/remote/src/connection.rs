@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use offload_core::{Config, Error, ErrorCode, Result};
 use offload_proto::offload_client::OffloadClient;
-use offload_proto::{HelloEvent, HelloRequest, PROTOCOL_VERSION, SESSION_HEADER};
+use offload_proto::{
+    session_connection, HelloEvent, HelloRequest, PROTOCOL_VERSION, SESSION_HEADER,
+};
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -84,6 +86,9 @@ pub struct Connection {
     pub server: String,
     pub hello: HelloEvent,
     alive: Arc<AtomicBool>,
+    /// Why the session ended, once it has (the server's last word on the
+    /// Hello stream, e.g. how the session's worker process died).
+    ended: Arc<std::sync::Mutex<Option<String>>>,
     pub timeout: Duration,
     pub chunk_size: usize,
     /// Bulk-data side channel, when the server offers one.
@@ -202,6 +207,7 @@ impl Connection {
             None => None,
         };
         let addr_owned = addr.to_string();
+        let session_endpoint = endpoint.clone();
         block_on(async move {
             let channel = tokio::time::timeout(timeout, endpoint.connect())
                 .await
@@ -234,17 +240,19 @@ impl Connection {
                 .map_err(|s| rpc_error(&addr_owned, "hello", s))?
                 .ok_or_else(|| fail("hello", &"server closed the session at once"))?;
             let alive = Arc::new(AtomicBool::new(true));
+            let ended = Arc::new(std::sync::Mutex::new(None));
             // The session lives as long as this stream: watch it.
-            let watch = alive.clone();
+            let (watch, why) = (alive.clone(), ended.clone());
             let who = addr_owned.clone();
             tokio::spawn(async move {
                 let end = loop {
                     match stream.message().await {
                         Ok(Some(_)) => continue,
-                        Ok(None) => break "closed the session".to_string(),
+                        Ok(None) => break "the server closed the session".to_string(),
                         Err(e) => break e.message().to_string(),
                     }
                 };
+                *why.lock().unwrap_or_else(|e| e.into_inner()) = Some(end.clone());
                 watch.store(false, Ordering::SeqCst);
                 tracing::warn!(server = %who, reason = %end, "remote server connection lost");
             });
@@ -252,6 +260,17 @@ impl Connection {
                 .session
                 .parse()
                 .map_err(|_| fail("hello", &"bad session id"))?;
+            // A server running the session in its own process takes the
+            // session's calls on a second connection that names the session.
+            let channel = if first.session_connection {
+                let id = first.session.split('.').next().unwrap_or_default();
+                tokio::time::timeout(timeout, connect_session(&session_endpoint, id))
+                    .await
+                    .map_err(|_| fail("session connection", &"timed out"))?
+                    .map_err(|e| fail("session connection", &e))?
+            } else {
+                channel
+            };
             let client = OffloadClient::with_interceptor(
                 channel,
                 Auth {
@@ -280,6 +299,7 @@ impl Connection {
                 server: first.server.clone(),
                 hello: first,
                 alive,
+                ended,
                 timeout,
                 chunk_size: config.remote_chunk_size,
                 data,
@@ -296,14 +316,34 @@ impl Connection {
         if self.is_alive() {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorCode::BackendFailure,
-                format!(
-                    "remote server {}: {what}: the server is gone (connection lost)",
-                    self.addr
-                ),
-            ))
+            Err(self.gone(what))
         }
+    }
+
+    /// The error for a call after the session ended, saying why.
+    pub fn gone(&self, what: &str) -> Error {
+        let why = self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let why = why.unwrap_or_else(|| "connection lost".to_string());
+        Error::new(
+            ErrorCode::BackendFailure,
+            format!(
+                "remote server {}: {what}: the session is gone ({why})",
+                self.addr
+            ),
+        )
+    }
+
+    /// After a call failed for want of a connection: the session's end, if
+    /// the server reported one in time (a worker's crash closes the call's
+    /// connection a moment before the Hello stream says why).
+    pub(crate) async fn end_of_session(&self, what: &str) -> Option<Error> {
+        for _ in 0..20 {
+            if !self.is_alive() {
+                return Some(self.gone(what));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
     }
 
     /// A unary call with the connection's timeout.
@@ -320,6 +360,10 @@ impl Connection {
         block_on(async move {
             match tokio::time::timeout(timeout, fut).await {
                 Ok(Ok(r)) => Ok(r.into_inner()),
+                Ok(Err(s)) if connection_lost(&s) => match self.end_of_session(what).await {
+                    Some(e) => Err(e),
+                    None => Err(rpc_error(&self.addr, what, s)),
+                },
                 Ok(Err(s)) => Err(rpc_error(&self.addr, what, s)),
                 Err(_) => Err(Error::new(
                     ErrorCode::BackendFailure,
@@ -332,6 +376,56 @@ impl Connection {
             }
         })
     }
+}
+
+/// Whether a call failed because its connection went away.
+pub fn connection_lost(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
+    )
+}
+
+/// A channel to the process of session `public_id` (the part of the
+/// session credential before the dot) on a server that runs each session
+/// in its own process (`HelloEvent.session_connection`).
+pub async fn connect_session(
+    endpoint: &Endpoint,
+    public_id: &str,
+) -> std::result::Result<Channel, String> {
+    let preamble = session_connection::preamble(public_id)
+        .ok_or_else(|| format!("'{public_id}' is not a session id"))?;
+    endpoint
+        .connect_with_connector(tower::service_fn(move |uri: tonic::transport::Uri| {
+            open_session_socket(uri, preamble)
+        }))
+        .await
+        .map_err(|e| error_chain(&e))
+}
+
+/// Connect to the server for a session connection: TCP (no delay), then
+/// the preamble naming the session; gRPC (or TLS) follows on the socket.
+async fn open_session_socket(
+    uri: tonic::transport::Uri,
+    preamble: [u8; session_connection::PREAMBLE_BYTES],
+) -> std::io::Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>> {
+    use tokio::io::AsyncWriteExt;
+    let host = uri
+        .host()
+        .ok_or_else(|| std::io::Error::other("address without a host"))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let default_port = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let port = uri.port_u16().unwrap_or(default_port);
+    let mut stream = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    stream.set_nodelay(true)?;
+    stream.write_all(&preamble).await?;
+    Ok(hyper_util::rt::TokioIo::new(stream))
 }
 
 /// An error with its causes: transport errors hide the useful part there.

@@ -27,7 +27,7 @@ use offload_core::plugin::{self, Plugin};
 use offload_core::{Config, Error, PluginEntry, Result};
 use offload_proto::{RegisterBinaryRequest, UnregisterBinaryRequest};
 
-pub use connection::Connection;
+pub use connection::{connect_session, Connection};
 pub use device::RemoteDevice;
 
 /// The plugin's entry for [`offload_core::Runtime::new`].

@@ -63,8 +63,10 @@ impl RemoteQueue {
         let mut client = conn.client.clone();
         let sh = shared.clone();
         let addr = conn.addr.clone();
+        let weak = Arc::downgrade(&conn);
         io_runtime().spawn(async move {
-            let end = match client
+            let mut lost = false;
+            let mut end = match client
                 .queue(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
                 .await
             {
@@ -100,15 +102,27 @@ impl RemoteQueue {
                                 sh.cv.notify_all();
                             }
                             Ok(None) => {
+                                lost = true;
                                 break Error::backend(format!(
                                     "remote server {addr}: queue closed by the server"
-                                ))
+                                ));
                             }
-                            Err(s) => break rpc_error(&addr, "queue", s),
+                            Err(s) => {
+                                lost = crate::connection::connection_lost(&s);
+                                break rpc_error(&addr, "queue", s);
+                            }
                         }
                     }
                 }
             };
+            // The session's end says why better than the torn stream.
+            if lost {
+                if let Some(conn) = weak.upgrade() {
+                    if let Some(e) = conn.end_of_session("queue").await {
+                        end = e;
+                    }
+                }
+            }
             sh.lock().broken = Some(end);
             sh.cv.notify_all();
         });
@@ -168,10 +182,7 @@ fn wait(shared: &Shared, conn: &Connection, ticket: u64) -> Result<()> {
             return Err(e.clone());
         }
         if !conn.is_alive() {
-            return Err(Error::backend(format!(
-                "remote server {}: the server is gone (connection lost)",
-                conn.addr
-            )));
+            return Err(conn.gone("queue"));
         }
         p = shared
             .cv

@@ -1,0 +1,88 @@
+//! The supervisor's gRPC port: every accepted connection is either a
+//! client's main connection (HTTP/2 or TLS: served here) or a session
+//! connection (it starts with the session preamble: handed to the
+//! session's worker). One byte, peeked, tells them apart.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use offload_proto::session_connection::{parse, MAGIC, PREAMBLE_BYTES};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::supervisor::Workers;
+
+/// Connections whose first bytes have not arrived yet, at most; more are
+/// closed at accept, so silent peers cannot pile up.
+const MAX_PENDING: usize = 256;
+
+/// How long a new connection has to send its first bytes (a real client
+/// sends its HTTP/2 preface, TLS hello or preamble at once).
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accept on `listener`; yield the connections this process serves.
+pub(crate) fn route(
+    listener: TcpListener,
+    workers: Arc<Workers>,
+) -> ReceiverStream<std::io::Result<TcpStream>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let pending = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+                // The server stopped taking connections.
+                _ = tx.closed() => return,
+            };
+            if pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING {
+                pending.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!(peer = ?stream.peer_addr().ok(), "connection refused: too many connections that sent nothing yet");
+                continue;
+            }
+            let (tx, workers, pending) = (tx.clone(), workers.clone(), pending.clone());
+            tokio::spawn(async move {
+                let routed =
+                    tokio::time::timeout(FIRST_BYTES_TIMEOUT, sort(stream, &workers)).await;
+                pending.fetch_sub(1, Ordering::AcqRel);
+                if let Ok(Some(ours)) = routed {
+                    let _ = tx.send(Ok(ours)).await;
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// A connection for this process, or None (handed over or dropped).
+async fn sort(mut stream: TcpStream, workers: &Workers) -> Option<TcpStream> {
+    let _ = stream.set_nodelay(true);
+    let mut first = [0u8; 1];
+    if stream.peek(&mut first).await.ok()? == 0 {
+        return None;
+    }
+    if first[0] != MAGIC[0] {
+        return Some(stream);
+    }
+    let peer = stream.peer_addr().ok();
+    let mut preamble = [0u8; PREAMBLE_BYTES];
+    stream.read_exact(&mut preamble).await.ok()?;
+    let Some(id) = parse(&preamble) else {
+        tracing::warn!(?peer, "connection refused: bad session preamble");
+        return None;
+    };
+    let id = id.to_string();
+    let std_stream = stream.into_std().ok()?;
+    if !workers.hand_session_connection(&id, &std_stream) {
+        tracing::warn!(?peer, session = %id, "session connection refused: no such session");
+    }
+    None
+}

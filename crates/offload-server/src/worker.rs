@@ -1,0 +1,192 @@
+//! A session's worker process (`offload serve-worker`, started by the
+//! supervisor in [`crate::supervisor`]).
+//!
+//! The worker opens the devices, serves exactly one session and exits when
+//! the supervisor closes its control socket (the client went away, or the
+//! server stops). Everything the client loads and runs stays in this
+//! process: a kernel that crashes, calls `exit()` or reads wild addresses
+//! takes only its own session with it.
+//!
+//! Control socket, after the [`WorkerConfig`] / [`WorkerReady`] exchange:
+//! the supervisor sends client sockets, one per message (see
+//! [`crate::fdpass`]), tagged [`TAG_GRPC`] (a session connection, its
+//! preamble already read) or [`TAG_DATA`] (a bulk-data connection, its
+//! secret line already read and checked).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use offload_proto::{HelloEvent, WorkerConfig, WorkerReady};
+use prost::Message;
+use tonic::transport::{Identity, ServerTlsConfig};
+
+use crate::service::{device_desc, Service};
+use crate::session::Session;
+
+/// Tag of a handed-over gRPC session connection.
+pub const TAG_GRPC: u8 = b'g';
+/// Tag of a handed-over bulk-data connection.
+pub const TAG_DATA: u8 = b'd';
+/// Environment variable naming the control socket's descriptor.
+pub const CONTROL_FD_ENV: &str = "OFFLOAD_WORKER_FD";
+/// Largest control frame accepted (a config with TLS material is a few KiB).
+const MAX_FRAME: usize = 1 << 20;
+
+/// Write one length-prefixed frame.
+pub(crate) fn write_frame(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(4 + bytes.len());
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+    w.write_all(&out)?;
+    w.flush()
+}
+
+/// Read one length-prefixed frame.
+pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "control frame of {len} bytes"
+        )));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// The control socket this process was started with (`OFFLOAD_WORKER_FD`).
+pub fn control_socket_from_env() -> Result<UnixStream, String> {
+    use std::os::fd::FromRawFd;
+    let fd: i32 = std::env::var(CONTROL_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            format!("{CONTROL_FD_ENV} is not set: serve-worker is started by `offload serve`")
+        })?;
+    // SAFETY: the supervisor placed a connected Unix socket at this
+    // descriptor for this process alone; it is owned from here on.
+    Ok(unsafe { UnixStream::from_raw_fd(fd) })
+}
+
+/// Serve one session until the supervisor closes `control`.
+pub fn run(mut control: UnixStream) -> Result<(), String> {
+    let frame = read_frame(&mut control).map_err(|e| format!("reading the session config: {e}"))?;
+    let config =
+        WorkerConfig::decode(frame.as_slice()).map_err(|e| format!("bad session config: {e}"))?;
+    let runtime = Arc::new(crate::local_runtime());
+    let session = Arc::new(Session::with_credentials(
+        crate::session::Credentials {
+            id: config.session_id.clone(),
+            secret: config.secret.clone(),
+            data_secret: config.data_secret.clone(),
+        },
+        config.client.clone(),
+        runtime.clone(),
+        (config.quota > 0).then_some(config.quota),
+    ));
+    let ready = WorkerReady {
+        hello: Some(HelloEvent {
+            server: crate::service::server_name(),
+            devices: runtime.devices().iter().map(|d| device_desc(d)).collect(),
+            ..Default::default()
+        }),
+        error: String::new(),
+    };
+    write_frame(&mut control, &ready.encode_to_vec())
+        .map_err(|e| format!("answering the supervisor: {e}"))?;
+    tracing::info!(session = %session.id, client = %session.client, pid = std::process::id(), "session worker started");
+
+    let token = (!config.token.is_empty()).then(|| config.token.clone());
+    let service = Service::for_worker(runtime, token, session.clone());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the worker runtime: {e}"))?;
+    let (conns_tx, conns_rx) =
+        tokio::sync::mpsc::channel::<std::io::Result<tokio::net::TcpStream>>(16);
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = rt.handle().clone();
+    let data_session = session.clone();
+    std::thread::Builder::new()
+        .name("offload-worker-control".into())
+        .spawn(move || {
+            receive_connections(&control, &handle, &conns_tx, &data_session);
+            let _ = closed_tx.send(());
+        })
+        .map_err(|e| format!("starting the control thread: {e}"))?;
+
+    let mut builder = crate::grpc_server_builder();
+    if !config.tls_cert.is_empty() {
+        builder = builder
+            .tls_config(
+                ServerTlsConfig::new()
+                    .identity(Identity::from_pem(&config.tls_cert, &config.tls_key)),
+            )
+            .map_err(|e| format!("TLS: {e}"))?;
+    }
+    let svc = crate::offload_service(service);
+    let served = rt.block_on(async move {
+        let incoming = tokio_stream::wrappers::ReceiverStream::new(conns_rx);
+        let closed = async {
+            let _ = closed_rx.await;
+        };
+        builder
+            .add_service(svc)
+            .serve_with_incoming_shutdown(incoming, closed)
+            .await
+    });
+    let (freed, programs) = session.release();
+    tracing::info!(session = %session.id, freed_allocations = freed, unloaded_programs = programs, "session worker done");
+    served.map_err(|e| format!("serving the session: {e}"))
+}
+
+/// Take client sockets from the supervisor until it closes the socket.
+fn receive_connections(
+    control: &UnixStream,
+    rt: &tokio::runtime::Handle,
+    grpc: &tokio::sync::mpsc::Sender<std::io::Result<tokio::net::TcpStream>>,
+    session: &Arc<Session>,
+) {
+    loop {
+        let (tag, fd) = match crate::fdpass::recv_fd(control) {
+            Ok(Some(m)) => m,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "control socket failed; ending the session");
+                return;
+            }
+        };
+        let stream = TcpStream::from(fd);
+        match tag {
+            TAG_GRPC => {
+                let _enter = rt.enter();
+                let converted = stream
+                    .set_nonblocking(true)
+                    .and_then(|_| tokio::net::TcpStream::from_std(stream));
+                if grpc.blocking_send(converted).is_err() {
+                    return;
+                }
+            }
+            TAG_DATA => {
+                let session = session.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("offload-data".into())
+                    .spawn(move || {
+                        if let Err(e) = crate::data::serve_authenticated(stream, &session, || true)
+                        {
+                            tracing::debug!(error = %e, "data connection ended");
+                        }
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "no thread for a data connection");
+                }
+            }
+            other => tracing::warn!(tag = other, "unknown connection tag from the supervisor"),
+        }
+    }
+}
