@@ -39,6 +39,10 @@ pub struct Args {
     /// kernel takes every session down; for debugging).
     #[arg(long)]
     sessions_in_process: bool,
+    /// Serve Prometheus metrics (sessions, bytes moved, launches, errors,
+    /// worker crashes, refused authentications) at http://ADDR/metrics.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -72,6 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         data_listen: args.data_listen,
         max_sessions: args.max_sessions,
         max_session_memory: args.max_session_memory,
+        metrics_listen: args.metrics_listen,
     };
     offload_server::validate(&options, args.listen).map_err(anyhow::Error::msg)?;
     let sessions = if args.sessions_in_process {

@@ -18,6 +18,8 @@
 mod data;
 mod fdpass;
 mod incoming;
+pub mod metrics;
+mod refusals;
 mod secret;
 mod service;
 mod session;
@@ -76,6 +78,8 @@ pub struct ServeOptions {
     pub max_sessions: Option<usize>,
     /// Device memory one session may hold (`--max-session-memory`, bytes).
     pub max_session_memory: Option<u64>,
+    /// Address of the Prometheus metrics endpoint (`--metrics-listen`).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The gRPC server settings both the main server and session workers use.
@@ -161,12 +165,15 @@ pub async fn serve(
         max_sessions: options.max_sessions,
         max_session_memory: options.max_session_memory,
     };
+    let metrics = Arc::new(metrics::Metrics::default());
     let (service, workers) = match sessions {
         Sessions::InProcess(runtime) => {
             tracing::info!(
                 devices = runtime.devices().len(),
                 "sessions run in this process"
             );
+            offload_core::stats::enable();
+            metrics.count_local(runtime.clone());
             (
                 Service::new(runtime, options.token.clone(), data_port),
                 None,
@@ -178,6 +185,7 @@ pub async fn serve(
                 command,
                 options.token.clone(),
                 options.tls.clone(),
+                metrics.clone(),
             ));
             let service = Service::supervisor(workers.clone(), options.token.clone(), data_port);
             (service, Some(workers))
@@ -186,6 +194,24 @@ pub async fn serve(
     let service = service
         .stop_sessions_on(stop_rx.clone())
         .with_limits(limits);
+    metrics.watch_refusals(service.refusals());
+    if let Some(addr) = options.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr} (metrics, --metrics-listen): {e}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
+        let active: Box<dyn Fn() -> usize + Send + Sync> = match &workers {
+            Some(w) => {
+                let w = w.clone();
+                Box::new(move || w.len())
+            }
+            None => {
+                let sessions = service.sessions();
+                Box::new(move || sessions.lock().map(|m| m.len()).unwrap_or(0))
+            }
+        };
+        metrics::spawn(listener, metrics.clone(), active);
+    }
     if let Some(listener) = data_listener {
         let destination = match &workers {
             Some(w) => data::Destination::Workers(w.clone()),
@@ -201,11 +227,19 @@ pub async fn serve(
     }
     tracing::info!(%bound, tls = options.tls.is_some(), token = options.token.is_some(), "offload server listening");
     on_bound(bound);
+    // The standard gRPC health service: SERVING until shutdown begins.
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<offload_proto::offload_server::OffloadServer<Service>>()
+        .await;
     let signal = async move {
         shutdown.await;
+        health
+            .set_not_serving::<offload_proto::offload_server::OffloadServer<Service>>()
+            .await;
         let _ = stop_tx.send(true);
     };
-    let router = builder.add_service(svc);
+    let router = builder.add_service(health_service).add_service(svc);
     // `tcp_nodelay` of the builder applies only to listeners it binds
     // itself: the incoming streams set it on every accepted socket (without
     // it a reply that leaves in pieces waits for the peer's delayed ACK).

@@ -32,6 +32,8 @@ pub struct Service {
     /// Turns true when the server shuts down: session streams end.
     stopping: tokio::sync::watch::Receiver<bool>,
     limits: Limits,
+    /// Refused authentications (logged with rate limiting, counted).
+    refusals: Arc<crate::refusals::Refusals>,
 }
 
 /// Where sessions live.
@@ -79,7 +81,13 @@ impl Service {
             server_name: server_name(),
             stopping: tokio::sync::watch::channel(false).1,
             limits: Limits::default(),
+            refusals: Default::default(),
         }
+    }
+
+    /// Refused authentications of this service.
+    pub(crate) fn refusals(&self) -> Arc<crate::refusals::Refusals> {
+        self.refusals.clone()
     }
 
     /// The service of a session's worker process: `session` is the only
@@ -120,11 +128,19 @@ impl Service {
             .get("authorization")
             .and_then(|v| v.to_str().ok());
         match given.and_then(|g| g.strip_prefix("Bearer ")) {
-            None => Err(Status::unauthenticated(
-                "offload server: this server requires a token; set OFFLOAD_REMOTE_TOKEN on the client",
-            )),
             Some(g) if crate::secret::equal(g.as_bytes(), token.as_bytes()) => Ok(()),
-            Some(_) => Err(Status::unauthenticated("offload server: wrong token (OFFLOAD_REMOTE_TOKEN does not match)")),
+            None => {
+                self.refusals.note(req.remote_addr(), "no token");
+                Err(Status::unauthenticated(
+                    "offload server: this server requires a token; set OFFLOAD_REMOTE_TOKEN on the client",
+                ))
+            }
+            Some(_) => {
+                self.refusals.note(req.remote_addr(), "wrong token");
+                Err(Status::unauthenticated(
+                    "offload server: wrong token (OFFLOAD_REMOTE_TOKEN does not match)",
+                ))
+            }
         }
     }
 
@@ -150,17 +166,20 @@ impl Service {
                 "offload server: the session is not open (unknown or closed session credential)",
             )
         };
-        let (id, secret) = credential.split_once('.').ok_or_else(refused)?;
-        let session = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .cloned();
-        match session {
-            Some(s) if s.secret_matches(secret) => Ok(s),
-            _ => Err(refused()),
-        }
+        let found = credential.split_once('.').and_then(|(id, secret)| {
+            let session = self
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(id)
+                .cloned();
+            session.filter(|s| s.secret_matches(secret))
+        });
+        found.ok_or_else(|| {
+            self.refusals
+                .note(req.remote_addr(), "unknown or closed session credential");
+            refused()
+        })
     }
 }
 
@@ -180,8 +199,12 @@ impl Service {
         peer: String,
         hello: HelloRequest,
     ) -> R<BoxStream<HelloEvent>> {
+        let counted = |c: &std::sync::atomic::AtomicU64| {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        };
         if let Some(max) = self.limits.max_sessions {
             if workers.len() >= max {
+                counted(&workers.metrics.sessions_refused);
                 tracing::warn!(%peer, max, "session refused: server full");
                 return Err(Status::resource_exhausted(format!(
                     "offload server: {max} sessions open, the most it serves (offload serve --max-sessions); try again later"
@@ -193,9 +216,11 @@ impl Service {
             .start(hello.client.clone(), self.limits.max_session_memory)
             .await
             .map_err(|e| {
+                counted(&workers.metrics.sessions_refused);
                 tracing::error!(%peer, error = %e, "session refused: no worker");
                 Status::unavailable(format!("offload server: cannot start the session: {e}"))
             })?;
+        counted(&workers.metrics.sessions_opened);
         info!(session = %worker.id, client = %hello.client, %peer, worker_pid = worker.pid, start_us = started.elapsed().as_micros() as u64, "session opened");
         greeting.session = worker.credential();
         greeting.protocol_version = PROTOCOL_VERSION;
@@ -275,8 +300,12 @@ impl Stream for SupervisedStream {
     }
 }
 
+/// Operations of this process that failed (calls and queued operations).
+pub(crate) static ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A core error as a gRPC status that carries the `ol_errc_t` code.
 pub fn status(e: Error) -> Status {
+    ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let code = match e.code() {
         ErrorCode::InvalidArgument
         | ErrorCode::InvalidValue
@@ -693,7 +722,10 @@ impl Offload for Service {
                     },
                     Err(e) => QueueCompletion {
                         ticket,
-                        code: e.code().as_raw(),
+                        code: {
+                            ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            e.code().as_raw()
+                        },
                         message: e.message().to_string(),
                         data: Default::default(),
                     },

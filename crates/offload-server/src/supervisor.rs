@@ -47,6 +47,9 @@ pub(crate) struct Worker {
     /// How the process ended, once it has.
     ended: tokio::sync::watch::Receiver<Option<String>>,
     kill: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Set when the supervisor ends the session (an exit after that is no
+    /// crash).
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl Worker {
@@ -81,17 +84,30 @@ impl Worker {
     /// End the session: the worker sees its control socket close and
     /// exits; one that does not within [`EXIT_GRACE`] is killed.
     fn close(&self) {
-        drop(
-            self.control
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let control = self
+            .control
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        // Shut down, not just dropped (the report reader holds a clone):
+        // the worker reads the end; its last report can still come back.
+        if let Some(c) = control {
+            let _ = c.shutdown(std::net::Shutdown::Write);
+        }
         if let Some(kill) = self.kill.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            tokio::spawn(async move {
-                tokio::time::sleep(EXIT_GRACE).await;
-                let _ = kill.send(());
-            });
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(async move {
+                        tokio::time::sleep(EXIT_GRACE).await;
+                        let _ = kill.send(());
+                    });
+                }
+                Err(_) => {
+                    let _ = kill.send(());
+                }
+            }
         }
     }
 }
@@ -102,6 +118,7 @@ pub(crate) struct Workers {
     token: Option<String>,
     tls: Option<(Vec<u8>, Vec<u8>)>,
     map: Mutex<HashMap<String, Arc<Worker>>>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Words for how a process ended.
@@ -135,12 +152,14 @@ impl Workers {
         command: WorkerCommand,
         token: Option<String>,
         tls: Option<(Vec<u8>, Vec<u8>)>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
         Workers {
             command,
             token,
             tls,
             map: Mutex::new(HashMap::new()),
+            metrics,
         }
     }
 
@@ -236,16 +255,7 @@ impl Workers {
         }
         let (ended_tx, ended_rx) = tokio::sync::watch::channel(None);
         let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let status = tokio::select! {
-                s = child.wait() => s,
-                _ = kill_rx => {
-                    let _ = child.start_kill();
-                    child.wait().await
-                }
-            };
-            let _ = ended_tx.send(Some(describe_exit(status)));
-        });
+        let reports = control.try_clone().ok();
         let worker = Arc::new(Worker {
             id: id.clone(),
             secret,
@@ -254,9 +264,49 @@ impl Workers {
             control: Mutex::new(Some(control)),
             ended: ended_rx,
             kill: Mutex::new(Some(kill_tx)),
+            closing: Default::default(),
+        });
+        if let Some(reports) = reports {
+            self.read_reports(reports, id.clone());
+        }
+        let (watched, metrics) = (worker.clone(), self.metrics.clone());
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                s = child.wait() => s,
+                _ = kill_rx => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            };
+            let clean = matches!(&status, Ok(s) if s.success());
+            if !clean && !watched.closing.load(std::sync::atomic::Ordering::SeqCst) {
+                metrics
+                    .worker_crashes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let _ = ended_tx.send(Some(describe_exit(status)));
         });
         self.map().insert(id, worker.clone());
         Ok((worker, ready.hello.unwrap_or_default()))
+    }
+
+    /// Keep the metrics' view of a worker's totals current (its reports on
+    /// the control socket), until the socket closes.
+    fn read_reports(&self, mut reports: UnixStream, id: String) {
+        let metrics = self.metrics.clone();
+        let spawned = std::thread::Builder::new()
+            .name("offload-worker-reports".into())
+            .spawn(move || {
+                while let Ok(frame) = read_frame(&mut reports) {
+                    if let Ok(stats) = offload_proto::WorkerStats::decode(frame.as_slice()) {
+                        metrics.report(&id, stats);
+                    }
+                }
+                metrics.ended(&id);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread for a worker's reports");
+        }
     }
 
     /// The session is over: forget its worker and let it go.

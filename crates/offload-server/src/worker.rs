@@ -77,6 +77,8 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     let frame = read_frame(&mut control).map_err(|e| format!("reading the session config: {e}"))?;
     let config =
         WorkerConfig::decode(frame.as_slice()).map_err(|e| format!("bad session config: {e}"))?;
+    // Counted for the supervisor's metrics (bytes moved, launches).
+    offload_core::stats::enable();
     let runtime = Arc::new(crate::local_runtime());
     let session = Arc::new(Session::with_credentials(
         crate::session::Credentials {
@@ -101,7 +103,7 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     tracing::info!(session = %session.id, client = %session.client, pid = std::process::id(), "session worker started");
 
     let token = (!config.token.is_empty()).then(|| config.token.clone());
-    let service = Service::for_worker(runtime, token, session.clone());
+    let service = Service::for_worker(runtime.clone(), token, session.clone());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -112,6 +114,17 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
     let handle = rt.handle().clone();
     let data_session = session.clone();
+    let reports = control
+        .try_clone()
+        .map_err(|e| format!("control socket: {e}"))?;
+    let mut last_report = control
+        .try_clone()
+        .map_err(|e| format!("control socket: {e}"))?;
+    let reporting = runtime.clone();
+    std::thread::Builder::new()
+        .name("offload-worker-stats".into())
+        .spawn(move || report_stats(reports, &reporting))
+        .map_err(|e| format!("starting the stats thread: {e}"))?;
     std::thread::Builder::new()
         .name("offload-worker-control".into())
         .spawn(move || {
@@ -140,10 +153,34 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
             .serve_with_incoming_shutdown(incoming, closed)
             .await
     });
+    // The last totals, before the supervisor sees the socket close.
+    let _ = write_frame(
+        &mut last_report,
+        &crate::metrics::local_totals(&runtime).encode_to_vec(),
+    );
     let (freed, programs) = session.release();
     tracing::info!(session = %session.id, freed_allocations = freed, unloaded_programs = programs, "session worker done");
     served.map_err(|e| format!("serving the session: {e}"))
 }
+
+/// Send the session's totals to the supervisor every 0.1 s when they changed, until
+/// the socket closes.
+fn report_stats(mut control: UnixStream, runtime: &offload_core::Runtime) {
+    let mut last = None;
+    loop {
+        let now = crate::metrics::local_totals(runtime);
+        if last.as_ref() != Some(&now) {
+            if write_frame(&mut control, &now.encode_to_vec()).is_err() {
+                return;
+            }
+            last = Some(now);
+        }
+        std::thread::sleep(STATS_EVERY);
+    }
+}
+
+/// How often a worker reports its totals (when they changed).
+const STATS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Take client sockets from the supervisor until it closes the socket.
 fn receive_connections(

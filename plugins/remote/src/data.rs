@@ -25,6 +25,10 @@ pub struct DataChannel {
     /// Idle connections; a copy takes one (or opens one) and gives it back.
     idle: Mutex<Vec<TcpStream>>,
     label: String,
+    /// Set when a new connection could not be opened: copies go over gRPC
+    /// from then on (a firewall or a container that does not publish the
+    /// data port).
+    unreachable: std::sync::atomic::AtomicBool,
 }
 
 impl DataChannel {
@@ -42,7 +46,13 @@ impl DataChannel {
             timeout,
             idle: Mutex::new(Vec::new()),
             label: server.to_string(),
+            unreachable: Default::default(),
         })
+    }
+
+    /// Whether copies should try this channel.
+    pub fn usable(&self) -> bool {
+        !self.unreachable.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn error(&self, what: &str, e: impl std::fmt::Display) -> Error {
@@ -53,13 +63,31 @@ impl DataChannel {
     }
 
     /// An idle connection, or a new one; with what must precede the first
-    /// request on it (the secret line of a new connection).
-    fn take(&self) -> Result<(TcpStream, Vec<u8>)> {
+    /// request on it (the secret line of a new connection). None when no
+    /// connection can be opened (the channel is then given up).
+    fn take(&self) -> Option<Result<(TcpStream, Vec<u8>)>> {
         if let Some(s) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-            return Ok((s, Vec::with_capacity(32)));
+            return Some(Ok((s, Vec::with_capacity(32))));
         }
-        let s = TcpStream::connect_timeout(&self.addr, self.timeout)
-            .map_err(|e| self.error("connect", e))?;
+        // Connecting is bounded well below the call timeout: an unreachable
+        // port (filtered: no answer at all) must not stall every copy.
+        let wait = self.timeout.min(Duration::from_secs(2));
+        let s = match TcpStream::connect_timeout(&self.addr, wait) {
+            Ok(s) => s,
+            Err(e) => {
+                if !self
+                    .unreachable
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(server = %self.label, data = %self.addr, error = %e, "the bulk-data channel cannot be reached; large copies go over gRPC");
+                }
+                return None;
+            }
+        };
+        Some(self.prepare(s))
+    }
+
+    fn prepare(&self, s: TcpStream) -> Result<(TcpStream, Vec<u8>)> {
         s.set_nodelay(true).map_err(|e| self.error("connect", e))?;
         s.set_read_timeout(Some(self.timeout)).ok();
         s.set_write_timeout(Some(self.timeout)).ok();
@@ -101,7 +129,8 @@ impl DataChannel {
         )))
     }
 
-    /// Host to device.
+    /// Host to device; None when the channel cannot be reached (copy over
+    /// gRPC instead).
     ///
     /// # Safety
     /// `src` valid for `size` bytes.
@@ -111,24 +140,27 @@ impl DataChannel {
         dst: DevicePtr,
         src: *const u8,
         size: usize,
-    ) -> Result<()> {
-        let (mut s, mut head) = self.take()?;
+    ) -> Option<Result<()>> {
+        let (mut s, mut head) = match self.take()? {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
         let data = std::slice::from_raw_parts(src, size);
         Self::header(&mut head, OP_WRITE, device, dst.0, size);
         let io = (|| {
             write_all_vectored(&mut s, &mut [IoSlice::new(&head), IoSlice::new(data)])?;
             self.status(&mut s)
         })();
-        match io {
+        Some(match io {
             Ok(r) => {
                 self.give_back(s);
                 r
             }
             Err(e) => Err(self.error("copy to device", e)),
-        }
+        })
     }
 
-    /// Device to host.
+    /// Device to host; None when the channel cannot be reached.
     ///
     /// # Safety
     /// `dst` valid for `size` bytes.
@@ -138,8 +170,11 @@ impl DataChannel {
         dst: *mut u8,
         src: DevicePtr,
         size: usize,
-    ) -> Result<()> {
-        let (mut s, mut head) = self.take()?;
+    ) -> Option<Result<()>> {
+        let (mut s, mut head) = match self.take()? {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
         let out = std::slice::from_raw_parts_mut(dst, size);
         Self::header(&mut head, OP_READ, device, src.0, size);
         let io = (|| {
@@ -149,12 +184,12 @@ impl DataChannel {
                 Err(e) => Ok(Err(e)),
             }
         })();
-        match io {
+        Some(match io {
             Ok(r) => {
                 self.give_back(s);
                 r
             }
             Err(e) => Err(self.error("copy from device", e)),
-        }
+        })
     }
 }

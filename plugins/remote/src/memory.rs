@@ -21,9 +21,11 @@ pub unsafe fn write(
     if let Some(data) = conn
         .data
         .as_ref()
-        .filter(|_| size >= crate::data::MIN_BYTES)
+        .filter(|d| d.usable() && size >= crate::data::MIN_BYTES)
     {
-        return data.write(device, dst, src, size);
+        if let Some(done) = data.write(device, dst, src, size) {
+            return done;
+        }
     }
     let chunk = conn.chunk_size;
     let src_addr = src as usize;
@@ -75,9 +77,11 @@ pub unsafe fn read(
     if let Some(data) = conn
         .data
         .as_ref()
-        .filter(|_| size >= crate::data::MIN_BYTES)
+        .filter(|d| d.usable() && size >= crate::data::MIN_BYTES)
     {
-        return data.read(device, dst, src, size);
+        if let Some(done) = data.read(device, dst, src, size) {
+            return done;
+        }
     }
     let mut client = conn.client.clone();
     let dst_addr = dst as usize;

@@ -160,7 +160,7 @@ impl RemoteQueue {
 
     /// Whether a copy of `size` bytes goes over the data side channel.
     fn bulk(&self, size: usize) -> bool {
-        self.conn.data.is_some() && size >= crate::data::MIN_BYTES
+        self.conn.data.as_ref().is_some_and(|d| d.usable()) && size >= crate::data::MIN_BYTES
     }
 
     fn marker(&self) -> Result<u64> {
