@@ -1488,3 +1488,59 @@ fn an_unreachable_data_port_falls_back_to_grpc() {
     );
     dev.free(p).unwrap();
 }
+
+/// The supervisor's port under attack while a client works: fake session
+/// preambles (bad magic, unknown ids, cut short), bare garbage after a
+/// preamble-looking first byte, and a flood of connections that never send
+/// a byte (more than may wait: the oldest are closed). Each is refused or
+/// dropped; the client's session, opened before, and a session opened
+/// during the flood both keep working.
+#[test]
+fn session_preambles_and_idle_floods_are_refused() {
+    use std::io::Write;
+    let server = Server::start(None);
+    let rt = client(&server.addr, None);
+    let dev = &rt.devices()[0];
+    let p = dev.alloc(4096, AllocKind::Device).unwrap();
+    let works = |dev: &offload_core::Device, p: DevicePtr| {
+        let data = [0x5Au8; 4096];
+        let mut back = [0u8; 4096];
+        unsafe {
+            dev.copy_to_device(p, data.as_ptr(), 4096).unwrap();
+            dev.copy_from_device(back.as_mut_ptr(), p, 4096).unwrap();
+        }
+        assert_eq!(back, data);
+    };
+    let fakes: [&[u8]; 5] = [
+        b"OFLDSES1ffffffffffffffff", // well formed, unknown session
+        b"OFLDSES10123456789abcdeg", // not hex
+        b"OFLDSES9ffffffffffffffff", // wrong magic
+        b"OFLD",                     // cut short
+        b"Oops, this is not a preamble at all, just bytes",
+    ];
+    for fake in fakes {
+        let mut s = std::net::TcpStream::connect(&server.addr).unwrap();
+        let _ = s.write_all(fake);
+        let _ = s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        drop(s);
+        works(dev, p);
+    }
+    // 300 connections that send nothing (more than the 256 allowed to wait).
+    let idle: Vec<_> = (0..300)
+        .filter_map(|_| std::net::TcpStream::connect(&server.addr).ok())
+        .collect();
+    works(dev, p);
+    let late = client(&server.addr, None);
+    let q = late.devices()[0].alloc(4096, AllocKind::Device).unwrap();
+    works(&late.devices()[0], q);
+    drop(idle);
+    let log = server.log();
+    assert!(log.contains("bad session preamble"), "{log}");
+    assert!(log.contains("no such session"), "{log}");
+    assert!(
+        log.contains("too many connections that sent nothing; the oldest was closed"),
+        "{log}"
+    );
+    late.devices()[0].free(q).unwrap();
+    dev.free(p).unwrap();
+}

@@ -3,8 +3,8 @@
 //! connection (it starts with the session preamble: handed to the
 //! session's worker). One byte, peeked, tells them apart.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use offload_proto::session_connection::{parse, MAGIC, PREAMBLE_BYTES};
@@ -14,13 +14,22 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::supervisor::Workers;
 
-/// Connections whose first bytes have not arrived yet, at most; more are
-/// closed at accept, so silent peers cannot pile up.
+/// Connections whose first bytes have not arrived yet, at most: when a new
+/// one would exceed it, the oldest waiting one is closed. A real client
+/// sends at once and leaves the queue within a round trip, so a flood of
+/// silent connections delays nobody for long.
 const MAX_PENDING: usize = 256;
 
 /// How long a new connection has to send its first bytes (a real client
 /// sends its HTTP/2 preface, TLS hello or preamble at once).
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connections waiting for their first bytes, oldest first.
+#[derive(Default)]
+struct Waiting {
+    next: u64,
+    queue: VecDeque<(u64, tokio::task::AbortHandle)>,
+}
 
 /// Accept on `listener`; yield the connections this process serves.
 pub(crate) fn route(
@@ -28,7 +37,7 @@ pub(crate) fn route(
     workers: Arc<Workers>,
 ) -> ReceiverStream<std::io::Result<TcpStream>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let pending = Arc::new(AtomicUsize::new(0));
+    let waiting = Arc::new(Mutex::new(Waiting::default()));
     tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
@@ -43,20 +52,28 @@ pub(crate) fn route(
                 // The server stopped taking connections.
                 _ = tx.closed() => return,
             };
-            if pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING {
-                pending.fetch_sub(1, Ordering::AcqRel);
-                tracing::warn!(peer = ?stream.peer_addr().ok(), "connection refused: too many connections that sent nothing yet");
-                continue;
+            let (tx, workers, list) = (tx.clone(), workers.clone(), waiting.clone());
+            let mut w = waiting.lock().unwrap_or_else(|e| e.into_inner());
+            if w.queue.len() >= MAX_PENDING {
+                if let Some((_, oldest)) = w.queue.pop_front() {
+                    oldest.abort();
+                    tracing::warn!(peer = ?stream.peer_addr().ok(), "too many connections that sent nothing; the oldest was closed");
+                }
             }
-            let (tx, workers, pending) = (tx.clone(), workers.clone(), pending.clone());
-            tokio::spawn(async move {
+            let id = w.next;
+            w.next += 1;
+            let task = tokio::spawn(async move {
                 let routed =
                     tokio::time::timeout(FIRST_BYTES_TIMEOUT, sort(stream, &workers)).await;
-                pending.fetch_sub(1, Ordering::AcqRel);
+                list.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .queue
+                    .retain(|(i, _)| *i != id);
                 if let Ok(Some(ours)) = routed {
                     let _ = tx.send(Ok(ours)).await;
                 }
             });
+            w.queue.push_back((id, task.abort_handle()));
         }
     });
     ReceiverStream::new(rx)

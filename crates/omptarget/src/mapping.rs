@@ -133,6 +133,9 @@ pub enum Found {
 pub struct Table {
     store: Store,
     spare: Vec<Box<Entry>>,
+    /// Position of the entry the last neighbour query returned in a small
+    /// store: a lookup is followed by a `get`/`get_mut` of that entry.
+    hint: std::cell::Cell<usize>,
 }
 
 #[derive(Debug)]
@@ -152,6 +155,16 @@ impl Default for Store {
             entries: Vec::new(),
         }
     }
+}
+
+/// Where `key` sits in sorted `keys`: at `hint` when it is there (the
+/// entry the last lookup found), else by binary search.
+#[inline]
+fn position(keys: &[u64], key: u64, hint: usize) -> Option<usize> {
+    if keys.get(hint) == Some(&key) {
+        return Some(hint);
+    }
+    keys.binary_search(&key).ok()
 }
 
 /// Entries a table keeps in a sorted vector.
@@ -217,8 +230,9 @@ impl Neighbours for Table {
     fn last_below(&self, x: u64) -> Option<(u64, &Entry)> {
         match &self.store {
             Store::Small { keys, entries } => {
-                let i = keys.partition_point(|&k| k < x);
-                i.checked_sub(1).map(|i| (keys[i], &*entries[i]))
+                let i = keys.partition_point(|&k| k < x).checked_sub(1)?;
+                self.hint.set(i);
+                Some((keys[i], &*entries[i]))
             }
             Store::Large(map) => map.range(..x).next_back().map(|(&k, e)| (k, &**e)),
         }
@@ -228,7 +242,9 @@ impl Neighbours for Table {
         match &self.store {
             Store::Small { keys, entries } => {
                 let i = keys.partition_point(|&k| k <= x);
-                keys.get(i).map(|&k| (k, &*entries[i]))
+                let &k = keys.get(i)?;
+                self.hint.set(i);
+                Some((k, &*entries[i]))
             }
             Store::Large(map) => map
                 .range((std::ops::Bound::Excluded(x), std::ops::Bound::Unbounded))
@@ -247,7 +263,9 @@ impl Table {
 
     pub fn get(&self, key: u64) -> Option<&Entry> {
         match &self.store {
-            Store::Small { keys, entries } => keys.binary_search(&key).ok().map(|i| &*entries[i]),
+            Store::Small { keys, entries } => {
+                position(keys, key, self.hint.get()).map(|i| &*entries[i])
+            }
             Store::Large(map) => map.get(&key).map(|b| &**b),
         }
     }
@@ -255,7 +273,7 @@ impl Table {
     pub fn get_mut(&mut self, key: u64) -> Option<&mut Entry> {
         match &mut self.store {
             Store::Small { keys, entries } => {
-                keys.binary_search(&key).ok().map(|i| &mut *entries[i])
+                position(keys, key, self.hint.get()).map(|i| &mut *entries[i])
             }
             Store::Large(map) => map.get_mut(&key).map(|b| &mut **b),
         }
@@ -294,7 +312,7 @@ impl Table {
     pub fn remove(&mut self, key: u64) -> Option<Entry> {
         let mut b = match &mut self.store {
             Store::Small { keys, entries } => {
-                let i = keys.binary_search(&key).ok()?;
+                let i = position(keys, key, self.hint.get())?;
                 keys.remove(i);
                 entries.remove(i)
             }
