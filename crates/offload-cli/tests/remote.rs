@@ -1544,3 +1544,107 @@ fn session_preambles_and_idle_floods_are_refused() {
     late.devices()[0].free(q).unwrap();
     dev.free(p).unwrap();
 }
+
+/// The free-vs-write race on the data channel: an attacker frees its own
+/// buffers while large writes into them are in flight, over and over, as a
+/// victim allocates, fills and checks its own buffers on the same server.
+/// Whatever the attacker's race does stays in its own process: the
+/// victim's bytes are never touched. Then an oversize gRPC message is
+/// refused and the attacker's session still works.
+#[test]
+fn free_vs_write_races_and_oversize_messages_stay_in_the_attackers_session() {
+    let server = Server::start(None);
+    let victim = client(&server.addr, None);
+    let vdev = victim.devices()[0].clone();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut rounds = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds < 20 {
+                let n = 1 << 20;
+                let p = vdev.alloc(n, AllocKind::Device).unwrap();
+                let pattern = (rounds % 200) as u8 + 1;
+                vdev.fill(p, &[pattern], n).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+                let mut back = vec![0u8; n];
+                unsafe { vdev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+                assert!(back.iter().all(|&b| b == pattern), "victim data changed");
+                vdev.free(p).unwrap();
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    // The attacker: the plugin without the core in front, so nothing on the
+    // client side stops it from racing its own frees.
+    let attacker = Arc::new(raw_remote_devices(&server.addr, None));
+    let junk = Arc::new(vec![0xEEu8; 1 << 20]);
+    for _ in 0..30 {
+        let p = attacker[0].alloc(1 << 20, AllocKind::Device).unwrap();
+        let (a, j) = (attacker.clone(), junk.clone());
+        let writer = std::thread::spawn(move || {
+            let q = a[0].create_queue().unwrap();
+            let _ = unsafe { q.copy_to_device(p, j.as_ptr(), j.len()) };
+            let _ = q.synchronize();
+        });
+        let _ = attacker[0].free(p, AllocKind::Device);
+        let _ = writer.join();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(checker.join().unwrap() >= 20);
+
+    // An oversize message (past the 256 MiB limit) on the attacker's own
+    // session connection: refused; the session goes on.
+    let io = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let refused = io.block_on(async {
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr)).unwrap();
+        let mut main =
+            offload_proto::offload_client::OffloadClient::new(endpoint.connect().await.unwrap());
+        let mut hello = main
+            .hello(offload_proto::HelloRequest {
+                client: "oversize".into(),
+                protocol_version: offload_proto::PROTOCOL_VERSION,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let credential = hello.message().await.unwrap().unwrap().session;
+        let id = credential.split('.').next().unwrap().to_string();
+        let ch = offload_plugin_remote::connect_session(&endpoint, &id)
+            .await
+            .unwrap();
+        let mut raw = offload_proto::offload_client::OffloadClient::new(ch);
+        let chunk = offload_proto::WriteChunk {
+            device: 0,
+            dst: 0x1000,
+            size: 300 << 20,
+            data: vec![1u8; 300 << 20].into(),
+        };
+        let mut req = tonic::Request::new(tokio_stream::iter(vec![chunk]));
+        req.metadata_mut()
+            .insert(offload_proto::SESSION_HEADER, credential.parse().unwrap());
+        let refused = raw
+            .write(req)
+            .await
+            .expect_err("a 300 MiB message was taken");
+        // The same session still answers.
+        let mut ok = tonic::Request::new(offload_proto::AllocRequest {
+            device: 0,
+            size: 64,
+            kind: 1,
+        });
+        ok.metadata_mut()
+            .insert(offload_proto::SESSION_HEADER, credential.parse().unwrap());
+        raw.alloc(ok)
+            .await
+            .expect("the session survives an oversize message");
+        drop(hello);
+        refused
+    });
+    assert_ne!(refused.code(), tonic::Code::Ok);
+}
