@@ -10,10 +10,12 @@
 //!   caching allocator keep their slot while cached (not live), so a
 //!   map/unmap cycle flips a flag instead of inserting and removing.
 //! * The ranges are sharded by address (1 MiB granules, 16 shards): a range
-//!   is filed in every shard one of its granules maps to, so the shard of
+//!   inside one granule is filed in that granule's shard, so the shard of
 //!   any address inside it holds it; ranges never overlap, so the greatest
 //!   base at or below an address in that shard is the only candidate.
-//!   Threads working on different memory do not contend.
+//!   Threads working on different memory do not contend. A range crossing a
+//!   granule boundary is filed once in a separate table of large ranges,
+//!   looked at only when a shard has no answer and such ranges exist.
 //! * Each thread remembers the last few slots it used: checking the range
 //!   of a copy into memory the thread just allocated touches no lock.
 
@@ -145,6 +147,10 @@ pub struct AllocationIndex {
     /// Tells this index's slots apart in the per-thread cache.
     id: u64,
     shards: [Shard; SHARDS],
+    /// Ranges crossing a granule boundary, by base.
+    large: Shard,
+    /// How many ranges `large` holds (read without its lock).
+    large_count: AtomicUsize,
 }
 
 impl Default for AllocationIndex {
@@ -153,6 +159,8 @@ impl Default for AllocationIndex {
         AllocationIndex {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             shards: std::array::from_fn(|_| RwLock::new(BTreeMap::new())),
+            large: RwLock::new(BTreeMap::new()),
+            large_count: AtomicUsize::new(0),
         }
     }
 }
@@ -160,7 +168,7 @@ impl Default for AllocationIndex {
 impl Drop for AllocationIndex {
     fn drop(&mut self) {
         // Per-thread caches may still hold slots: make sure none is live.
-        for shard in &self.shards {
+        for shard in self.shards.iter().chain([&self.large]) {
             for slot in shard.write().unwrap_or_else(|e| e.into_inner()).values() {
                 slot.state.store(DEAD, Ordering::Release);
             }
@@ -172,29 +180,21 @@ fn shard_of(addr: u64) -> usize {
     ((addr >> GRANULE_SHIFT) as usize) % SHARDS
 }
 
-/// The shards a range is filed in (ascending, no repeats).
-fn shards_of(base: u64, size: usize) -> impl Iterator<Item = usize> {
-    let first = base >> GRANULE_SHIFT;
-    let last = base.saturating_add(size.max(1) as u64 - 1) >> GRANULE_SHIFT;
-    let span = last - first + 1;
-    let mut set = [false; SHARDS];
-    if span >= SHARDS as u64 {
-        set = [true; SHARDS];
-    } else {
-        for g in first..=last {
-            set[(g as usize) % SHARDS] = true;
-        }
-    }
-    (0..SHARDS).filter(move |&s| set[s])
+/// Whether `[base, base + size)` crosses a granule boundary (then it is
+/// filed in the large table).
+fn is_large(base: u64, size: usize) -> bool {
+    let last = base.saturating_add(size.max(1) as u64 - 1);
+    base >> GRANULE_SHIFT != last >> GRANULE_SHIFT
 }
 
 impl AllocationIndex {
-    fn read(&self, s: usize) -> std::sync::RwLockReadGuard<'_, BTreeMap<u64, Arc<Slot>>> {
-        self.shards[s].read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write(&self, s: usize) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, Arc<Slot>>> {
-        self.shards[s].write().unwrap_or_else(|e| e.into_inner())
+    /// The table a range is filed in.
+    fn home(&self, base: u64, capacity: usize) -> &Shard {
+        if is_large(base, capacity) {
+            &self.large
+        } else {
+            &self.shards[shard_of(base)]
+        }
     }
 
     /// File a new live range. A registration or global overlapping a live
@@ -236,11 +236,35 @@ impl AllocationIndex {
             origin: a.origin,
             state: AtomicU8::new(LIVE),
         });
-        for s in shards_of(a.base.0, capacity) {
-            if let Some(old) = self.write(s).insert(a.base.0, slot.clone()) {
-                // A dead or cached slot at the same base (its block went
-                // back to the device and came out again): gone for good.
-                old.state.store(DEAD, Ordering::Release);
+        let large = is_large(a.base.0, capacity);
+        let old = self
+            .home(a.base.0, capacity)
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(a.base.0, slot.clone());
+        match old {
+            // A dead or cached slot at the same base (its block went back
+            // to the device and came out again): gone for good.
+            Some(old) => old.state.store(DEAD, Ordering::Release),
+            None if large => {
+                self.large_count.fetch_add(1, Ordering::AcqRel);
+            }
+            None => {}
+        }
+        // The same base may sit in the other table (a small block there
+        // before, a large one now, or the reverse): that one is gone.
+        let other = if large {
+            &self.shards[shard_of(a.base.0)]
+        } else {
+            &self.large
+        };
+        if !large || self.large_count.load(Ordering::Acquire) > 0 {
+            let mut t = other.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(stale) = t.remove(&a.base.0) {
+                stale.state.store(DEAD, Ordering::Release);
+                if !large {
+                    self.large_count.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         }
         self.remember(&slot);
@@ -251,13 +275,18 @@ impl AllocationIndex {
     /// device).
     pub fn forget(&self, slot: &Arc<Slot>) {
         slot.state.store(DEAD, Ordering::Release);
-        for s in shards_of(slot.base.0, slot.capacity) {
-            let mut shard = self.write(s);
-            if shard
-                .get(&slot.base.0)
-                .is_some_and(|x| Arc::ptr_eq(x, slot))
-            {
-                shard.remove(&slot.base.0);
+        let large = is_large(slot.base.0, slot.capacity);
+        let mut table = self
+            .home(slot.base.0, slot.capacity)
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if table
+            .get(&slot.base.0)
+            .is_some_and(|x| Arc::ptr_eq(x, slot))
+        {
+            table.remove(&slot.base.0);
+            if large {
+                self.large_count.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
@@ -276,10 +305,17 @@ impl AllocationIndex {
         if let Some(Some(done)) = self.with_recent(|r| self.retire_recent(r, base, &accept)) {
             return done;
         }
-        let found = self
-            .read(shard_of(base.0))
-            .get(&base.0)
-            .and_then(|s| s.live().map(|a| (a, s.clone())));
+        let filed = |t: &Shard| {
+            t.read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&base.0)
+                .and_then(|s| s.live().map(|a| (a, s.clone())))
+        };
+        let found = filed(&self.shards[shard_of(base.0)]).or_else(|| {
+            (self.large_count.load(Ordering::Acquire) > 0)
+                .then(|| filed(&self.large))
+                .flatten()
+        });
         let Some((a, slot)) = found else {
             let msg = match self.find(base) {
                 Some(a) => format!(
@@ -395,10 +431,17 @@ impl AllocationIndex {
     }
 
     fn find_slot(&self, ptr: DevicePtr) -> Option<Arc<Slot>> {
-        let shard = self.read(shard_of(ptr.0));
-        let (_, slot) = shard.range(..=ptr.0).next_back()?;
-        let a = slot.live()?;
-        a.contains(ptr).then(|| slot.clone())
+        let holding = |t: &Shard| {
+            let t = t.read().unwrap_or_else(|e| e.into_inner());
+            let (_, slot) = t.range(..=ptr.0).next_back()?;
+            let a = slot.live()?;
+            a.contains(ptr).then(|| slot.clone())
+        };
+        holding(&self.shards[shard_of(ptr.0)]).or_else(|| {
+            (self.large_count.load(Ordering::Acquire) > 0)
+                .then(|| holding(&self.large))
+                .flatten()
+        })
     }
 
     /// The live range holding all of `[ptr, ptr + size)`, or an error that
@@ -448,14 +491,9 @@ impl AllocationIndex {
     /// Every live range, each once, in address order.
     pub fn all(&self) -> Vec<Allocation> {
         let mut out: Vec<Allocation> = Vec::new();
-        for s in 0..SHARDS {
-            let shard = self.read(s);
-            out.extend(
-                shard
-                    .values()
-                    .filter(|x| shard_of(x.base.0) == s)
-                    .filter_map(|x| x.live()),
-            );
+        for shard in self.shards.iter().chain([&self.large]) {
+            let shard = shard.read().unwrap_or_else(|e| e.into_inner());
+            out.extend(shard.values().filter_map(|x| x.live()));
         }
         out.sort_by_key(|a| a.base);
         out
@@ -473,19 +511,19 @@ impl AllocationIndex {
     /// pool.
     pub fn drain(&self) -> Vec<Allocation> {
         let mut out = Vec::new();
-        for s in 0..SHARDS {
-            let mut shard = self.write(s);
+        for shard in self.shards.iter().chain([&self.large]) {
+            let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
             shard.retain(|_, slot| match slot.live() {
                 Some(a) => {
-                    if shard_of(a.base.0) == s {
-                        out.push(a);
-                    }
+                    out.push(a);
                     slot.state.store(DEAD, Ordering::Release);
                     false
                 }
                 None => slot.state.load(Ordering::Acquire) == CACHED,
             });
         }
+        let left = self.large.read().unwrap_or_else(|e| e.into_inner()).len();
+        self.large_count.store(left, Ordering::Release);
         out.sort_by_key(|a| a.base);
         out
     }
@@ -587,5 +625,37 @@ mod tests {
             .join()
             .unwrap();
         assert!(t.check(DevicePtr(0x9000), 8, "d").is_err());
+    }
+
+    /// Ranges crossing granule boundaries live in the large table: found
+    /// from any interior address, next to small ranges of the same
+    /// shards, and gone (count back to zero) once freed.
+    #[test]
+    fn large_ranges_are_found_from_every_granule() {
+        let idx = AllocationIndex::default();
+        let g = 1u64 << GRANULE_SHIFT;
+        let big = 5 * g - 64;
+        idx.insert(alloc(big, 3 * g as usize)).unwrap();
+        let small = 20 * g + 128;
+        idx.insert(alloc(small, 256)).unwrap();
+        for p in [big, 5 * g, 6 * g + 7, big + 3 * g - 1] {
+            assert_eq!(
+                idx.find(DevicePtr(p)).map(|a| a.base.0),
+                Some(big),
+                "{p:#x}"
+            );
+        }
+        assert!(idx.find(DevicePtr(big + 3 * g)).is_none());
+        assert_eq!(
+            idx.find(DevicePtr(small + 8)).map(|a| a.base.0),
+            Some(small)
+        );
+        assert_eq!(idx.all().len(), 2);
+        idx.remove(DevicePtr(big), "dev").unwrap();
+        assert!(idx.find(DevicePtr(6 * g)).is_none());
+        assert_eq!(idx.large_count.load(Ordering::Relaxed), 0);
+        assert!(idx.remove(DevicePtr(big), "dev").is_err(), "double free");
+        idx.remove(DevicePtr(small), "dev").unwrap();
+        assert!(idx.is_empty());
     }
 }
