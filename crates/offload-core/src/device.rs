@@ -209,21 +209,32 @@ impl Device {
     /// the range checks of the other faces. Nobody else can free them.
     #[inline]
     pub fn alloc_owned_block(&self, size: usize) -> Result<DevicePtr> {
+        // The common case, kept small: a cached block from this thread's
+        // pool front; everything else is out of line.
+        if size != 0 && self.pool.class_size(size).is_some() {
+            self.stats.count_alloc(size);
+            let reused = crate::memory::with_thread(|t| self.pool.take_owned_in(t, size));
+            if let Some(Some(ptr)) = reused {
+                return Ok(ptr);
+            }
+        } else {
+            self.stats.count_alloc(size);
+        }
+        self.alloc_owned_block_new(size)
+    }
+
+    /// [`Device::alloc_owned_block`] when no cached block serves: a new one
+    /// from the device, filed in the index.
+    #[cold]
+    #[inline(never)]
+    fn alloc_owned_block_new(&self, size: usize) -> Result<DevicePtr> {
         if size == 0 {
             return Err(Error::invalid_size(format!(
                 "cannot allocate 0 bytes on {}",
                 self.label
             )));
         }
-        self.stats.count_alloc(size);
-        let class = self.pool.class_size(size);
-        if class.is_some() {
-            let reused = crate::memory::with_thread(|t| self.pool.take_owned_in(t, size));
-            if let Some(Some(ptr)) = reused {
-                return Ok(ptr);
-            }
-        }
-        let capacity = class.unwrap_or(size);
+        let capacity = self.pool.class_size(size).unwrap_or(size);
         let _s = debug_span!("alloc", device = self.id, size).entered();
         let ptr = self.raw.alloc(capacity, AllocKind::Device)?;
         if ptr.is_null() {
@@ -255,6 +266,13 @@ impl Device {
                 return Ok(());
             }
         }
+        self.free_owned_block_to_device(ptr)
+    }
+
+    /// [`Device::free_owned_block`] of a block the pool does not keep.
+    #[cold]
+    #[inline(never)]
+    fn free_owned_block_to_device(&self, ptr: DevicePtr) -> Result<()> {
         let label = &self.label;
         self.index.remove_if(ptr, label, |a| {
             if a.owner == Owner::OWNED_BLOCKS {
@@ -352,6 +370,18 @@ impl Device {
     /// Run `op` on this thread's queue for this device, then synchronise.
     #[inline]
     pub(crate) fn with_sync_queue<R>(
+        &self,
+        op: impl FnOnce(&dyn plugin::Queue) -> Result<R>,
+    ) -> Result<R> {
+        // Plugins that complete inline (host): straight to the queue.
+        if let Some(Some(q)) = self.inline_queue.get() {
+            return op(q.as_ref());
+        }
+        self.with_sync_queue_slow(op)
+    }
+
+    #[inline(never)]
+    fn with_sync_queue_slow<R>(
         &self,
         op: impl FnOnce(&dyn plugin::Queue) -> Result<R>,
     ) -> Result<R> {

@@ -162,12 +162,18 @@ impl MemoryPool {
     #[inline]
     pub(crate) fn take_owned_in(&self, t: &mut ThreadState, size: usize) -> Option<DevicePtr> {
         let c = self.class_of(size)?;
-        self.front_of(t).owned[c].pop().or_else(|| {
-            self.shared.owned[c]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop()
-        })
+        match self.front_of(t).owned[c].pop() {
+            Some(p) => Some(p),
+            None => self.take_owned_shared(c),
+        }
+    }
+
+    #[cold]
+    fn take_owned_shared(&self, c: usize) -> Option<DevicePtr> {
+        self.shared.owned[c]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
     }
 
     /// Keep an owned block of a request of `size` bytes (a pooled class).
@@ -180,11 +186,16 @@ impl MemoryPool {
         if front.len() < FRONT_PER_CLASS {
             front.push(ptr);
         } else {
-            self.shared.owned[c]
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(ptr);
+            self.put_owned_shared(c, ptr);
         }
+    }
+
+    #[cold]
+    fn put_owned_shared(&self, c: usize, ptr: DevicePtr) {
+        self.shared.owned[c]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ptr);
     }
 
     /// Forget every cached owned block (shutdown: their ranges are freed

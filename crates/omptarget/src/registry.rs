@@ -486,11 +486,12 @@ impl DevState {
     /// copies): the core's owned blocks (caching allocator, per-thread
     /// front, live ranges of the core's index). Free with
     /// [`Self::free_block`] and the same size.
+    #[inline]
     pub fn alloc_block(&self, size: u64) -> Option<u64> {
         match self.dev.alloc_owned_block(size as usize) {
             Ok(p) => Some(p.0),
             Err(e) => {
-                crate::msg::plugin_error("Failure to allocate device memory", &e);
+                report("Failure to allocate device memory", e);
                 None
             }
         }
@@ -498,6 +499,7 @@ impl DevState {
 
     /// Release a block from [`Self::alloc_block`] of `size` bytes (each is
     /// freed once: the mapping table entry or the launch that made it owns it).
+    #[inline]
     pub fn free_block(&self, p: u64, size: u64) -> bool {
         reported(
             self.dev.free_owned_block(DevicePtr(p), size as usize),
@@ -514,6 +516,7 @@ impl DevState {
 
     /// # Safety
     /// Host range valid.
+    #[inline]
     pub unsafe fn h2d(&self, tgt: u64, hst: u64, size: u64) -> bool {
         size == 0
             || reported(
@@ -526,6 +529,7 @@ impl DevState {
     }
     /// # Safety
     /// Host range valid.
+    #[inline]
     pub unsafe fn d2h(&self, hst: u64, tgt: u64, size: u64) -> bool {
         size == 0
             || reported(
