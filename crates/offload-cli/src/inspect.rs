@@ -356,11 +356,17 @@ pub fn render(r: &Report) -> String {
         let runs = if img.runnable_on.is_empty() {
             "no device of this runtime".to_string()
         } else {
-            img.runnable_on
+            let list = img
+                .runnable_on
                 .iter()
                 .map(|d| format!("device {} ({} {})", d.id, d.plugin, d.uid))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", ");
+            if img.format == "bitcode" {
+                format!("{list} (compiled for the device when loaded)")
+            } else {
+                list
+            }
         };
         field(&mut s, "runs on", runs);
     }

@@ -28,6 +28,15 @@ impl Server {
     }
 
     fn start_full(token: Option<&str>, extra: &[&str], devices: usize) -> Server {
+        Server::start_env(token, extra, devices, &[])
+    }
+
+    fn start_env(
+        token: Option<&str>,
+        extra: &[&str],
+        devices: usize,
+        envs: &[(&str, &Path)],
+    ) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_offload"));
@@ -35,6 +44,7 @@ impl Server {
             .args(extra)
             .env("OFFLOAD_HOST_DEVICES", devices.to_string())
             .env_remove("OFFLOAD_REMOTE")
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap());
         match token {
@@ -1647,4 +1657,74 @@ fn free_vs_write_races_and_oversize_messages_stay_in_the_attackers_session() {
         refused
     });
     assert_ne!(refused.code(), tonic::Code::Ok);
+}
+
+/// A program whose device image is LLVM bitcode (`-fopenmp-target-jit`),
+/// offloaded to a server: the session's worker compiles the image for its
+/// device at load time; the output equals the native build's.
+#[test]
+fn bitcode_images_are_compiled_by_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = r#"#include <stdio.h>
+int main(void) {
+  int a[256]; long sum = 0;
+  for (int i = 0; i < 256; i++) a[i] = i;
+#pragma omp target map(tofrom: a, sum)
+  for (int i = 0; i < 256; i++) { a[i] *= 3; sum += a[i]; }
+  printf("sum=%ld a[7]=%d\n", sum, a[7]);
+  return 0;
+}
+"#;
+    let Some(native) = build_openmp(dir.path(), "native", source) else {
+        return;
+    };
+    let jit = dir.path().join("jit");
+    let ok = Command::new("clang-22")
+        .args([
+            "-fopenmp",
+            "-fopenmp-targets=x86_64-unknown-linux-gnu",
+            "-fopenmp-target-jit",
+            "-fuse-ld=lld",
+            "-Wl,--device-compiler=x86_64-unknown-linux-gnu=-fuse-ld=lld",
+            "-O1",
+            "-o",
+        ])
+        .arg(&jit)
+        .arg(dir.path().join("native.c"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "clang-22 -fopenmp-target-jit failed");
+    let cache = dir.path().join("server-cache");
+    let server = Server::start_env(None, &[], 2, &[("OFFLOAD_JIT_CACHE", &cache)]);
+    let run = |exe: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_offload"))
+            .arg("exec")
+            .arg(exe)
+            .env("OFFLOAD_PLUGINS", "remote")
+            .env("OFFLOAD_REMOTE", &server.addr)
+            .env("OMP_TARGET_OFFLOAD", "MANDATORY")
+            .output()
+            .unwrap()
+    };
+    let want = run(&native);
+    assert!(
+        want.status.success(),
+        "{}",
+        String::from_utf8_lossy(&want.stderr)
+    );
+    let got = run(&jit);
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert_eq!(got.stdout, want.stdout);
+    assert_eq!(String::from_utf8_lossy(&got.stdout), "sum=97920 a[7]=21\n");
+    assert!(
+        server.log().contains("bitcode image compiled"),
+        "{}",
+        server.log()
+    );
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
 }

@@ -554,13 +554,35 @@ impl Device {
     /// Whether any image in `bytes` (unwrapped from its containers) runs here.
     pub fn is_compatible(&self, bytes: &[u8]) -> bool {
         offload_image::unwrap(bytes)
-            .map(|imgs| imgs.iter().any(|i| self.raw.can_run(i)))
+            .map(|imgs| imgs.iter().any(|i| self.can_run(i)))
             .unwrap_or(false)
     }
 
-    /// Whether this device can run `image`.
+    /// Whether this device can run `image`: natively, or as bitcode it
+    /// compiles at load time ([`crate::jit`]).
     pub fn can_run(&self, image: &DeviceImage<'_>) -> bool {
-        self.raw.can_run(image)
+        self.raw.can_run(image) || self.compiles(image)
+    }
+
+    /// Whether `image` is bitcode this device compiles at load time.
+    fn compiles(&self, image: &DeviceImage<'_>) -> bool {
+        image.format == offload_image::ImageFormat::Bitcode
+            && self
+                .raw
+                .jit_target()
+                .is_some_and(|t| crate::jit::can_compile(image, &t))
+    }
+
+    /// The image of `images` this device should load: the first it runs
+    /// natively, else the first bitcode it compiles.
+    pub fn best_image<'i, 'a>(&self, images: &'i [DeviceImage<'a>]) -> Option<&'i DeviceImage<'a>> {
+        let native = |i: &&DeviceImage<'_>| {
+            i.format != offload_image::ImageFormat::Bitcode && self.raw.can_run(i)
+        };
+        images
+            .iter()
+            .find(native)
+            .or_else(|| images.iter().find(|i| self.can_run(i)))
     }
 
     /// Load the first image in `bytes` this device can run (containers are
@@ -569,8 +591,7 @@ impl Device {
         let _s = debug_span!("load_program", device = self.id, size = bytes.len()).entered();
         let images = offload_image::unwrap(bytes)?;
         let image = self.select_image(&images)?;
-        let raw = self.raw.load_program(image)?;
-        Ok(Program::new(self.clone(), raw, Owner::RUNTIME))
+        self.load_image_for(image, Owner::RUNTIME)
     }
 
     /// Load an image already unwrapped by the caller.
@@ -586,6 +607,23 @@ impl Device {
         owner: Owner,
     ) -> Result<Arc<Program>> {
         let _s = debug_span!("load_image", device = self.id, size = image.bytes.len()).entered();
+        if !self.raw.can_run(image) && self.compiles(image) {
+            let target = self.raw.jit_target().expect("compiles() checked it");
+            let native = crate::jit::compile(image, &target)?;
+            let compiled = DeviceImage {
+                bytes: &native,
+                format: offload_image::detect(&native),
+                triple: Some(target.triple.clone()),
+                arch: target.cpu.clone(),
+                image_kind: None,
+                offload_kind: image.offload_kind,
+                strings: image.strings.clone(),
+                metadata: image.metadata.clone(),
+                containers: image.containers.clone(),
+            };
+            let raw = self.raw.load_program(&compiled)?;
+            return Ok(Program::new(self.clone(), raw, owner));
+        }
         if !self.raw.can_run(image) {
             return Err(Error::invalid_binary(format!(
                 "image ({}) cannot run on {} ({})",
@@ -599,7 +637,7 @@ impl Device {
     }
 
     fn select_image<'i, 'a>(&self, images: &'i [DeviceImage<'a>]) -> Result<&'i DeviceImage<'a>> {
-        images.iter().find(|i| self.raw.can_run(i)).ok_or_else(|| {
+        self.best_image(images).ok_or_else(|| {
             let found: Vec<String> = images.iter().map(describe_image).collect();
             Error::invalid_binary(format!(
                 "no image compatible with {} ({}); found {} image(s): {}",

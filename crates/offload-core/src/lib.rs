@@ -34,6 +34,7 @@ pub mod executor;
 pub mod hash;
 pub mod image;
 pub mod index;
+pub mod jit;
 pub mod memory;
 pub mod plugin;
 pub mod profile;

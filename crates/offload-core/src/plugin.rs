@@ -219,6 +219,12 @@ pub trait Device: Send + Sync + AsAny {
     fn shares_host_memory(&self) -> bool {
         false
     }
+
+    /// What LLVM bitcode images are compiled to for this device (see
+    /// [`crate::jit`]); None: bitcode does not run here.
+    fn jit_target(&self) -> Option<crate::jit::JitTarget> {
+        None
+    }
 }
 
 /// A loaded image.

@@ -193,3 +193,44 @@ fn skip(why: &str) {
     );
     eprintln!("skipped: {why}");
 }
+
+/// A program given as LLVM bitcode (`clang -emit-llvm`) is compiled for the
+/// host device at load time and behaves as the native build.
+#[test]
+fn bitcode_programs_are_compiled_at_load_time() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("k.c");
+    std::fs::write(
+        &src,
+        "#include \"offload/host_kernel.h\"\nint answer = 41;\nOFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; answer++; }\n",
+    )
+    .unwrap();
+    let bc = dir.path().join("k.bc");
+    let ok = Command::new("clang-22")
+        .args(["-O1", "-fPIC", "-c", "-emit-llvm", "-I"])
+        .arg(root.join("../../include"))
+        .arg("-o")
+        .arg(&bc)
+        .arg(&src)
+        .status()
+        .expect("clang-22 (scripts/setup.sh installs it)")
+        .success();
+    assert!(ok);
+    let image = std::fs::read(&bc).unwrap();
+    assert_eq!(&image[..4], b"BC\xc0\xde");
+    let dev = Device::host().unwrap();
+    assert!(dev.is_compatible(&image));
+    let program = dev.load_program(&image).unwrap();
+    let answer = program.global("answer").unwrap();
+    assert_eq!(answer.read::<i32>().unwrap(), 41);
+    let queue = dev.create_queue().unwrap();
+    let bump = program.kernel("bump").unwrap();
+    unsafe {
+        queue
+            .launch(&bump, LaunchConfig::default(), &KernelArgs::new())
+            .unwrap()
+    };
+    queue.synchronize().unwrap();
+    assert_eq!(answer.read::<i32>().unwrap(), 42);
+}

@@ -325,7 +325,7 @@ impl DevState {
     }
 
     fn load_binary(&self, b: &Registered) -> Loaded {
-        let Some(img) = b.images.iter().find(|i| self.dev.can_run(i)) else {
+        let Some(img) = self.dev.best_image(&b.images) else {
             return (None, vec![]);
         };
         let prog = match self.dev.load_image(img) {

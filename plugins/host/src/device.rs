@@ -81,6 +81,15 @@ impl plugin::Device for HostDevice {
     fn shares_host_memory(&self) -> bool {
         true
     }
+
+    /// Bitcode becomes a shared object for this machine, loaded like any.
+    fn jit_target(&self) -> Option<offload_core::jit::JitTarget> {
+        Some(offload_core::jit::JitTarget {
+            triple: TARGET_TRIPLE.to_string(),
+            cpu: None,
+            output: offload_core::jit::JitOutput::SharedObject,
+        })
+    }
 }
 
 /// `e_machine` of the machine we run on.

@@ -1,0 +1,158 @@
+//! Bitcode device images (`-fopenmp-target-jit`) compiled at load time: an
+//! OpenMP program gives the native build's output on our runtime (LLVM 22's
+//! own host plugin cannot run it), a second run takes the compiled image
+//! from the cache without running the compiler, and a missing compiler is
+//! a clear error naming what was looked for.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const LLVM_LIB: &str = "/usr/lib/llvm-22/lib";
+
+struct Built {
+    dir: tempfile::TempDir,
+    native: PathBuf,
+    jit: PathBuf,
+    lib_dir: PathBuf,
+}
+
+fn build() -> Built {
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libomptarget.so");
+    assert!(lib.exists(), "cdylib not found at {}", lib.display());
+    let dir = tempfile::tempdir().unwrap();
+    let lib_dir = dir.path().join("lib");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    std::os::unix::fs::symlink(&lib, lib_dir.join("libomptarget.so.22.1")).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jit/saxpy_reduce.c");
+    let clang = |out: &Path, extra: &[&str]| {
+        let o = Command::new("clang-22")
+            .args([
+                "-fopenmp",
+                "-fopenmp-targets=x86_64-unknown-linux-gnu",
+                "-O1",
+            ])
+            .args(extra)
+            .arg("-o")
+            .arg(out)
+            .arg(&src)
+            .output()
+            .expect("clang-22 is required (scripts/setup.sh installs it)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let native = dir.path().join("native");
+    let jit = dir.path().join("jit");
+    clang(&native, &[]);
+    // Debian's device link step needs lld for `--lto-emit-llvm`.
+    clang(
+        &jit,
+        &[
+            "-fopenmp-target-jit",
+            "-fuse-ld=lld",
+            "-Wl,--device-compiler=x86_64-unknown-linux-gnu=-fuse-ld=lld",
+        ],
+    );
+    Built {
+        dir,
+        native,
+        jit,
+        lib_dir,
+    }
+}
+
+fn run(b: &Built, exe: &Path, env: &[(&str, &str)]) -> Output {
+    Command::new(exe)
+        .env(
+            "LD_LIBRARY_PATH",
+            format!("{}:{LLVM_LIB}", b.lib_dir.display()),
+        )
+        .env("OMP_TARGET_OFFLOAD", "MANDATORY")
+        .env_remove("OFFLOAD_PLUGINS")
+        .env_remove("LIBOMPTARGET_INFO")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bitcode_images_are_compiled_once_and_cached() {
+    let b = build();
+    let cache = b.dir.path().join("cache");
+    // A compiler wrapper that counts its runs.
+    let log = b.dir.path().join("compiler.log");
+    let wrapper = b.dir.path().join("cc.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho run >> {}\nexec clang-22 \"$@\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let env = [
+        ("OFFLOAD_JIT_CACHE", cache.to_str().unwrap()),
+        ("OFFLOAD_JIT_COMPILER", wrapper.to_str().unwrap()),
+    ];
+
+    let native = Command::new(&b.native)
+        .env("LD_LIBRARY_PATH", LLVM_LIB)
+        .output()
+        .unwrap();
+    assert!(native.status.success());
+    let want = String::from_utf8_lossy(&native.stdout).to_string();
+    assert!(want.starts_with("sum="), "{want}");
+
+    for round in 0..3 {
+        let out = run(&b, &b.jit, &env);
+        assert!(
+            out.status.success(),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "round {round}");
+    }
+    let runs = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        runs.lines().count(),
+        1,
+        "the compiler ran once, then the cache served"
+    );
+    let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
+    assert_eq!(entries.len(), 1, "one cached image, no temporary left over");
+
+    // LLVM 22's runtime cannot run the bitcode image on this machine.
+    let llvm = Command::new(&b.jit)
+        .env("LD_LIBRARY_PATH", LLVM_LIB)
+        .env("OMP_TARGET_OFFLOAD", "MANDATORY")
+        .output()
+        .unwrap();
+    assert!(!llvm.status.success() || String::from_utf8_lossy(&llvm.stdout) != want);
+}
+
+#[test]
+fn a_missing_compiler_is_a_clear_error() {
+    let b = build();
+    let cache = b.dir.path().join("cache");
+    let out = run(
+        &b,
+        &b.jit,
+        &[
+            ("OFFLOAD_JIT_CACHE", cache.to_str().unwrap()),
+            ("OFFLOAD_JIT_COMPILER", "/nonexistent/clang"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("no LLVM 22 compiler for bitcode images: looked for $OFFLOAD_JIT_COMPILER (/nonexistent/clang)"),
+        "{err}"
+    );
+    assert!(err.contains("omptarget fatal error 1"), "{err}");
+}
