@@ -85,6 +85,9 @@ pub struct ImageReport {
     pub globals: Vec<GlobalReport>,
     /// Devices of this runtime whose plugin says they can run the image.
     pub runnable_on: Vec<RunnableDevice>,
+    /// Devices that load this image when given the whole file (their best
+    /// image: native code before bitcode, exact architecture first).
+    pub loaded_by: Vec<usize>,
 }
 
 #[derive(Serialize, Debug)]
@@ -175,6 +178,7 @@ fn image_report(
         functions: Vec::new(),
         globals: Vec::new(),
         runnable_on: Vec::new(),
+        loaded_by: Vec::new(),
     };
     if img.format == ImageFormat::Elf {
         let info = elf::info(img.bytes).with_context(|| format!("image {index}"))?;
@@ -271,12 +275,21 @@ pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Re
             );
         }
     };
-    let images = images
+    let mut reports = images
         .iter()
         .enumerate()
         .map(|(i, img)| image_report(i, img, runtime))
         .collect::<anyhow::Result<Vec<_>>>()
         .with_context(|| name.to_string())?;
+    for d in runtime.devices() {
+        let chosen = d
+            .best_image(&images)
+            .and_then(|best| images.iter().position(|i| std::ptr::eq(i, best)));
+        if let Some(i) = chosen {
+            reports[i].loaded_by.push(d.id());
+        }
+    }
+    let images = reports;
     Ok(Report {
         file: name.to_string(),
         size: bytes.len() as u64,
@@ -326,6 +339,8 @@ pub fn render(r: &Report) -> String {
         output::text(&r.description),
         r.size
     );
+    // With several images, say which one each device would load.
+    let images_many = r.images.len() > 1;
     for img in &r.images {
         let _ = writeln!(s);
         let _ = writeln!(s, "image {}: {}", img.index, img.chain);
@@ -369,6 +384,14 @@ pub fn render(r: &Report) -> String {
             }
         };
         field(&mut s, "runs on", runs);
+        if images_many && !img.loaded_by.is_empty() {
+            let ids: Vec<String> = img
+                .loaded_by
+                .iter()
+                .map(|d| format!("device {d}"))
+                .collect();
+            field(&mut s, "loaded by", ids.join(", "));
+        }
     }
     if r.images.is_empty() {
         let _ = writeln!(s, "no device images");

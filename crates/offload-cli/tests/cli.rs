@@ -649,3 +649,89 @@ fn skip(why: &str) {
     );
     eprintln!("skipped: {why}");
 }
+
+/// `offload inspect` of a binary with images for several targets says,
+/// per image, which devices would load it: native code before bitcode,
+/// and nothing for a foreign target.
+#[test]
+fn inspect_says_which_image_each_device_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("k.c");
+    std::fs::write(
+        &src,
+        "int answer = 1;\nvoid k(void *a, void *i) { (void)a; (void)i; answer++; }\n",
+    )
+    .unwrap();
+    let so = dir.path().join("k.so");
+    let bc = dir.path().join("k.bc");
+    let ptx = dir.path().join("k.ptx");
+    let cc = |args: &[&str], out: &std::path::Path| {
+        let ok = Command::new("clang-22")
+            .args(args)
+            .arg("-o")
+            .arg(out)
+            .arg(&src)
+            .status()
+            .expect("clang-22 (scripts/setup.sh installs it)")
+            .success();
+        assert!(ok, "clang-22 {args:?}");
+    };
+    cc(&["-O1", "-fPIC", "-shared"], &so);
+    cc(&["-O1", "-c", "-emit-llvm"], &bc);
+    cc(
+        &[
+            "--target=nvptx64-nvidia-cuda",
+            "-march=sm_80",
+            "-Xclang",
+            "-target-feature",
+            "-Xclang",
+            "+ptx78",
+            "-nogpulib",
+            "-ffreestanding",
+            "-S",
+        ],
+        &ptx,
+    );
+    let packed = dir.path().join("mixed.bin");
+    let host = "triple=x86_64-unknown-linux-gnu";
+    let out = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(["pack", "-o"])
+        .arg(&packed)
+        .arg("--image")
+        .arg(format!(
+            "{},triple=nvptx64-nvidia-cuda,arch=sm_80,image-kind=ptx",
+            ptx.display()
+        ))
+        .arg("--image")
+        .arg(format!("{},{host},image-kind=bc", bc.display()))
+        .arg("--image")
+        .arg(format!("{},{host},image-kind=o", so.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(["inspect", "--json"])
+        .arg(&packed)
+        .env("OFFLOAD_PLUGINS", "host")
+        .env("OFFLOAD_HOST_DEVICES", "2")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let loaded = |i: usize| v["images"][i]["loaded_by"].as_array().unwrap().len();
+    assert_eq!((loaded(0), loaded(1), loaded(2)), (0, 0, 2), "{v}");
+    assert_eq!(v["images"][0]["runnable_on"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        v["images"][1]["runnable_on"].as_array().unwrap().len(),
+        2,
+        "bitcode runs (compiled)"
+    );
+}

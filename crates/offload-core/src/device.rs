@@ -573,16 +573,36 @@ impl Device {
                 .is_some_and(|t| crate::jit::can_compile(image, &t))
     }
 
-    /// The image of `images` this device should load: the first it runs
-    /// natively, else the first bitcode it compiles.
+    /// The image of `images` this device should load: native code for
+    /// exactly its architecture, then native code for its family (no or a
+    /// generic architecture), then bitcode it compiles; the first of the
+    /// best kind. Images for other targets are never chosen.
     pub fn best_image<'i, 'a>(&self, images: &'i [DeviceImage<'a>]) -> Option<&'i DeviceImage<'a>> {
-        let native = |i: &&DeviceImage<'_>| {
-            i.format != offload_image::ImageFormat::Bitcode && self.raw.can_run(i)
-        };
-        images
-            .iter()
-            .find(native)
-            .or_else(|| images.iter().find(|i| self.can_run(i)))
+        let mut best: Option<(u8, &'i DeviceImage<'a>)> = None;
+        for image in images {
+            let Some(rank) = self.rank(image) else {
+                continue;
+            };
+            if best.is_none_or(|(b, _)| rank > b) {
+                best = Some((rank, image));
+            }
+        }
+        best.map(|(_, image)| image)
+    }
+
+    /// How well `image` suits this device (higher is better), None when it
+    /// cannot run here.
+    fn rank(&self, image: &DeviceImage<'_>) -> Option<u8> {
+        if image.format != offload_image::ImageFormat::Bitcode && self.raw.can_run(image) {
+            let arch = self.info().arch.as_str();
+            let exact = !arch.is_empty()
+                && image
+                    .arch
+                    .as_deref()
+                    .is_some_and(|a| a == arch || a.split(':').next() == Some(arch));
+            return Some(if exact { 3 } else { 2 });
+        }
+        self.compiles(image).then_some(1)
     }
 
     /// Load the first image in `bytes` this device can run (containers are

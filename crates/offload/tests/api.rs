@@ -234,3 +234,102 @@ fn bitcode_programs_are_compiled_at_load_time() {
     queue.synchronize().unwrap();
     assert_eq!(answer.read::<i32>().unwrap(), 42);
 }
+
+/// One binary with images for several targets: a PTX image, an AMDGPU
+/// image, x86_64 bitcode and x86_64 native code. The host device loads the
+/// native image; without it, the bitcode (compiled when loaded); with only
+/// foreign images, nothing (a clear error listing them). No foreign image
+/// ever reaches the host plugin.
+#[test]
+fn mixed_target_binaries_load_the_best_image() {
+    use offload_image::offload_binary::{write, ImageKind, OffloadBinary, OffloadKind};
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    // The same kernel source, told apart by the global's start value.
+    let build = |name: &str, start: i32, extra: &[&str]| -> Vec<u8> {
+        let src = dir.path().join(format!("{name}.c"));
+        std::fs::write(
+            &src,
+            format!("#include \"offload/host_kernel.h\"\nint answer = {start};\nOFFLOAD_HOST_KERNEL(bump) {{ (void)args; (void)item; answer++; }}\n"),
+        )
+        .unwrap();
+        let out = dir.path().join(name);
+        let ok = Command::new("clang-22")
+            .args(["-O1", "-fPIC", "-I"])
+            .arg(root.join("../../include"))
+            .args(extra)
+            .arg("-o")
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("clang-22 (scripts/setup.sh installs it)")
+            .success();
+        assert!(ok);
+        std::fs::read(out).unwrap()
+    };
+    let native = build("native.so", 100, &["-shared"]);
+    let bitcode = build("k.bc", 200, &["-c", "-emit-llvm"]);
+    // Real foreign code, as clang-22 makes it for those targets.
+    let foreign = |out: &str, args: &[&str]| -> Vec<u8> {
+        let src = dir.path().join("dev.c");
+        std::fs::write(&src, "void k(int *p) { *p = 1; }\n").unwrap();
+        let path = dir.path().join(out);
+        let ok = Command::new("clang-22")
+            .args(args)
+            .args(["-nogpulib", "-ffreestanding", "-o"])
+            .arg(&path)
+            .arg(&src)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "clang-22 {args:?}");
+        std::fs::read(path).unwrap()
+    };
+    let ptx = foreign(
+        "dev.ptx",
+        &[
+            "--target=nvptx64-nvidia-cuda",
+            "-march=sm_80",
+            "-Xclang",
+            "-target-feature",
+            "-Xclang",
+            "+ptx78",
+            "-S",
+        ],
+    );
+    let amd = foreign(
+        "dev.o",
+        &["--target=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-c"],
+    );
+    fn entry<'b>(kind: ImageKind, bytes: &'b [u8], triple: &str, arch: &str) -> OffloadBinary<'b> {
+        let mut e = OffloadBinary::new(kind, OffloadKind::OpenMp, bytes);
+        e.strings = vec![
+            ("triple".into(), triple.into()),
+            ("arch".into(), arch.into()),
+        ];
+        e
+    }
+    let host = "x86_64-unknown-linux-gnu";
+    let ptx_e = || entry(ImageKind::Ptx, &ptx, "nvptx64-nvidia-cuda", "sm_80");
+    let amd_e = || entry(ImageKind::Object, &amd, "amdgcn-amd-amdhsa", "gfx90a");
+    let bc_e = || entry(ImageKind::Bitcode, &bitcode, host, "");
+    let native_e = || entry(ImageKind::Object, &native, host, "");
+
+    let dev = Device::host().unwrap();
+    let start = |binary: Vec<u8>| -> i32 {
+        let program = dev.load_program(&binary).unwrap();
+        program.global("answer").unwrap().read::<i32>().unwrap()
+    };
+    // Bitcode listed first: native code still wins.
+    assert_eq!(start(write(&[ptx_e(), bc_e(), amd_e(), native_e()])), 100);
+    assert_eq!(start(write(&[native_e(), bc_e()])), 100);
+    // No native image: the bitcode is compiled.
+    assert_eq!(start(write(&[ptx_e(), amd_e(), bc_e()])), 200);
+    // Only foreign images: refused, each named.
+    let Err(e) = dev.load_program(&write(&[ptx_e(), amd_e()])) else {
+        panic!("a foreign image was loaded");
+    };
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert!(e.message().contains("nvptx64-nvidia-cuda"), "{e}");
+    assert!(e.message().contains("amdgcn-amd-amdhsa"), "{e}");
+}
