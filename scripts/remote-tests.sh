@@ -40,7 +40,9 @@ wait_listening() { # FILE -> prints the address once the server is up
 
 run_programs() { # ADDRESS LABEL
   echo "== OpenMP programs against a remote server ($2: $1)"
-  OFFLOAD_TEST_REMOTE="$1" cargo test -q -p omptarget --test c_programs -- --test-threads=2
+  # --workspace (not -p omptarget): the same feature set as the workspace
+  # build, so nothing is compiled again.
+  OFFLOAD_TEST_REMOTE="$1" cargo test -q --workspace --test c_programs -- --test-threads=2
 }
 
 # 1. Loopback.

@@ -602,7 +602,9 @@ impl Device {
                     .is_some_and(|a| a == arch || a.split(':').next() == Some(arch));
             return Some(if exact { 3 } else { 2 });
         }
-        self.compiles(image).then_some(1)
+        // Bitcode: compiled here, or taken as it is by a plugin that passes
+        // it on (the remote plugin: the server's device compiles it).
+        (self.raw.can_run(image) || self.compiles(image)).then_some(1)
     }
 
     /// Load the first image in `bytes` this device can run (containers are
