@@ -1,22 +1,22 @@
 //! The Rust API end to end on the host devices.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use offload::{devices, AllocKind, Device, DeviceType, ErrorCode, KernelArgs, LaunchConfig};
 
-fn demo_image() -> Vec<u8> {
+/// `source` compiled by clang-22 with `args` (the host-kernel header on
+/// the include path); the output's bytes.
+fn compile(dir: &Path, name: &str, source: &str, args: &[&str]) -> Vec<u8> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("k.so");
-    let src = dir.path().join("k.c");
-    let mut text = std::fs::read_to_string(root.join("examples/kernels/demo_kernels.c")).unwrap();
-    text += "int answer = 41;\nOFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; answer++; }\n";
-    std::fs::write(&src, text).unwrap();
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let out = dir.join(name);
     let ok = Command::new("clang-22")
-        .args(["-O1", "-fPIC", "-shared", "-I"])
+        .args(args)
+        .arg("-I")
         .arg(root.join("../../include"))
         .arg("-o")
         .arg(&out)
@@ -24,8 +24,22 @@ fn demo_image() -> Vec<u8> {
         .status()
         .expect("clang-22 (scripts/setup.sh installs it)")
         .success();
-    assert!(ok);
+    assert!(ok, "clang-22 {args:?} on {name}");
     std::fs::read(out).unwrap()
+}
+
+fn demo_image() -> Vec<u8> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = std::fs::read_to_string(root.join("examples/kernels/demo_kernels.c")).unwrap();
+    text += "int answer = 41;\nOFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; answer++; }\n";
+    compile(dir.path(), "k.so", &text, &["-O1", "-fPIC", "-shared"])
+}
+
+/// A host kernel `bump` that increments the global `answer` (starting at
+/// `start`).
+fn bump_source(start: i32) -> String {
+    format!("#include \"offload/host_kernel.h\"\nint answer = {start};\nOFFLOAD_HOST_KERNEL(bump) {{ (void)args; (void)item; answer++; }}\n")
 }
 
 #[test]
@@ -198,26 +212,13 @@ fn skip(why: &str) {
 /// host device at load time and behaves as the native build.
 #[test]
 fn bitcode_programs_are_compiled_at_load_time() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("k.c");
-    std::fs::write(
-        &src,
-        "#include \"offload/host_kernel.h\"\nint answer = 41;\nOFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; answer++; }\n",
-    )
-    .unwrap();
-    let bc = dir.path().join("k.bc");
-    let ok = Command::new("clang-22")
-        .args(["-O1", "-fPIC", "-c", "-emit-llvm", "-I"])
-        .arg(root.join("../../include"))
-        .arg("-o")
-        .arg(&bc)
-        .arg(&src)
-        .status()
-        .expect("clang-22 (scripts/setup.sh installs it)")
-        .success();
-    assert!(ok);
-    let image = std::fs::read(&bc).unwrap();
+    let image = compile(
+        dir.path(),
+        "k.bc",
+        &bump_source(41),
+        &["-O1", "-fPIC", "-c", "-emit-llvm"],
+    );
     assert_eq!(&image[..4], b"BC\xc0\xde");
     let dev = Device::host().unwrap();
     assert!(dev.is_compatible(&image));
@@ -243,63 +244,50 @@ fn bitcode_programs_are_compiled_at_load_time() {
 #[test]
 fn mixed_target_binaries_load_the_best_image() {
     use offload_image::offload_binary::{write, ImageKind, OffloadBinary, OffloadKind};
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
-    // The same kernel source, told apart by the global's start value.
-    let build = |name: &str, start: i32, extra: &[&str]| -> Vec<u8> {
-        let src = dir.path().join(format!("{name}.c"));
-        std::fs::write(
-            &src,
-            format!("#include \"offload/host_kernel.h\"\nint answer = {start};\nOFFLOAD_HOST_KERNEL(bump) {{ (void)args; (void)item; answer++; }}\n"),
-        )
-        .unwrap();
-        let out = dir.path().join(name);
-        let ok = Command::new("clang-22")
-            .args(["-O1", "-fPIC", "-I"])
-            .arg(root.join("../../include"))
-            .args(extra)
-            .arg("-o")
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("clang-22 (scripts/setup.sh installs it)")
-            .success();
-        assert!(ok);
-        std::fs::read(out).unwrap()
-    };
-    let native = build("native.so", 100, &["-shared"]);
-    let bitcode = build("k.bc", 200, &["-c", "-emit-llvm"]);
-    // Real foreign code, as clang-22 makes it for those targets.
-    let foreign = |out: &str, args: &[&str]| -> Vec<u8> {
-        let src = dir.path().join("dev.c");
-        std::fs::write(&src, "void k(int *p) { *p = 1; }\n").unwrap();
-        let path = dir.path().join(out);
-        let ok = Command::new("clang-22")
-            .args(args)
-            .args(["-nogpulib", "-ffreestanding", "-o"])
-            .arg(&path)
-            .arg(&src)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "clang-22 {args:?}");
-        std::fs::read(path).unwrap()
-    };
-    let ptx = foreign(
-        "dev.ptx",
-        &[
-            "--target=nvptx64-nvidia-cuda",
-            "-march=sm_80",
-            "-Xclang",
-            "-target-feature",
-            "-Xclang",
-            "+ptx78",
-            "-S",
-        ],
+    // The same kernel, told apart by the global's start value.
+    let native = compile(
+        dir.path(),
+        "native.so",
+        &bump_source(100),
+        &["-O1", "-fPIC", "-shared"],
     );
-    let amd = foreign(
+    let bitcode = compile(
+        dir.path(),
+        "k.bc",
+        &bump_source(200),
+        &["-O1", "-fPIC", "-c", "-emit-llvm"],
+    );
+    // Real foreign code, as clang-22 makes it for those targets.
+    let device_code = "void k(int *p) { *p = 1; }\n";
+    let foreign = ["-nogpulib", "-ffreestanding"];
+    let ptx = compile(
+        dir.path(),
+        "dev.ptx",
+        device_code,
+        &[
+            &[
+                "--target=nvptx64-nvidia-cuda",
+                "-march=sm_80",
+                "-Xclang",
+                "-target-feature",
+                "-Xclang",
+                "+ptx78",
+                "-S",
+            ][..],
+            &foreign,
+        ]
+        .concat(),
+    );
+    let amd = compile(
+        dir.path(),
         "dev.o",
-        &["--target=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-c"],
+        device_code,
+        &[
+            &["--target=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-c"][..],
+            &foreign,
+        ]
+        .concat(),
     );
     fn entry<'b>(kind: ImageKind, bytes: &'b [u8], triple: &str, arch: &str) -> OffloadBinary<'b> {
         let mut e = OffloadBinary::new(kind, OffloadKind::OpenMp, bytes);
