@@ -60,6 +60,31 @@ pub fn library_path(lib_dir: &Path, existing: Option<&OsStr>, llvm_lib: Option<&
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    run_with_env(&args.command, &[])
+}
+
+/// `command` with the drop-in libraries first, and `env` set.
+pub fn run_with_env(command: &[OsString], env: &[(&str, OsString)]) -> anyhow::Result<()> {
+    let err = command_with_libraries(command)?
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .exec();
+    let program = command.first().map(Path::new).unwrap_or(Path::new(""));
+    // `exec` only returns on failure.
+    let status = if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    Err(ExitStatusError {
+        status,
+        error: anyhow::Error::new(err).context(format!("cannot run {}", program.display())),
+    }
+    .into())
+}
+
+/// `command` (program and arguments) set to run against the drop-in
+/// libraries.
+pub fn command_with_libraries(command: &[OsString]) -> anyhow::Result<std::process::Command> {
     let dir = lib_dir::ensure()?;
     lib_dir::warn_if_empty(&dir);
     if dir.path.as_os_str().as_encoded_bytes().contains(&b':') {
@@ -74,25 +99,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         std::env::var_os("LD_LIBRARY_PATH").as_deref(),
         llvm.is_dir().then_some(llvm),
     );
-    let Some((program, program_args)) = args.command.split_first() else {
+    let Some((program, program_args)) = command.split_first() else {
         anyhow::bail!("no program to run");
     };
-    let err = std::process::Command::new(program)
-        .args(program_args)
-        .env("LD_LIBRARY_PATH", path)
-        .exec();
-    // `exec` only returns on failure.
-    let status = if err.kind() == std::io::ErrorKind::NotFound {
-        127
-    } else {
-        126
-    };
-    Err(ExitStatusError {
-        status,
-        error: anyhow::Error::new(err)
-            .context(format!("cannot run {}", Path::new(program).display())),
-    }
-    .into())
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(program_args).env("LD_LIBRARY_PATH", path);
+    Ok(cmd)
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@
 //!                                       libLLVMOffload shared libraries
 //! offload exec PROGRAM [ARGS...]        run PROGRAM against those libraries
 //! offload serve [--listen ADDR:PORT]    expose this machine's devices over gRPC
+//! offload record -o DIR -- PROGRAM      record PROGRAM's kernel launches
+//! offload replay DIR [--verify]         run recorded launches again, on any device
 //! ```
 //!
 //! Every subcommand lives in its own module and returns an error instead of
@@ -23,6 +25,7 @@ mod inspect;
 mod lib_dir;
 mod output;
 mod pack;
+mod record;
 mod serve;
 
 use std::process::ExitCode;
@@ -51,6 +54,12 @@ enum Command {
     Exec(exec::Args),
     /// Expose this machine's devices to remote clients over gRPC.
     Serve(serve::Args),
+    /// Run a program and record its kernel launches (image, arguments,
+    /// device memory before and after) for `offload replay`.
+    Record(record::RecordArgs),
+    /// Replay recorded kernel launches on any device, optionally verifying
+    /// the memory they leave against the recording.
+    Replay(record::ReplayArgs),
     /// One session of `offload serve` (started by the server, not by hand).
     #[command(hide = true)]
     ServeWorker,
@@ -80,6 +89,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Exec(a) => exec::run(a),
         Command::Serve(a) => serve::run(a),
         Command::ServeWorker => serve::run_worker(),
+        Command::Record(a) => record::record(a),
+        Command::Replay(a) => record::replay(a),
     }
 }
 

@@ -530,7 +530,17 @@ impl Device {
         let _s = debug_span!("launch", device = self.id, kernel = kernel.name()).entered();
         self.check_kernel(kernel)?;
         self.stats.count_launch();
+        if let Some(rec) = crate::record::active().filter(|r| r.wants(kernel.name())) {
+            return rec.record(self, kernel, args, config, || {
+                self.with_sync_queue(|q| q.launch(kernel.raw(), args, config))
+            });
+        }
         self.with_sync_queue(|q| q.launch(kernel.raw(), args, config))
+    }
+
+    /// Every live range of the index (allocations, globals, registrations).
+    pub(crate) fn live_ranges(&self) -> Vec<Allocation> {
+        self.index.all()
     }
 
     #[inline]
@@ -629,6 +639,8 @@ impl Device {
         owner: Owner,
     ) -> Result<Arc<Program>> {
         let _s = debug_span!("load_image", device = self.id, size = image.bytes.len()).entered();
+        // Recorded launches need the image their kernel came from.
+        let kept: Option<Arc<[u8]>> = crate::record::active().map(|_| Arc::from(image.bytes));
         if !self.raw.can_run(image) && self.compiles(image) {
             let target = self.raw.jit_target().expect("compiles() checked it");
             let native = crate::jit::compile(image, &target)?;
@@ -644,7 +656,7 @@ impl Device {
                 containers: image.containers.clone(),
             };
             let raw = self.raw.load_program(&compiled)?;
-            return Ok(Program::new(self.clone(), raw, owner));
+            return Ok(Program::new(self.clone(), raw, owner, kept));
         }
         if !self.raw.can_run(image) {
             return Err(Error::invalid_binary(format!(
@@ -655,7 +667,7 @@ impl Device {
             )));
         }
         let raw = self.raw.load_program(image)?;
-        Ok(Program::new(self.clone(), raw, owner))
+        Ok(Program::new(self.clone(), raw, owner, kept))
     }
 
     fn select_image<'i, 'a>(&self, images: &'i [DeviceImage<'a>]) -> Result<&'i DeviceImage<'a>> {

@@ -40,6 +40,7 @@ pub mod plugin;
 pub mod profile;
 pub mod program;
 pub mod queue;
+pub mod record;
 pub mod runtime;
 pub mod stats;
 pub mod trace;

@@ -17,8 +17,11 @@ pub struct Program {
     raw: Arc<dyn plugin::Program>,
     /// Owner of the globals in the device's index.
     owner: Owner,
-    /// Globals filed in the device's index, removed when the program goes.
-    globals: Mutex<Vec<DevicePtr>>,
+    /// Globals filed in the device's index (with their names), removed
+    /// when the program goes.
+    globals: Mutex<Vec<(DevicePtr, String)>>,
+    /// The image it was loaded from, kept while launches are recorded.
+    image: Option<Arc<[u8]>>,
 }
 
 impl Program {
@@ -26,13 +29,28 @@ impl Program {
         device: Arc<Device>,
         raw: Arc<dyn plugin::Program>,
         owner: Owner,
+        image: Option<Arc<[u8]>>,
     ) -> Arc<Program> {
         Arc::new(Program {
             device,
             raw,
             owner,
             globals: Mutex::new(Vec::new()),
+            image,
         })
+    }
+
+    /// The image bytes, when kept (launches are being recorded).
+    pub fn image(&self) -> Option<&[u8]> {
+        self.image.as_deref()
+    }
+
+    /// The globals looked up so far, with their names.
+    pub fn global_names(&self) -> Vec<(DevicePtr, String)> {
+        self.globals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn device(&self) -> &Arc<Device> {
@@ -53,9 +71,9 @@ impl Program {
     pub fn global(&self, name: &str) -> Result<(DevicePtr, u64)> {
         let (ptr, size) = self.raw.global(name)?;
         let mut filed = self.globals.lock().unwrap_or_else(|e| e.into_inner());
-        if !filed.contains(&ptr) {
+        if !filed.iter().any(|(p, _)| *p == ptr) {
             self.device.file_global(ptr, size as usize, self.owner);
-            filed.push(ptr);
+            filed.push((ptr, name.to_string()));
         }
         Ok((ptr, size))
     }
@@ -63,7 +81,7 @@ impl Program {
 
 impl Drop for Program {
     fn drop(&mut self) {
-        for g in self.globals.get_mut().unwrap_or_else(|e| e.into_inner()) {
+        for (g, _) in self.globals.get_mut().unwrap_or_else(|e| e.into_inner()) {
             self.device.forget_global(*g);
         }
     }

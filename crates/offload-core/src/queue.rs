@@ -175,6 +175,14 @@ impl Queue {
         device.check_kernel(kernel)?;
         device.stats().count_launch();
         let _s = debug_span!("launch", device = device.id(), kernel = kernel.name()).entered();
+        if let Some(rec) = crate::record::active().filter(|r| r.wants(kernel.name())) {
+            // Recorded launches run in order, now: earlier work first, so
+            // the snapshot sees what the kernel will.
+            self.synchronize()?;
+            return rec.record(device, kernel, args, config, || {
+                device.with_sync_queue(|q| q.launch(kernel.raw(), args, config))
+            });
+        }
         if self.worker.is_none() {
             // The plugin queue copies what it needs before returning.
             let raw = self
