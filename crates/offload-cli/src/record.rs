@@ -129,8 +129,18 @@ struct Range {
     size: usize,
     before: Vec<u8>,
     after: Option<Vec<u8>>,
-    /// Allocated here (freed at the end), not a program global.
-    ours: bool,
+    /// How it was placed (and is released).
+    placed: Placement,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// At its recorded address (freed with `free_placed`).
+    Kept,
+    /// In a fresh allocation.
+    Moved,
+    /// A global of the replayed program, found by name.
+    Global,
 }
 
 fn replay_one(
@@ -148,7 +158,6 @@ fn replay_one(
     let kernel = program.kernel(name)?;
 
     let mut ranges = Vec::new();
-    let (mut relocated, mut kept, mut globals) = (0, 0, 0);
     for (i, r) in manifest["ranges"]
         .as_array()
         .context("no ranges")?
@@ -162,27 +171,46 @@ fn replay_one(
         let size = r["size"].as_u64().context("range size")? as usize;
         let before = std::fs::read(dir.join(format!("r{i}.before")))?;
         let after = std::fs::read(dir.join(format!("r{i}.after"))).ok();
-        let (new, ours) = match (r["origin"].as_str(), r["name"].as_str()) {
-            (Some("global"), Some(g)) => {
-                globals += 1;
-                (program.global(g)?.0, false)
-            }
-            _ => (device.alloc(size, AllocKind::Device)?, true),
+        let (new, placed) = match (r["origin"].as_str(), r["name"].as_str()) {
+            (Some("global"), Some(g)) => (program.global(g)?.0, Placement::Global),
+            _ => (DevicePtr(old), Placement::Kept),
         };
-        if new.0 == old {
-            kept += 1;
-        } else {
-            relocated += 1;
-        }
         ranges.push(Range {
             old,
             new,
             size,
             before,
             after,
-            ours,
+            placed,
         });
     }
+    // Keep the recorded addresses where the device can place memory there
+    // (all of them, so pointers stored in device memory stay valid), else
+    // move every range to fresh memory.
+    let mut done = Vec::new();
+    let mut all_kept = true;
+    for r in ranges.iter().filter(|r| r.placed == Placement::Kept) {
+        if device.alloc_at(r.new, r.size).is_err() {
+            all_kept = false;
+            break;
+        }
+        done.push(r.new);
+    }
+    if !all_kept {
+        for p in done {
+            let _ = device.free_placed(p);
+        }
+        for r in ranges.iter_mut().filter(|r| r.placed == Placement::Kept) {
+            r.new = device.alloc(r.size, AllocKind::Device)?;
+            r.placed = Placement::Moved;
+        }
+    }
+    let count = |p: Placement| ranges.iter().filter(|r| r.placed == p).count();
+    let (kept, relocated, globals) = (
+        count(Placement::Kept),
+        count(Placement::Moved),
+        count(Placement::Global),
+    );
     let relocate = |w: u64| {
         ranges
             .iter()
@@ -265,11 +293,15 @@ fn replay_one(
             }
         }
     }
-    for r in ranges.iter().filter(|r| r.ours) {
-        let _ = device.free(r.new);
+    for r in &ranges {
+        let _ = match r.placed {
+            Placement::Kept => device.free_placed(r.new),
+            Placement::Moved => device.free(r.new),
+            Placement::Global => Ok(()),
+        };
     }
     let addresses = if relocated == 0 {
-        "kept at the recorded addresses".to_string()
+        "memory at the recorded addresses".to_string()
     } else {
         format!("{relocated} range(s) relocated, argument pointers adjusted (pointers stored inside device memory are not)")
     };

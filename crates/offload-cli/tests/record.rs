@@ -1,8 +1,9 @@
 //! `offload record` + `offload replay --verify`: an OpenMP program (word
 //! arguments, a declare-target global) and an ol* program (packed
 //! arguments, queues) recorded on a host device, replayed on the same
-//! device, another host device and a remote server; a tampered recording
-//! fails verification.
+//! device, another host device (both at the recorded addresses) and a
+//! remote server (relocated); a kernel following a pointer stored in device
+//! memory; a tampered recording fails verification.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -216,7 +217,7 @@ fn ol_launches_replay_with_packed_arguments() {
     // Two saxpy launches (queued, then synchronous), both verified.
     let out = replay_verified(&rec, &["--device", "1"], &[]);
     assert_eq!(out.matches("kernel saxpy").count(), 2, "{out}");
-    assert!(out.contains("relocated"), "{out}");
+    assert!(out.contains("memory at the recorded addresses"), "{out}");
     // Group-size override for tuning still computes the same result.
     replay_verified(&rec, &["--threads", "64"], &[]);
     // And on a remote server's device.
@@ -230,4 +231,33 @@ fn ol_launches_replay_with_packed_arguments() {
         ],
     );
     assert_eq!(remote.matches("remote:").count(), 2, "{remote}");
+    // A server cannot place memory at chosen addresses: the ranges move
+    // and the argument pointers follow.
+    assert_eq!(remote.matches("relocated").count(), 2, "{remote}");
+}
+
+/// A kernel that follows a pointer stored in device memory (an attached
+/// struct member): replayed at the recorded addresses, it finds its data.
+#[test]
+fn pointers_inside_device_memory_stay_valid_on_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("omp_pointer");
+    clang(
+        &[
+            "-fopenmp",
+            "-fopenmp-targets=x86_64-unknown-linux-gnu",
+            "-O1",
+            root()
+                .join("crates/offload-cli/tests/record/omp_pointer.c")
+                .to_str()
+                .unwrap(),
+        ],
+        &exe,
+    );
+    let rec = dir.path().join("rec");
+    record(&rec, &[exe.to_str().unwrap()], &[]);
+    for device in ["0", "1"] {
+        let out = replay_verified(&rec, &["--device", device, "--repeat", "2"], &[]);
+        assert!(out.contains("memory at the recorded addresses"), "{out}");
+    }
 }

@@ -96,6 +96,47 @@ impl Device {
         self.alloc_for(size, kind, Owner::RUNTIME)
     }
 
+    /// Device memory at exactly `ptr` (`offload replay` keeping recorded
+    /// addresses), where the plugin can place it; release it with
+    /// [`Device::free_placed`] (never cached by the pool).
+    pub fn alloc_at(&self, ptr: DevicePtr, size: usize) -> Result<()> {
+        if size == 0 {
+            return Err(Error::invalid_size(format!(
+                "cannot place 0 bytes on {}",
+                self.label
+            )));
+        }
+        self.raw.alloc_at(ptr, size)?;
+        let a = Allocation {
+            base: ptr,
+            size,
+            kind: AllocKind::Device,
+            origin: Origin::Alloc(AllocKind::Device),
+            // Only `free_placed` releases it (not the pool's free).
+            owner: Owner::OWNED_BLOCKS,
+        };
+        if let Err(e) = self.index.insert(a) {
+            let _ = self.raw.free(ptr, AllocKind::Device);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Release memory of [`Device::alloc_at`].
+    pub fn free_placed(&self, ptr: DevicePtr) -> Result<()> {
+        let label = &self.label;
+        self.index.remove_if(ptr, label, |a| {
+            if a.owner == Owner::OWNED_BLOCKS {
+                Ok(())
+            } else {
+                Err(Error::invalid_argument(format!(
+                    "pointer {ptr} was not placed with alloc_at on {label}"
+                )))
+            }
+        })?;
+        self.raw.free(ptr, AllocKind::Device)
+    }
+
     /// Allocate `size` bytes of `kind` memory on behalf of `owner`.
     /// Zero-byte requests are an error (callers that accept them, like
     /// `omp_target_alloc`, check first).

@@ -209,6 +209,19 @@ pub trait Device: Send + Sync + AsAny {
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;
     fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()>;
 
+    /// Device memory at exactly `ptr` (replay keeping recorded addresses),
+    /// freed with [`Device::free`]; unsupported by default.
+    fn alloc_at(&self, ptr: DevicePtr, size: usize) -> Result<()> {
+        let _ = (ptr, size);
+        Err(crate::Error::new(
+            crate::ErrorCode::Unsupported,
+            format!(
+                "{} cannot place memory at a chosen address",
+                self.info().uid
+            ),
+        ))
+    }
+
     /// Load an (unwrapped) image into a program.
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn Program>>;
 

@@ -61,6 +61,9 @@ impl plugin::Device for HostDevice {
         memory::free(ptr);
         Ok(())
     }
+    fn alloc_at(&self, ptr: DevicePtr, size: usize) -> Result<()> {
+        memory::fixed::alloc(ptr, size)
+    }
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
         if !self.can_run(image) {
             return Err(Error::invalid_binary(format!(
