@@ -326,8 +326,24 @@ impl DevState {
 
     fn load_binary(&self, b: &Registered) -> Loaded {
         let Some(img) = self.dev.best_image(&b.images) else {
+            tracing::debug!(
+                device = self.id,
+                images = b.images.len(),
+                "no image of the binary runs on this device"
+            );
             return (None, vec![]);
         };
+        // Which image this device took (LIBOMPTARGET_DEBUG; LLVM reports
+        // image compatibility as debug output too).
+        tracing::debug!(
+            device = self.id,
+            image = b.images.iter().position(|i| std::ptr::eq(i, img)).unwrap_or(0),
+            of = b.images.len(),
+            format = %img.format,
+            triple = img.triple.as_deref().unwrap_or(""),
+            arch = img.arch.as_deref().unwrap_or(""),
+            "image chosen"
+        );
         let prog = match self.dev.load_image(img) {
             Ok(p) => p,
             Err(e) => {

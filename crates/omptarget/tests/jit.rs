@@ -118,6 +118,16 @@ fn bitcode_images_are_compiled_once_and_cached() {
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), want, "round {round}");
     }
+    // LIBOMPTARGET_DEBUG says which image the device took.
+    let mut debug_env = env.to_vec();
+    debug_env.push(("LIBOMPTARGET_DEBUG", "1"));
+    let out = run(&b, &b.jit, &debug_env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.contains("image chosen") && l.contains("format=LLVM bitcode")),
+        "{err}"
+    );
     let runs = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(
         runs.lines().count(),
