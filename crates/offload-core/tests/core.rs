@@ -324,6 +324,15 @@ fn images_are_matched_by_triple_and_arch_and_carry_metadata() {
         take_log(),
         vec![r#"load triple=Some("testarch-unknown-none") arch=Some("t1") bytes="for-t1" meta=[Producer=clang-22,VendorName=Test, Inc.,Custom=kept]"#.to_string()]
     );
+    // A generic image listed first: the exact architecture still wins;
+    // alone, the generic one is taken.
+    let mixed = offload_binary::write(&[entry("", b"generic"), entry("t1", b"exact")]);
+    take_log();
+    dev.load_program(&mixed).unwrap();
+    assert!(take_log()[0].contains(r#"bytes="exact""#));
+    dev.load_program(&offload_binary::write(&[entry("", b"generic")]))
+        .unwrap();
+    assert!(take_log()[0].contains(r#"bytes="generic""#));
     let only_t0 = offload_binary::write(&[entry("t0", b"for-t0")]);
     let e = dev.load_program(&only_t0).err().unwrap();
     assert_eq!(e.code(), ErrorCode::InvalidBinary);
