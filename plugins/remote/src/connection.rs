@@ -335,9 +335,11 @@ impl Connection {
 
     /// After a call failed for want of a connection: the session's end, if
     /// the server reported one in time (a worker's crash closes the call's
-    /// connection a moment before the Hello stream says why).
+    /// connection a moment before the Hello stream says why; on a loaded
+    /// machine that moment can be long, and this path is only taken after a
+    /// failure, so it waits up to 2 s).
     pub(crate) async fn end_of_session(&self, what: &str) -> Option<Error> {
-        for _ in 0..20 {
+        for _ in 0..200 {
             if !self.is_alive() {
                 return Some(self.gone(what));
             }
