@@ -24,6 +24,22 @@ fn clang(args: &[&str], out: &Path) {
     );
 }
 
+/// `tests/record/NAME.c` built as an OpenMP offload program in `dir`.
+fn build_openmp(dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let src = root().join(format!("crates/offload-cli/tests/record/{name}.c"));
+    clang(
+        &[
+            "-fopenmp",
+            "-fopenmp-targets=x86_64-unknown-linux-gnu",
+            "-O1",
+            src.to_str().unwrap(),
+        ],
+        &exe,
+    );
+    exe
+}
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -104,19 +120,7 @@ impl Drop for Server {
 #[test]
 fn openmp_launches_replay_anywhere_and_verify() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("omp_global");
-    clang(
-        &[
-            "-fopenmp",
-            "-fopenmp-targets=x86_64-unknown-linux-gnu",
-            "-O1",
-            root()
-                .join("crates/offload-cli/tests/record/omp_global.c")
-                .to_str()
-                .unwrap(),
-        ],
-        &exe,
-    );
+    let exe = build_openmp(dir.path(), "omp_global");
     let rec = dir.path().join("rec");
     record(&rec, &[exe.to_str().unwrap()], &[]);
     let launch = std::fs::read_dir(&rec)
@@ -241,19 +245,7 @@ fn ol_launches_replay_with_packed_arguments() {
 #[test]
 fn pointers_inside_device_memory_stay_valid_on_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("omp_pointer");
-    clang(
-        &[
-            "-fopenmp",
-            "-fopenmp-targets=x86_64-unknown-linux-gnu",
-            "-O1",
-            root()
-                .join("crates/offload-cli/tests/record/omp_pointer.c")
-                .to_str()
-                .unwrap(),
-        ],
-        &exe,
-    );
+    let exe = build_openmp(dir.path(), "omp_pointer");
     let rec = dir.path().join("rec");
     record(&rec, &[exe.to_str().unwrap()], &[]);
     for device in ["0", "1"] {

@@ -124,17 +124,7 @@ impl Device {
 
     /// Release memory of [`Device::alloc_at`].
     pub fn free_placed(&self, ptr: DevicePtr) -> Result<()> {
-        let label = &self.label;
-        self.index.remove_if(ptr, label, |a| {
-            if a.owner == Owner::OWNED_BLOCKS {
-                Ok(())
-            } else {
-                Err(Error::invalid_argument(format!(
-                    "pointer {ptr} was not placed with alloc_at on {label}"
-                )))
-            }
-        })?;
-        self.raw.free(ptr, AllocKind::Device)
+        self.free_to_device_if_owned_block(ptr)
     }
 
     /// Allocate `size` bytes of `kind` memory on behalf of `owner`.
@@ -314,13 +304,20 @@ impl Device {
     #[cold]
     #[inline(never)]
     fn free_owned_block_to_device(&self, ptr: DevicePtr) -> Result<()> {
+        self.free_to_device_if_owned_block(ptr)
+    }
+
+    /// Take `ptr` out of the index and give it back to the device, if it is
+    /// a range only its creator frees ([`Owner::OWNED_BLOCKS`]: owned
+    /// blocks, placed memory).
+    fn free_to_device_if_owned_block(&self, ptr: DevicePtr) -> Result<()> {
         let label = &self.label;
         self.index.remove_if(ptr, label, |a| {
             if a.owner == Owner::OWNED_BLOCKS {
                 Ok(())
             } else {
                 Err(Error::invalid_argument(format!(
-                    "pointer {ptr} is not an owned block on {label}"
+                    "pointer {ptr} is not an owned block or placed memory on {label}"
                 )))
             }
         })?;
