@@ -70,7 +70,12 @@ impl RemoteQueue {
                 .queue(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
                 .await
             {
-                Err(s) => rpc_error(&addr, "queue", s),
+                // The worker can die before the stream's headers reach us
+                // (a launch that exits at once on a loaded machine).
+                Err(s) => {
+                    lost = crate::connection::connection_lost(&s);
+                    rpc_error(&addr, "queue", s)
+                }
                 Ok(resp) => {
                     let mut completions = resp.into_inner();
                     loop {
