@@ -1,7 +1,5 @@
+include!("../../tools/version_script_link.rs");
+
 fn main() {
-    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();
-    let map = format!("{dir}/libomptarget.map");
-    println!("cargo:rerun-if-changed={map}");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libomptarget.so.22.1");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,--offload-version-script={map}");
+    link_with_version_script("libomptarget.map", "libomptarget.so.22.1");
 }

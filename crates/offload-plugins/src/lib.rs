@@ -17,6 +17,7 @@ pub fn builtin() -> Vec<PluginEntry> {
     vec![
         offload_plugin_host::ENTRY,
         offload_plugin_sim::ENTRY,
+        #[cfg(feature = "remote")]
         offload_plugin_remote::ENTRY,
     ]
 }
