@@ -65,7 +65,7 @@ impl RemoteQueue {
         let addr = conn.addr.clone();
         let weak = Arc::downgrade(&conn);
         io_runtime().spawn(async move {
-            let mut lost = false;
+            let lost;
             let mut end = match client
                 .queue(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
                 .await
