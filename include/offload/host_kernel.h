@@ -3,7 +3,7 @@
  *
  * A host kernel is an ordinary C function in an x86_64 shared object (build
  * it with `clang -O2 -fPIC -shared`). The runtime loads the object with
- * olCreateProgram (or the Rust API's Program::from_bytes), finds the kernel
+ * olCreateProgram (or the Rust API's Device::load_program), finds the kernel
  * by name, and runs it once per work item of the launch grid:
  *
  *   OFFLOAD_HOST_KERNEL(saxpy) {

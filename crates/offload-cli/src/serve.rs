@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long)]
     sessions_in_process: bool,
     /// Serve Prometheus metrics (sessions, bytes moved, launches, errors,
-    /// worker crashes, refused authentications) at http://ADDR/metrics.
+    /// worker crashes, refused authentications) on ADDR, path /metrics.
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
 }
