@@ -7,6 +7,22 @@
 //! string map, metadata, for ELF images the header facts and the kernels,
 //! functions and globals defined, and which devices of this runtime could
 //! run it. Anything else (unknown, truncated, corrupt) is an error.
+//!
+//! Kernels and globals are what the runtime would look up, decided as the
+//! runtime decides (one truth):
+//!
+//! * images of a host binary: the host's offload entry table
+//!   (`llvm_offload_entries`, the table `__tgt_bin_desc` hands to
+//!   libomptarget): entries of size 0 are kernels, entries with a size are
+//!   globals;
+//! * a standalone device image with its own entry table (clang-22 OpenMP
+//!   device images carry one): that table, the same way;
+//! * any other ELF image (host kernels written with `host_kernel.h`): the
+//!   functions and objects it exports, i.e. what the host plugin's `dlsym`
+//!   finds, without the symbols the linker and C runtime define.
+//!
+//! A program (an executable without `.llvm.offloading` sections) holds no
+//! device image: it is reported as having no offloading images.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -14,6 +30,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use offload_core::Runtime;
 use offload_image::elf::{self, ElfInfo, ElfType, SymbolKind};
+use offload_image::entries::{self, EntryClass, FileEntry};
 use offload_image::{DeviceImage, ImageFormat};
 use serde::Serialize;
 
@@ -28,9 +45,6 @@ pub struct Args {
     json: bool,
 }
 
-/// Prefix of the names clang gives OpenMP target region kernels.
-pub const KERNEL_PREFIX: &str = "__omp_offloading_";
-
 #[derive(Serialize, Debug)]
 pub struct Report {
     pub file: String,
@@ -41,7 +55,23 @@ pub struct Report {
     pub description: String,
     /// The host ELF's header, when the file is a host binary.
     pub host: Option<ElfReport>,
+    /// The host binary's offload entry table (`llvm_offload_entries`),
+    /// empty for other files.
+    pub host_entries: Vec<EntryReport>,
+    /// Empty for a program without offloading images.
     pub images: Vec<ImageReport>,
+}
+
+/// One offload entry.
+#[derive(Serialize, Debug)]
+pub struct EntryReport {
+    pub name: String,
+    /// `kernel`, `global`, `indirect` or `requires`.
+    pub class: &'static str,
+    pub size: u64,
+    pub flags: u32,
+    /// Producer: `openmp`, `cuda`, `hip`, `sycl` or the number.
+    pub producer: String,
 }
 
 #[derive(Serialize, Debug)]
@@ -77,11 +107,15 @@ pub struct ImageReport {
     /// The 1OMP metadata (merged over nested headers).
     pub metadata: OrderedMap,
     pub elf: Option<ElfReport>,
-    /// Names of the defined functions that are OpenMP kernels.
+    /// Where `kernels` and `globals` come from: `host entry table`,
+    /// `image entry table`, `exported symbols` or `none`.
+    pub kernel_source: &'static str,
+    /// The kernels the runtime can launch from this image, by name.
     pub kernels: Vec<String>,
-    /// Every defined function (ELF images only).
+    /// Every defined function (ELF images only); `kernel` marks those
+    /// listed in `kernels`.
     pub functions: Vec<FunctionReport>,
-    /// Every defined data object (ELF images only).
+    /// The global variables the runtime can look up (no linker symbols).
     pub globals: Vec<GlobalReport>,
     /// Devices of this runtime whose plugin says they can run the image.
     pub runnable_on: Vec<RunnableDevice>,
@@ -153,10 +187,51 @@ pub fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
+fn producer_name(kind: u16) -> String {
+    match kind {
+        1 => "openmp".to_string(),
+        2 => "cuda".to_string(),
+        4 => "hip".to_string(),
+        8 => "sycl".to_string(),
+        n => n.to_string(),
+    }
+}
+
+fn entry_reports(entries: &[FileEntry]) -> Vec<EntryReport> {
+    entries
+        .iter()
+        .map(|e| EntryReport {
+            name: e.name.clone(),
+            class: e.class().name(),
+            size: e.size,
+            flags: e.flags,
+            producer: producer_name(e.kind),
+        })
+        .collect()
+}
+
+/// Kernels and globals named by an entry table, in table order.
+fn from_entries(entries: &[FileEntry]) -> (Vec<String>, Vec<GlobalReport>) {
+    let mut kernels = Vec::new();
+    let mut globals = Vec::new();
+    for e in entries.iter().filter(|e| !e.name.is_empty()) {
+        match e.class() {
+            EntryClass::Kernel => kernels.push(e.name.clone()),
+            EntryClass::Global => globals.push(GlobalReport {
+                name: e.name.clone(),
+                size: e.size,
+            }),
+            EntryClass::Indirect | EntryClass::Requires => {}
+        }
+    }
+    (kernels, globals)
+}
+
 fn image_report(
     index: usize,
     img: &DeviceImage<'_>,
     runtime: &Runtime,
+    host_entries: Option<&[FileEntry]>,
 ) -> anyhow::Result<ImageReport> {
     let containers: Vec<&'static str> = img.containers.iter().map(|&c| short_format(c)).collect();
     let mut chain = containers.clone();
@@ -174,34 +249,51 @@ fn image_report(
         strings: OrderedMap(img.strings.clone()),
         metadata: OrderedMap(img.metadata.entries.clone()),
         elf: None,
+        kernel_source: "none",
         kernels: Vec::new(),
         functions: Vec::new(),
         globals: Vec::new(),
         runnable_on: Vec::new(),
         loaded_by: Vec::new(),
     };
+    if let Some(host) = host_entries {
+        (report.kernels, report.globals) = from_entries(host);
+        report.kernel_source = "host entry table";
+    }
     if img.format == ImageFormat::Elf {
         let info = elf::info(img.bytes).with_context(|| format!("image {index}"))?;
         report.elf = Some(elf_report(&info));
+        if host_entries.is_none() {
+            let own = entries::offload_entries(img.bytes)
+                .with_context(|| format!("image {index}: cannot read its offload entries"))?;
+            if own.is_empty() {
+                let exported = entries::exported_symbols(img.bytes)
+                    .with_context(|| format!("image {index}: cannot read its symbols"))?;
+                for s in exported {
+                    match s.kind {
+                        SymbolKind::Function => report.kernels.push(s.name),
+                        SymbolKind::Object => report.globals.push(GlobalReport {
+                            name: s.name,
+                            size: s.size,
+                        }),
+                    }
+                }
+                report.kernel_source = "exported symbols";
+            } else {
+                (report.kernels, report.globals) = from_entries(&own);
+                report.kernel_source = "image entry table";
+            }
+        }
         let symbols = elf::defined_symbols(img.bytes)
             .with_context(|| format!("image {index}: cannot read its symbols"))?;
         for s in symbols {
-            match s.kind {
-                SymbolKind::Function => {
-                    let kernel = s.name.starts_with(KERNEL_PREFIX);
-                    if kernel {
-                        report.kernels.push(s.name.clone());
-                    }
-                    report.functions.push(FunctionReport {
-                        name: s.name,
-                        size: s.size,
-                        kernel,
-                    });
-                }
-                SymbolKind::Object => report.globals.push(GlobalReport {
+            if s.kind == SymbolKind::Function {
+                let kernel = report.kernels.contains(&s.name);
+                report.functions.push(FunctionReport {
                     name: s.name,
                     size: s.size,
-                }),
+                    kernel,
+                });
             }
         }
     }
@@ -225,6 +317,7 @@ pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Re
     }
     let format = offload_image::detect(bytes);
     let mut host = None;
+    let mut host_entries = None;
     let (kind, description, images) = match format {
         ImageFormat::Elf => {
             let info = elf::info(bytes).with_context(|| name.to_string())?;
@@ -238,10 +331,32 @@ pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Re
                 elf_type_name(info.elf_type)
             );
             if images.is_empty() {
-                let images = offload_image::unwrap(bytes).with_context(|| name.to_string())?;
-                ("elf", what, images)
+                let program = entries::is_program(bytes).with_context(|| name.to_string())?;
+                if program {
+                    // An executable is never a device image: it was built
+                    // without -fopenmp-targets (or similar).
+                    host = Some(elf_report(&info));
+                    let what = format!(
+                        "{}-bit {}-endian {} ELF executable",
+                        info.class,
+                        if info.little_endian { "little" } else { "big" },
+                        info.machine_name,
+                    );
+                    (
+                        "host-binary",
+                        format!("host {what} with no offloading images"),
+                        Vec::new(),
+                    )
+                } else {
+                    let images = offload_image::unwrap(bytes).with_context(|| name.to_string())?;
+                    ("elf", what, images)
+                }
             } else {
                 host = Some(elf_report(&info));
+                host_entries = Some(
+                    entries::offload_entries(bytes)
+                        .with_context(|| format!("{name}: bad {}", entries::ENTRIES_SECTION))?,
+                );
                 let n = images.len();
                 (
                     "host-binary",
@@ -278,7 +393,7 @@ pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Re
     let mut reports = images
         .iter()
         .enumerate()
-        .map(|(i, img)| image_report(i, img, runtime))
+        .map(|(i, img)| image_report(i, img, runtime, host_entries.as_deref()))
         .collect::<anyhow::Result<Vec<_>>>()
         .with_context(|| name.to_string())?;
     for d in runtime.devices() {
@@ -296,6 +411,10 @@ pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Re
         format: kind,
         description,
         host,
+        host_entries: host_entries
+            .as_deref()
+            .map(entry_reports)
+            .unwrap_or_default(),
         images,
     })
 }
@@ -353,16 +472,25 @@ pub fn render(r: &Report) -> String {
         render_map(&mut s, "metadata", &img.metadata);
         if let Some(e) = &img.elf {
             field(&mut s, "ELF", render_elf(e));
-            let _ = writeln!(s, "  kernels ({}):", img.kernels.len());
+        }
+        if img.elf.is_some() || img.kernel_source != "none" {
+            let _ = writeln!(
+                s,
+                "  kernels ({}, from the {}):",
+                img.kernels.len(),
+                img.kernel_source
+            );
             for k in &img.kernels {
                 let _ = writeln!(s, "    {}", output::text(k));
             }
-            let others = img.functions.len() - img.kernels.len();
-            field(
-                &mut s,
-                "functions",
-                format!("{} defined, {others} not kernels", img.functions.len()),
-            );
+            if img.elf.is_some() {
+                let others = img.functions.iter().filter(|f| !f.kernel).count();
+                field(
+                    &mut s,
+                    "functions",
+                    format!("{} defined, {others} not kernels", img.functions.len()),
+                );
+            }
             let _ = writeln!(s, "  globals ({}):", img.globals.len());
             for g in &img.globals {
                 let _ = writeln!(s, "    {} ({} bytes)", output::text(&g.name), g.size);
@@ -394,7 +522,7 @@ pub fn render(r: &Report) -> String {
         }
     }
     if r.images.is_empty() {
-        let _ = writeln!(s, "no device images");
+        let _ = writeln!(s, "no offloading images");
     }
     s
 }

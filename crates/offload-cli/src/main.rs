@@ -17,7 +17,8 @@
 //! Every subcommand lives in its own module and returns an error instead of
 //! panicking; `main` prints it as a single `offload: error: ...` line and
 //! exits with status 1 (2 for command-line usage errors; `exec` uses 126/127
-//! when the program cannot be started, like a shell).
+//! when the program cannot be started, like a shell; `info` exits 1 when no
+//! device can run kernels and 2 on errors).
 
 mod exec;
 mod info;
@@ -146,7 +147,12 @@ fn main() -> ExitCode {
                 .downcast_ref::<ExitStatusError>()
                 .map(|s| s.status)
                 .unwrap_or(1);
-            report(&format!("{e:#}"));
+            // An empty message is a status without an error (`info` with
+            // no usable device).
+            let message = format!("{e:#}");
+            if !message.is_empty() {
+                report(&message);
+            }
             ExitCode::from(status)
         }
     }

@@ -94,7 +94,7 @@ fn kernel_so(dir: &Path) -> PathBuf {
         dir.join("k.c"),
         "int counter[4] = {1, 2, 3, 4};\n\
          void __omp_offloading_demo_kernel(void) { counter[0]++; }\n\
-         void helper(void) {}\n",
+         __attribute__((visibility(\"hidden\"))) void helper(void) {}\n",
     )
     .unwrap();
     clang(&["-O2", "-fPIC", "-shared", "-o", "k.so", "k.c"], dir);
@@ -164,9 +164,12 @@ fn info_text() {
     let out = ok(offload().arg("info").env("OFFLOAD_HOST_DEVICES", "1"));
     assert!(out.contains("Platform 0: host"), "{out}");
     assert!(out.contains("Device 0 (host"), "{out}");
-    assert!(out.contains("Global memory:"), "{out}");
-    let out = ok(offload().arg("info").env("OFFLOAD_PLUGINS", "nothing"));
-    assert!(out.contains("no platforms"), "{out}");
+    assert!(out.contains("Global Mem Size:"), "{out}");
+    // No usable device: the report (only the HOST device) and status 1.
+    let o = run(offload().arg("info").env("OFFLOAD_PLUGINS", "nothing"));
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let out = stdout(&o);
+    assert!(out.contains("no usable devices"), "{out}");
 }
 
 #[test]

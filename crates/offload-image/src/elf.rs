@@ -152,7 +152,7 @@ fn elf_err(e: object::read::Error) -> ImageError {
 }
 
 /// The class byte of the identification, after checking the magic.
-fn class_of(bytes: &[u8]) -> Result<u8> {
+pub(crate) fn class_of(bytes: &[u8]) -> Result<u8> {
     if bytes.get(..4) != Some(&crate::ELF_MAGIC[..]) {
         return Err(ImageError::NotElf {
             found: hex_prefix(bytes),
@@ -174,13 +174,15 @@ fn class_of(bytes: &[u8]) -> Result<u8> {
 }
 
 /// A parsed and validated ELF file.
-struct Parsed<'data, Elf: FileHeader> {
-    header: &'data Elf,
-    endian: Endianness,
-    sections: SectionTable<'data, Elf, &'data [u8]>,
+pub(crate) struct Parsed<'data, Elf: FileHeader> {
+    pub(crate) header: &'data Elf,
+    pub(crate) endian: Endianness,
+    pub(crate) sections: SectionTable<'data, Elf, &'data [u8]>,
 }
 
-fn parse_elf<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed<'_, Elf>> {
+pub(crate) fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+) -> Result<Parsed<'_, Elf>> {
     if data.len() < std::mem::size_of::<Elf>() {
         return Err(ImageError::Truncated {
             what: "ELF header",

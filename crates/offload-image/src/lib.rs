@@ -50,6 +50,7 @@
 use std::fmt;
 
 pub mod elf;
+pub mod entries;
 pub mod metadata;
 pub mod offload_binary;
 mod unwrap;
