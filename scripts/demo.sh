@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./target/release/offload info
-cargo run --release --quiet -p offload --example demo
+cargo run --release --quiet -p offload-runtime --example demo

@@ -114,7 +114,7 @@ fn kernels_so(dir: &Path) -> Vec<u8> {
         .arg(root.join("include"))
         .arg("-o")
         .arg(&out)
-        .arg(root.join("crates/offload/examples/kernels/demo_kernels.c"))
+        .arg(root.join("crates/offload-runtime/examples/kernels/demo_kernels.c"))
         .status()
         .unwrap()
         .success();

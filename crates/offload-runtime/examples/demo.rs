@@ -1,14 +1,22 @@
 //! The demo: build C kernels with clang-22, load them through the Rust API
 //! on the host device, run saxpy and a sum over a grid, check the results.
 //!
-//!     cargo run --release -p offload --example demo
+//!     cargo run --release -p offload-runtime --example demo
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use offload::{Device, KernelArgs, LaunchConfig};
+use offload_runtime::{Device, KernelArgs, LaunchConfig};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    if let Err(e) = run() {
+        // Display, not Debug: the message names what failed.
+        eprintln!("demo: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let source = root.join("examples/kernels/demo_kernels.c");
     let include = root.join("../../include");
@@ -50,34 +58,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dx = device.buffer_from(&x)?;
     let mut dy = device.buffer_from(&y)?;
     let a = 2.5f32;
-    let args = KernelArgs::new().value(a).ptr(&dx).ptr(&dy).value(n as u32);
+    let args = KernelArgs::new()
+        .value(a)
+        .ptr(&dx)
+        .ptr_mut(&mut dy)
+        .value(n as u32);
     let group = 256;
     let groups = (n as u32).div_ceil(group);
     // SAFETY: `saxpy` reads {a, x, y, n} as laid out above and touches only
     // the first n elements of x and y, which outlive the launch.
-    unsafe {
+    let launch = unsafe {
         queue.launch(
             &program.kernel("saxpy")?,
             LaunchConfig::linear(groups, group),
             &args,
         )?
     };
-    queue.synchronize()?;
+    // `dy` stays borrowed by the launch until it has finished.
+    launch.wait()?;
     let result = dy.to_vec()?;
     let wrong = (0..n).filter(|&i| result[i] != a * x[i] + y[i]).count();
     println!("saxpy: {n} elements in {groups} groups of {group}: {wrong} wrong");
 
     // A reduction: per-group partial sums in group memory, combined atomically.
-    let mut total = device.alloc::<f64>(1)?;
-    total.fill(0.0)?;
-    let args = KernelArgs::new().ptr(&dx).ptr(&total).value(n as u32);
+    let mut total = device.alloc_zeros::<f64>(1)?;
+    let args = KernelArgs::new()
+        .ptr(&dx)
+        .ptr_mut(&mut total)
+        .value(n as u32);
     let config = LaunchConfig {
         dyn_group_memory: 8,
         ..LaunchConfig::linear(groups, group)
     };
     // SAFETY: `sum` reads {x, sum, n} and adds into `total` only.
-    unsafe { queue.launch(&program.kernel("sum")?, config, &args)? };
-    queue.synchronize()?;
+    unsafe { queue.launch(&program.kernel("sum")?, config, &args)? }.wait()?;
     let got = total.to_vec()?[0];
     let expected: f64 = x.iter().map(|&v| v as f64).sum();
     println!("sum: {got} (expected {expected})");

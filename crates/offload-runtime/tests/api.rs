@@ -1,32 +1,16 @@
 //! The Rust API end to end on the host devices.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use common::{compile, skip};
+
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use offload::{devices, AllocKind, Device, DeviceType, ErrorCode, KernelArgs, LaunchConfig};
-
-/// `source` compiled by clang-22 with `args` (the host-kernel header on
-/// the include path); the output's bytes.
-fn compile(dir: &Path, name: &str, source: &str, args: &[&str]) -> Vec<u8> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    let out = dir.join(name);
-    let ok = Command::new("clang-22")
-        .args(args)
-        .arg("-I")
-        .arg(root.join("../../include"))
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("clang-22 (scripts/setup.sh installs it)")
-        .success();
-    assert!(ok, "clang-22 {args:?} on {name}");
-    std::fs::read(out).unwrap()
-}
+use offload_runtime::{
+    devices, AllocKind, Device, DeviceType, ErrorCode, KernelArgs, LaunchConfig,
+};
 
 fn demo_image() -> Vec<u8> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -63,7 +47,7 @@ fn buffers_copy_fill_and_free_on_drop() {
     let dev = Device::host().unwrap();
     let before = dev.core().live_allocations();
     {
-        let mut b = dev.alloc::<u64>(1000).unwrap();
+        let mut b = dev.alloc_zeros::<u64>(1000).unwrap();
         assert_eq!(dev.core().live_allocations(), before + 1);
         let data: Vec<u64> = (0..1000).collect();
         b.copy_from_host(&data).unwrap();
@@ -75,10 +59,10 @@ fn buffers_copy_fill_and_free_on_drop() {
         b.copy_to_host(&mut back).unwrap();
         assert!(back.iter().all(|&v| v == u64::MAX));
         for kind in [AllocKind::Host, AllocKind::Shared] {
-            let k = dev.alloc_kind::<u8>(10, kind).unwrap();
+            let k = dev.alloc_zeros_in::<u8>(10, kind).unwrap();
             assert_eq!(k.kind(), kind);
         }
-        let empty = dev.alloc::<u32>(0).unwrap();
+        let empty = dev.alloc_zeros::<u32>(0).unwrap();
         assert!(empty.is_empty());
         assert_eq!(empty.to_vec().unwrap(), Vec::<u32>::new());
     }
@@ -97,7 +81,7 @@ fn copies_between_devices() {
         return;
     }
     let src = all[0].buffer_from(&[1.5f64, 2.5, 3.5]).unwrap();
-    let mut dst = all[1].alloc::<f64>(3).unwrap();
+    let mut dst = all[1].alloc_zeros::<f64>(3).unwrap();
     dst.copy_from_buffer(&src).unwrap();
     assert_eq!(dst.to_vec().unwrap(), vec![1.5, 2.5, 3.5]);
 }
@@ -119,14 +103,13 @@ fn programs_kernels_globals_queues_events() {
 
     let queue = dev.create_queue().unwrap();
     let bump = program.kernel("bump").unwrap();
-    unsafe {
-        queue
-            .launch(&bump, LaunchConfig::default(), &KernelArgs::new())
-            .unwrap()
-    };
+    let args = KernelArgs::new();
+    let launch = unsafe { queue.launch(&bump, LaunchConfig::default(), &args) }.unwrap();
     let event = queue.record_event().unwrap();
     event.synchronize().unwrap();
     assert!(event.is_complete().unwrap());
+    assert!(launch.is_complete().unwrap());
+    launch.wait().unwrap();
     queue.wait_event(&event).unwrap();
     assert_eq!(answer.read::<i32>().unwrap(), 42);
     answer.write(100i32).unwrap();
@@ -178,16 +161,17 @@ fn saxpy_from_many_threads_at_once() {
                 for round in 0..20 {
                     let n = 1000 + t * 10 + round;
                     let x = dev.buffer_from(&vec![1.0f32; n]).unwrap();
-                    let y = dev.buffer_from(&vec![t as f32; n]).unwrap();
+                    let mut y = dev.buffer_from(&vec![t as f32; n]).unwrap();
                     let args = KernelArgs::new()
                         .value(2.0f32)
                         .ptr(&x)
-                        .ptr(&y)
+                        .ptr_mut(&mut y)
                         .value(n as u32);
-                    unsafe {
-                        q.launch(&k, LaunchConfig::linear((n as u32).div_ceil(64), 64), &args)
-                            .unwrap()
-                    };
+                    let config = LaunchConfig::linear((n as u32).div_ceil(64), 64);
+                    unsafe { q.launch(&k, config, &args) }
+                        .unwrap()
+                        .wait()
+                        .unwrap();
                     q.synchronize().unwrap();
                     assert!(y.to_vec().unwrap().iter().all(|&v| v == 2.0 + t as f32));
                 }
@@ -197,15 +181,6 @@ fn saxpy_from_many_threads_at_once() {
     for t in threads {
         t.join().unwrap();
     }
-}
-
-/// Under `CI=true` a missing tool fails the test instead of skipping it.
-fn skip(why: &str) {
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true: cannot skip: {why}"
-    );
-    eprintln!("skipped: {why}");
 }
 
 /// A program given as LLVM bitcode (`clang -emit-llvm`) is compiled for the
@@ -227,11 +202,11 @@ fn bitcode_programs_are_compiled_at_load_time() {
     assert_eq!(answer.read::<i32>().unwrap(), 41);
     let queue = dev.create_queue().unwrap();
     let bump = program.kernel("bump").unwrap();
-    unsafe {
-        queue
-            .launch(&bump, LaunchConfig::default(), &KernelArgs::new())
-            .unwrap()
-    };
+    let args = KernelArgs::new();
+    unsafe { queue.launch(&bump, LaunchConfig::default(), &args) }
+        .unwrap()
+        .wait()
+        .unwrap();
     queue.synchronize().unwrap();
     assert_eq!(answer.read::<i32>().unwrap(), 42);
 }

@@ -4,13 +4,13 @@
 
 use std::process::Command;
 
-use offload::{Device, LaunchConfig};
+use offload_runtime::{Device, LaunchConfig};
 
 const CHILD: &str = "OFFLOAD_DEBUG_TEST_CHILD";
 
 fn exercise_runtime() {
     let dev = Device::host().unwrap();
-    let mut b = dev.alloc::<u32>(16).unwrap();
+    let mut b = dev.alloc_zeros::<u32>(16).unwrap();
     b.fill(3).unwrap();
     let _ = b.to_vec().unwrap();
     let _ = dev.load_program(b"garbage").err().unwrap();

@@ -1,5 +1,8 @@
+//! Programs, their kernels and their global variables.
+
 use std::sync::Arc;
 
+use bytemuck::{AnyBitPattern, NoUninit};
 use offload_core::{DevicePtr, Error, Result};
 
 use crate::Device;
@@ -17,7 +20,7 @@ impl Program {
         let core = self
             .core
             .kernel(name)
-            .map_err(|e| e.context(format!("program on {:?}", self.device)))?;
+            .map_err(|e| e.context(format!("program on {}", self.device)))?;
         Ok(Kernel {
             device: self.device.clone(),
             core,
@@ -29,7 +32,7 @@ impl Program {
         let (ptr, size) = self
             .core
             .global(name)
-            .map_err(|e| e.context(format!("program on {:?}", self.device)))?;
+            .map_err(|e| e.context(format!("program on {}", self.device)))?;
         Ok(Global {
             device: self.device.clone(),
             _program: self.core.clone(),
@@ -38,12 +41,19 @@ impl Program {
         })
     }
 
+    /// The device it is loaded on.
     pub fn device(&self) -> &Device {
         &self.device
     }
 }
 
-/// A kernel of a program.
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Program(on {})", self.device)
+    }
+}
+
+/// A kernel of a program (it keeps the program loaded).
 #[derive(Clone)]
 pub struct Kernel {
     pub(crate) device: Device,
@@ -51,15 +61,23 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// The kernel's symbol name.
     pub fn name(&self) -> &str {
         self.core.name()
     }
+    /// The device its program is loaded on.
     pub fn device(&self) -> &Device {
         &self.device
     }
     /// A group size that suits this kernel on its device.
     pub fn preferred_group_size(&self, dyn_group_memory: usize) -> u32 {
         self.core.preferred_group_size(dyn_group_memory)
+    }
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernel('{}' on {})", self.name(), self.device)
     }
 }
 
@@ -73,18 +91,21 @@ pub struct Global {
 }
 
 impl Global {
+    /// Device address of the variable.
     pub fn device_ptr(&self) -> DevicePtr {
         self.ptr
     }
+    /// Size of the variable in bytes.
     pub fn size(&self) -> u64 {
         self.size
     }
 
     /// Read the variable as a `T` of exactly its size.
-    pub fn read<T: Copy + Default>(&self) -> Result<T> {
+    pub fn read<T: AnyBitPattern>(&self) -> Result<T> {
         self.check::<T>()?;
-        let mut v = T::default();
-        // SAFETY: sizes checked; the global lives as long as its program.
+        let mut v = T::zeroed();
+        // SAFETY: sizes checked; the global lives as long as its program,
+        // which we hold; `T: AnyBitPattern` accepts whatever bytes it holds.
         unsafe {
             self.device.inner.copy_from_device(
                 (&mut v as *mut T).cast(),
@@ -96,13 +117,14 @@ impl Global {
     }
 
     /// Overwrite the variable with `value`.
-    pub fn write<T: Copy>(&self, value: T) -> Result<()> {
+    pub fn write<T: NoUninit>(&self, value: T) -> Result<()> {
         self.check::<T>()?;
-        // SAFETY: as above.
+        // SAFETY: as above; `T: NoUninit` has no padding, so all its bytes
+        // are initialised.
         unsafe {
             self.device.inner.copy_to_device(
                 self.ptr,
-                (&value as *const T).cast(),
+                bytemuck::bytes_of(&value).as_ptr(),
                 self.size as usize,
             )
         }
@@ -111,13 +133,24 @@ impl Global {
     fn check<T>(&self) -> Result<()> {
         if std::mem::size_of::<T>() as u64 != self.size {
             return Err(Error::invalid_size(format!(
-                "global at {} has {} bytes, the Rust type {} has {}",
+                "global at {} on {} has {} bytes, the Rust type {} has {}",
                 self.ptr,
+                self.device,
                 self.size,
                 std::any::type_name::<T>(),
                 std::mem::size_of::<T>()
             )));
         }
         Ok(())
+    }
+}
+
+impl std::fmt::Debug for Global {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Global({} bytes at {} on {})",
+            self.size, self.ptr, self.device
+        )
     }
 }
