@@ -86,7 +86,6 @@ pub fn run_with_env(command: &[OsString], env: &[(&str, OsString)]) -> anyhow::R
 /// libraries.
 pub fn command_with_libraries(command: &[OsString]) -> anyhow::Result<std::process::Command> {
     let dir = lib_dir::ensure()?;
-    lib_dir::warn_if_empty(&dir);
     if dir.path.as_os_str().as_encoded_bytes().contains(&b':') {
         anyhow::bail!(
             "the lib dir {} contains ':' and cannot be put on LD_LIBRARY_PATH",

@@ -15,8 +15,14 @@
 //!
 //! They are (re)created on every call, each by renaming a freshly made
 //! temporary link over the old one, so concurrent callers never see a
-//! missing link. `OFFLOAD_LIB_DIR` names a ready-made directory instead
-//! (used as is: nothing is created there).
+//! missing link.
+//!
+//! An installed `offload` (`scripts/install.sh`, the Debian package) finds
+//! its libraries relative to itself, in `<exe dir>/../lib/offload/`, and
+//! creates nothing. `OFFLOAD_LIB_DIR` names a ready-made directory instead
+//! (used as is). Wherever they are looked for, a directory without both
+//! libraries is an error: running a program anyway would silently give it
+//! LLVM's runtime.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -108,20 +114,48 @@ pub fn populate(exe_dir: &Path) -> anyhow::Result<LibDir> {
     })
 }
 
-/// The lib dir for this executable, set up as described in the module docs.
+/// Where an installed `offload` keeps the libraries, relative to its
+/// executable's directory.
+pub const INSTALLED_LIB_DIR: &str = "../lib/offload";
+
+/// How many drop-in libraries (by soname) `dir` holds.
+fn count_sonames(dir: &Path) -> usize {
+    LIBRARIES
+        .iter()
+        .filter(|(_, soname)| dir.join(soname).is_file())
+        .count()
+}
+
+/// The lib dir for this executable, as described in the module docs. Errors
+/// when it does not hold both libraries.
 pub fn ensure() -> anyhow::Result<LibDir> {
+    let dir = locate()?;
+    if dir.libraries_found < LIBRARIES.len() {
+        let missing: Vec<&str> = LIBRARIES
+            .iter()
+            .map(|(_, soname)| *soname)
+            .filter(|soname| !dir.path.join(soname).is_file())
+            .collect();
+        bail!(
+            "{} is missing from {}: build the libraries (`cargo build --release -p omptarget -p liboffload`), \
+             install them (scripts/install.sh) or set OFFLOAD_LIB_DIR",
+            missing.join(" and "),
+            dir.path.display()
+        );
+    }
+    Ok(dir)
+}
+
+fn locate() -> anyhow::Result<LibDir> {
     if let Some(v) = std::env::var_os("OFFLOAD_LIB_DIR").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(v);
         if !path.is_dir() {
             bail!("OFFLOAD_LIB_DIR={} is not a directory", path.display());
         }
-        let found = LIBRARIES
-            .iter()
-            .filter(|(_, soname)| path.join(soname).exists())
-            .count();
+        let libraries_found = count_sonames(&path);
         return Ok(LibDir {
             path,
-            libraries_found: found,
+            libraries_found,
         });
     }
     let exe = std::env::current_exe().context("cannot find the offload executable")?;
@@ -129,22 +163,20 @@ pub fn ensure() -> anyhow::Result<LibDir> {
     let exe_dir = exe
         .parent()
         .with_context(|| format!("{} has no parent directory", exe.display()))?;
-    populate(exe_dir)
-}
-
-/// Prints a note on stderr when the lib dir holds no library yet.
-pub fn warn_if_empty(dir: &LibDir) {
-    if dir.libraries_found == 0 {
-        eprintln!(
-            "offload: note: no drop-in libraries built yet in {}: run `cargo build --release -p omptarget -p liboffload`",
-            dir.path.display()
-        );
+    let installed = exe_dir.join(INSTALLED_LIB_DIR);
+    let libraries_found = count_sonames(&installed);
+    if libraries_found > 0 {
+        let path = installed.canonicalize().unwrap_or(installed);
+        return Ok(LibDir {
+            path,
+            libraries_found,
+        });
     }
+    populate(exe_dir)
 }
 
 pub fn run(_args: Args) -> anyhow::Result<()> {
     let dir = ensure()?;
-    warn_if_empty(&dir);
     output::emit(&format!("{}\n", dir.path.display()))
 }
 

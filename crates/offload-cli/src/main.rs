@@ -12,6 +12,7 @@
 //! offload serve [--listen ADDR:PORT]    expose this machine's devices over gRPC
 //! offload record -o DIR -- PROGRAM      record PROGRAM's kernel launches
 //! offload replay DIR [--verify]         run recorded launches again, on any device
+//! offload completions SHELL             shell completion script
 //! ```
 //!
 //! Every subcommand lives in its own module and returns an error instead of
@@ -21,6 +22,7 @@
 //! device can run kernels and 2 on errors).
 
 mod exec;
+mod generate;
 mod info;
 mod inspect;
 mod lib_dir;
@@ -31,7 +33,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Command-line interface of the offload runtime.
 #[derive(Parser, Debug)]
@@ -61,6 +63,11 @@ enum Command {
     /// Replay recorded kernel launches on any device, optionally verifying
     /// the memory they leave against the recording.
     Replay(record::ReplayArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(generate::CompletionsArgs),
+    /// Write man pages for `offload` and its commands into a directory.
+    #[command(hide = true)]
+    Man(generate::ManArgs),
     /// One session of `offload serve` (started by the server, not by hand).
     #[command(hide = true)]
     ServeWorker,
@@ -92,6 +99,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ServeWorker => serve::run_worker(),
         Command::Record(a) => record::record(a),
         Command::Replay(a) => record::replay(a),
+        Command::Completions(a) => generate::completions(a, Cli::command()),
+        Command::Man(a) => generate::man(a, Cli::command()),
     }
 }
 

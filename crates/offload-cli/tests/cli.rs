@@ -594,18 +594,26 @@ fn lib_dir_exists_next_to_the_executable() {
         ("libomptarget.so", "libomptarget.so.22.1"),
         ("libLLVMOffload.so", "libLLVMOffload.so.22.1"),
     ] {
-        if exe_dir.parent().unwrap().join(lib).is_file() {
-            assert_eq!(
-                std::fs::read_link(dir.join(soname)).unwrap(),
-                Path::new("..").join(lib)
-            );
-            assert!(dir.join(lib).is_file(), "{lib} link does not resolve");
-        }
+        assert_eq!(
+            std::fs::read_link(dir.join(soname)).unwrap(),
+            Path::new("..").join(lib)
+        );
+        assert!(dir.join(lib).is_file(), "{lib} link does not resolve");
     }
     // Stable across calls.
     assert_eq!(lib_dir(), dir);
 
+    // OFFLOAD_LIB_DIR is used as it is, and must hold both libraries.
     let t = tempfile::tempdir().unwrap();
+    let err = fails(offload().arg("lib-dir").env("OFFLOAD_LIB_DIR", t.path()));
+    assert!(
+        err.contains("libomptarget.so.22.1 and libLLVMOffload.so.22.1 is missing"),
+        "{err}"
+    );
+    std::fs::write(t.path().join("libomptarget.so.22.1"), b"").unwrap();
+    let err = fails(offload().arg("lib-dir").env("OFFLOAD_LIB_DIR", t.path()));
+    assert!(err.contains("libLLVMOffload.so.22.1 is missing"), "{err}");
+    std::fs::write(t.path().join("libLLVMOffload.so.22.1"), b"").unwrap();
     let out = ok(offload().arg("lib-dir").env("OFFLOAD_LIB_DIR", t.path()));
     assert_eq!(out.trim_end(), t.path().display().to_string());
     fails(
@@ -613,6 +621,65 @@ fn lib_dir_exists_next_to_the_executable() {
             .arg("lib-dir")
             .env("OFFLOAD_LIB_DIR", t.path().join("missing")),
     );
+}
+
+/// A copy of the `offload` executable in `bin/` of a fresh directory under
+/// the target directory (a hard link where the file system allows it).
+fn offload_copy() -> (tempfile::TempDir, PathBuf) {
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let bin = root.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let exe = bin.join("offload");
+    if std::fs::hard_link(EXE, &exe).is_err() {
+        std::fs::copy(EXE, &exe).unwrap();
+    }
+    (root, exe)
+}
+
+#[test]
+fn a_copied_offload_without_libraries_refuses_to_run_programs() {
+    let (root, exe) = offload_copy();
+    let marker = root.path().join("ran");
+    let mut c = Command::new(&exe);
+    c.env_remove("OFFLOAD_LIB_DIR")
+        .args(["exec", "touch"])
+        .arg(&marker);
+    let err = fails(&mut c);
+    assert!(err.contains("is missing from"), "{err}");
+    assert!(!marker.exists(), "the program ran without our libraries");
+    fails(
+        Command::new(&exe)
+            .env_remove("OFFLOAD_LIB_DIR")
+            .arg("lib-dir"),
+    );
+}
+
+#[test]
+fn an_installed_offload_finds_its_libraries_relative_to_itself() {
+    let (root, exe) = offload_copy();
+    let libs = root.path().join("lib/offload");
+    std::fs::create_dir_all(&libs).unwrap();
+    let built = Path::new(EXE).parent().unwrap();
+    for (lib, soname) in [
+        ("libomptarget.so", "libomptarget.so.22.1"),
+        ("libLLVMOffload.so", "libLLVMOffload.so.22.1"),
+    ] {
+        std::fs::copy(built.join(lib), libs.join(soname)).unwrap();
+    }
+    let out = ok(Command::new(&exe)
+        .env_remove("OFFLOAD_LIB_DIR")
+        .arg("lib-dir"));
+    assert_eq!(Path::new(out.trim_end()), libs.canonicalize().unwrap());
+    // Nothing is created next to an installed executable.
+    assert!(!root.path().join("bin/offload-lib").exists());
+    let out = ok(Command::new(&exe).env_remove("OFFLOAD_LIB_DIR").args([
+        "exec",
+        "sh",
+        "-c",
+        "echo $LD_LIBRARY_PATH",
+    ]));
+    let first = out.trim_end().split(':').next().unwrap().to_string();
+    assert_eq!(Path::new(&first), libs.canonicalize().unwrap());
 }
 
 #[test]

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Packaging end to end, as a newcomer would use it:
+#   1. scripts/install.sh into a scratch prefix: layout, stripped sizes,
+#      man pages, completions, pkg-config, `offload exec` from there;
+#   2. the Debian package: dpkg -i, an ol* C program built with
+#      `pkg-config --cflags --libs offload`, an OpenMP program through the
+#      installed `offload exec`, both on our libraries; dpkg -r leaves
+#      nothing behind and LLVM's own libraries untouched.
+# Needs root for dpkg (CI runs as root); elsewhere part 2 is skipped, except
+# under CI=true, where that is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"; [ "${INSTALLED:-0}" = 1 ] && dpkg -r offload-dbgsym offload >/dev/null 2>&1 || true' EXIT
+fail() { echo "package-tests: FAIL: $*" >&2; exit 1; }
+check() { echo "package-tests: ok: $*"; }
+
+# Sizes are judged on the libraries users get: at most 6 MB each.
+MAX_LIB_BYTES=6000000
+
+echo "== building the Debian packages (release)"
+DEB=$(scripts/package-deb.sh)
+DBG_DEB=${DEB/offload_/offload-dbgsym_}
+[ -f "$DEB" ] && [ -f "$DBG_DEB" ] || fail "no packages built"
+
+echo "== scripts/install.sh into a scratch prefix"
+PREFIX="$WORK/prefix"
+scripts/install.sh --no-build --prefix "$PREFIX" 2>"$WORK/install.log" || { cat "$WORK/install.log" >&2; fail "install.sh"; }
+for f in bin/offload lib/offload/libomptarget.so.22.1 lib/offload/libLLVMOffload.so.22.1 \
+  lib/offload/libomptarget.so lib/offload/libLLVMOffload.so lib/pkgconfig/offload.pc \
+  include/offload/host_kernel.h include/offload/interop.h share/man/man1/offload.1.gz \
+  share/man/man1/offload-exec.1.gz share/bash-completion/completions/offload \
+  share/zsh/vendor-completions/_offload share/fish/vendor_completions.d/offload.fish; do
+  [ -e "$PREFIX/$f" ] || fail "$f not installed"
+done
+check "layout"
+for lib in libomptarget libLLVMOffload; do
+  f="$PREFIX/lib/offload/$lib.so.22.1"
+  size=$(stat -c %s "$f")
+  [ "$size" -le "$MAX_LIB_BYTES" ] || fail "$lib.so.22.1 is $size bytes (> $MAX_LIB_BYTES)"
+  readelf -S "$f" | grep -q '\.debug_info' && fail "$lib.so.22.1 carries debug info"
+  readelf -p .gnu_debuglink "$f" | grep -q "$lib.so.22.1.debug" || fail "$lib: no debug link"
+  [ -s "$PREFIX/lib/debug$PREFIX/lib/offload/$lib.so.22.1.debug" ] || fail "$lib: no split debug info"
+  readelf -d "$f" | grep -q "SONAME.*\[$lib.so.22.1\]" || fail "$lib: wrong soname"
+  echo "package-tests: $lib.so.22.1: $size bytes stripped"
+done
+check "stripped libraries with split debug info"
+grep -q "complete -F _offload" "$PREFIX/share/bash-completion/completions/offload" \
+  || grep -q "_offload()" "$PREFIX/share/bash-completion/completions/offload" || fail "bash completion"
+zcat "$PREFIX/share/man/man1/offload.1.gz" | grep -q "offload-exec(1)\|exec" || fail "man page"
+check "man pages and completions"
+
+clang-22 -fopenmp -fopenmp-targets=x86_64-unknown-linux-gnu -O1 -o "$WORK/omp_where" \
+  packaging/tests/omp_where.c || fail "cannot build the OpenMP program"
+out=$(cd / && "$PREFIX/bin/offload" exec "$WORK/omp_where") || fail "offload exec: $out"
+echo "$out" | grep -q "^sum 500500 " || fail "wrong result: $out"
+echo "$out" | grep -q "libomptarget from $PREFIX/lib/offload/libomptarget.so.22.1" \
+  || fail "not our libomptarget: $out"
+check "OpenMP program through the scratch prefix's offload exec"
+PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --exists offload || fail "pkg-config"
+
+if [ "$(id -u)" -ne 0 ] || ! command -v dpkg >/dev/null; then
+  [ "${CI:-}" = true ] && fail "the Debian package test needs root and dpkg (CI=true)"
+  echo "package-tests: skipped the Debian package part (needs root)"
+  echo "package-tests: 1 passed, 0 failed, 1 skipped"
+  exit 0
+fi
+
+echo "== the Debian package"
+if dpkg -s offload >/dev/null 2>&1; then fail "a package named offload is already installed"; fi
+LLVM_LIB=/usr/lib/llvm-22/lib/libomptarget.so.22.1
+before=$(md5sum "$LLVM_LIB" 2>/dev/null || true)
+INSTALLED=1
+dpkg -i "$DEB" "$DBG_DEB" >/dev/null || fail "dpkg -i"
+dpkg -L offload | grep -qx /usr/lib/offload/libomptarget.so.22.1 || fail "package contents"
+[ -s "/usr/lib/debug/usr/lib/offload/libomptarget.so.22.1.debug" ] || fail "dbgsym contents"
+offload --version | grep -q "^offload " || fail "offload --version"
+check "installed with dpkg"
+
+cd "$WORK"
+cc $(pkg-config --cflags offload) -o ol_devices "$REPO/packaging/tests/ol_devices.c" \
+  $(pkg-config --libs offload) -ldl || fail "cannot build an ol* program with pkg-config"
+out=$(env -u LD_LIBRARY_PATH ./ol_devices) || fail "ol_devices: $out"
+echo "$out" | grep -q "round trip: ok" || fail "ol_devices: $out"
+echo "$out" | grep -q "olInit from /usr/lib/offload/libLLVMOffload.so" || fail "not our libLLVMOffload: $out"
+check "ol* C program built with pkg-config runs on the installed library"
+
+out=$(offload exec ./omp_where 2>&1) || fail "offload exec: $out"
+echo "$out" | grep -q "^sum 500500 " || fail "wrong result: $out"
+echo "$out" | grep -q "libomptarget from /usr/lib/offload/libomptarget.so.22.1" || fail "not our libomptarget: $out"
+check "OpenMP program through the installed offload exec"
+cd "$REPO"
+
+dpkg -r offload-dbgsym offload >/dev/null || fail "dpkg -r"
+INSTALLED=0
+[ ! -e /usr/bin/offload ] && [ ! -e /usr/lib/offload ] && [ ! -e /usr/lib/pkgconfig/offload.pc ] \
+  || fail "files left after dpkg -r"
+after=$(md5sum "$LLVM_LIB" 2>/dev/null || true)
+[ "$before" = "$after" ] || fail "LLVM's libomptarget changed"
+check "removed cleanly; LLVM's libraries untouched"
+echo "package-tests: 2 passed, 0 failed"
