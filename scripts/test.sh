@@ -11,3 +11,5 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --no-fail-fast
 # OpenMP programs against `offload serve` (loopback, then a network namespace).
 ./scripts/remote-tests.sh
+# Install script and Debian package, used as a newcomer would (release build).
+./scripts/package-tests.sh

@@ -85,9 +85,24 @@ impl fmt::Display for ErrorCode {
 ///
 /// Boxed, so that `Result<(), Error>` is one pointer wide and the success
 /// path of every call returns in a register.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", .0.message)]
 pub struct Error(Box<Inner>);
+
+/// `{:?}` is what a `main` returning `Result<_, Error>` prints: the message
+/// and the code, without the box and field names (`{:#?}` shows those).
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if f.alternate() {
+            f.debug_struct("Error")
+                .field("code", &self.0.code)
+                .field("message", &self.0.message)
+                .finish()
+        } else {
+            write!(f, "{} ({:?})", self.0.message, self.0.code)
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Inner {
@@ -174,5 +189,13 @@ mod tests {
         let e = Error::not_found("kernel 'k'").context("program 0x10");
         assert_eq!(e.code(), ErrorCode::NotFound);
         assert_eq!(e.to_string(), "program 0x10: kernel 'k'");
+    }
+
+    #[test]
+    fn debug_is_the_message_and_code() {
+        let e = Error::not_found("kernel 'k'");
+        assert_eq!(format!("{e:?}"), "kernel 'k' (NotFound)");
+        let full = format!("{e:#?}");
+        assert!(full.contains("code: NotFound") && full.contains("message: \"kernel 'k'\""));
     }
 }
