@@ -42,7 +42,7 @@ done
 case "$PREFIX" in /*) ;; *) echo "install: --prefix must be absolute" >&2; exit 2 ;; esac
 PREFIX="${PREFIX%/}"
 LLVM_INCLUDE=/usr/lib/llvm-22/include
-OUT=target/release
+OUT="${CARGO_TARGET_DIR:-target}/release"
 
 if [ "$BUILD" = 1 ]; then
   echo "install: building (release)" >&2

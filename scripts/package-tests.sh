@@ -43,6 +43,7 @@ for lib in libomptarget libLLVMOffload; do
   readelf -p .gnu_debuglink "$f" | grep -q "$lib.so.22.1.debug" || fail "$lib: no debug link"
   [ -s "$PREFIX/lib/debug$PREFIX/lib/offload/$lib.so.22.1.debug" ] || fail "$lib: no split debug info"
   readelf -d "$f" | grep -q "SONAME.*\[$lib.so.22.1\]" || fail "$lib: wrong soname"
+  readelf --dyn-syms -W "$f" | grep -q "@@VERS1.0" || fail "$lib: symbols not under VERS1.0"
   echo "package-tests: $lib.so.22.1: $size bytes stripped"
 done
 check "stripped libraries with split debug info"
