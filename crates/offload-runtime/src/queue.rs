@@ -124,7 +124,9 @@ impl Queue {
         })
     }
 
-    pub(crate) fn core(&self) -> &Arc<offload_core::Queue> {
+    /// The core queue, for code that needs the lower layer (the Python
+    /// face enqueues launches there and keeps their buffers alive itself).
+    pub fn core(&self) -> &Arc<offload_core::Queue> {
         &self.shared.core
     }
 
