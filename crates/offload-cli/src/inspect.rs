@@ -2,7 +2,8 @@
 //!
 //! Recognises a host executable or object with `.llvm.offloading`
 //! section(s), an `OffloadBinary` (possibly several concatenated), a
-//! `1OMP`-headed image, a plain ELF (a device image) and LLVM bitcode. For
+//! `1OMP`-headed image, a plain ELF (a device image), LLVM bitcode, CUDA
+//! PTX text, a cubin and a CUDA fatbinary (their SM and entries shown). For
 //! every leaf image it shows the container chain, triple, arch, kinds, size,
 //! string map, metadata, for ELF images the header facts and the kernels,
 //! functions and globals defined, and which devices of this runtime could
@@ -49,7 +50,7 @@ pub struct Args {
 pub struct Report {
     pub file: String,
     pub size: u64,
-    /// `host-binary`, `offload-binary`, `1omp`, `elf` or `bitcode`.
+    /// `host-binary`, `offload-binary`, `1omp`, `elf`, `bitcode`, `ptx` or `fatbin`.
     pub format: &'static str,
     /// A one-line human description of the file.
     pub description: String,
@@ -93,7 +94,7 @@ pub struct ImageReport {
     pub containers: Vec<&'static str>,
     /// Containers and leaf, e.g. `OffloadBinary > 1OMP > ELF`.
     pub chain: String,
-    /// The leaf format: `ELF`, `bitcode` or `unknown`.
+    /// The leaf format: `ELF`, `bitcode`, `PTX`, `fatbin` or `unknown`.
     pub format: &'static str,
     pub triple: Option<String>,
     pub arch: Option<String>,
@@ -122,6 +123,69 @@ pub struct ImageReport {
     /// Devices that load this image when given the whole file (their best
     /// image: native code before bitcode, exact architecture first).
     pub loaded_by: Vec<usize>,
+    /// What CUDA code (PTX, a cubin, a fatbinary) says about itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<CudaReport>,
+}
+
+/// CUDA facts of an image.
+#[derive(Serialize, Debug)]
+pub struct CudaReport {
+    /// `PTX`, `cubin` or `fatbin`.
+    pub kind: String,
+    /// The SM the code targets (PTX `.target`, cubin `e_flags`).
+    pub target: Option<String>,
+    /// PTX ISA version (`.version`).
+    pub ptx_version: Option<String>,
+    /// A fatbinary's entries.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<FatbinEntryReport>,
+}
+
+/// One entry of a fatbinary.
+#[derive(Serialize, Debug)]
+pub struct FatbinEntryReport {
+    /// `PTX`, `cubin` or the kind number.
+    pub kind: String,
+    pub arch: String,
+    pub size: usize,
+    pub compressed: bool,
+}
+
+fn cuda_report(bytes: &[u8]) -> Option<CudaReport> {
+    use offload_image::cuda::{self, EntryKind, Kind};
+    let kind = cuda::detect(bytes)?;
+    let mut r = CudaReport {
+        kind: kind.to_string(),
+        target: None,
+        ptx_version: None,
+        entries: Vec::new(),
+    };
+    match kind {
+        Kind::Ptx => {
+            let info = cuda::ptx_info(bytes)?;
+            r.target = info.target.map(|t| t.to_string());
+            r.ptx_version = info.version.map(|(a, b)| format!("{a}.{b}"));
+        }
+        Kind::Cubin => r.target = cuda::cubin_target(bytes).map(|t| t.to_string()),
+        Kind::Fatbin => {
+            r.entries = cuda::fatbin_entries(bytes)
+                .unwrap_or_default()
+                .iter()
+                .map(|e| FatbinEntryReport {
+                    kind: match e.kind {
+                        EntryKind::Ptx => "PTX".to_string(),
+                        EntryKind::Cubin => "cubin".to_string(),
+                        EntryKind::Other(n) => n.to_string(),
+                    },
+                    arch: e.sm.to_string(),
+                    size: e.payload.len(),
+                    compressed: e.compressed,
+                })
+                .collect()
+        }
+    }
+    Some(r)
 }
 
 #[derive(Serialize, Debug)]
@@ -255,7 +319,28 @@ fn image_report(
         globals: Vec::new(),
         runnable_on: Vec::new(),
         loaded_by: Vec::new(),
+        cuda: cuda_report(img.bytes),
     };
+    if img.format == ImageFormat::Unknown {
+        if let Some(c) = &report.cuda {
+            // PTX text and fatbinaries: name the leaf by what it is.
+            report.format = if c.kind == "PTX" { "PTX" } else { "fatbin" };
+            let mut chain = report.containers.clone();
+            chain.push(report.format);
+            report.chain = chain.join(" > ");
+        }
+        if let Some(ptx) = offload_image::cuda::ptx_info(img.bytes) {
+            if host_entries.is_none() {
+                report.kernels = ptx.entries;
+                report.globals = ptx
+                    .globals
+                    .into_iter()
+                    .map(|name| GlobalReport { name, size: 0 })
+                    .collect();
+                report.kernel_source = "PTX directives";
+            }
+        }
+    }
     if let Some(host) = host_entries {
         (report.kernels, report.globals) = from_entries(host);
         report.kernel_source = "host entry table";
@@ -330,7 +415,10 @@ pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Re
                 info.machine_name,
                 elf_type_name(info.elf_type)
             );
-            if images.is_empty() {
+            if images.is_empty() && info.machine == elf::EM_CUDA {
+                let images = offload_image::unwrap(bytes).with_context(|| name.to_string())?;
+                ("elf", format!("{what} (CUDA cubin)"), images)
+            } else if images.is_empty() {
                 let program = entries::is_program(bytes).with_context(|| name.to_string())?;
                 if program {
                     // An executable is never a device image: it was built
@@ -379,6 +467,18 @@ pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Re
             };
             (kind, what, images)
         }
+        ImageFormat::Unknown if offload_image::cuda::detect(bytes).is_some() => {
+            let images = offload_image::unwrap(bytes).with_context(|| name.to_string())?;
+            match offload_image::cuda::detect(bytes) {
+                Some(offload_image::cuda::Kind::Ptx) => ("ptx", "PTX text".to_string(), images),
+                _ => {
+                    let n = offload_image::cuda::fatbin_entries(bytes)
+                        .map(|e| e.len())
+                        .unwrap_or(0);
+                    ("fatbin", format!("CUDA fatbinary with {n} entries"), images)
+                }
+            }
+        }
         ImageFormat::Unknown => {
             let err = offload_image::unwrap(bytes)
                 .err()
@@ -386,7 +486,7 @@ pub fn analyse(name: &str, bytes: &[u8], runtime: &Runtime) -> anyhow::Result<Re
                 .unwrap_or_else(|| "unknown format".to_string());
             bail!(
                 "{name}: {err} (expected a host binary with offloading sections, an \
-                 OffloadBinary, a 1OMP image, an ELF file or LLVM bitcode)"
+                 OffloadBinary, a 1OMP image, an ELF file, LLVM bitcode, PTX or a CUDA fatbinary)"
             );
         }
     };
@@ -472,6 +572,26 @@ pub fn render(r: &Report) -> String {
         render_map(&mut s, "metadata", &img.metadata);
         if let Some(e) = &img.elf {
             field(&mut s, "ELF", render_elf(e));
+        }
+        if let Some(c) = &img.cuda {
+            let mut what = c.kind.clone();
+            if let Some(t) = &c.target {
+                what.push_str(&format!(" for {t}"));
+            }
+            if let Some(v) = &c.ptx_version {
+                what.push_str(&format!(", PTX ISA {v}"));
+            }
+            field(&mut s, "CUDA", what);
+            for e in &c.entries {
+                let _ = writeln!(
+                    s,
+                    "    {} {} ({} bytes{})",
+                    e.kind,
+                    e.arch,
+                    e.size,
+                    if e.compressed { ", compressed" } else { "" }
+                );
+            }
         }
         if img.elf.is_some() || img.kernel_source != "none" {
             let _ = writeln!(

@@ -286,7 +286,8 @@ fn pack_then_inspect_round_trip() {
     assert_eq!(b["arch"], "sm_80");
     assert_eq!(b["image_kind"], "s");
     assert_eq!(b["producer"], "cuda");
-    assert_eq!(b["format"], "unknown");
+    // PTX text is recognised as such (offload_image::cuda).
+    assert_eq!(b["format"], "PTX");
     assert_eq!(b["runnable_on"], serde_json::json!([]));
 
     // The triple of an ELF image defaults to the one its header implies.

@@ -333,6 +333,32 @@ pub fn offloading_sections(bytes: &[u8]) -> Result<Vec<&[u8]>> {
     }
 }
 
+fn named_impl<'a, Elf: FileHeader<Endian = Endianness>>(
+    data: &'a [u8],
+    wanted: &str,
+) -> Result<Vec<&'a [u8]>> {
+    let p = parse_elf::<Elf>(data)?;
+    let mut out = Vec::new();
+    for (i, sh) in p.sections.iter().enumerate() {
+        let name = p
+            .sections
+            .section_name(p.endian, sh)
+            .map_err(|e| ImageError::Elf(format!("section {i}: cannot read its name: {e}")))?;
+        if name == wanted.as_bytes() && sh.sh_type(p.endian) != object::elf::SHT_NOBITS {
+            out.push(sh.data(p.endian, data).map_err(elf_err)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The contents of every section called `name`, in section order.
+pub fn sections_named<'a>(bytes: &'a [u8], name: &str) -> Result<Vec<&'a [u8]>> {
+    match class_of(bytes)? {
+        32 => named_impl::<FileHeader32<Endianness>>(bytes, name),
+        _ => named_impl::<FileHeader64<Endianness>>(bytes, name),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -127,10 +127,12 @@ fn walk<'a>(bytes: &'a [u8], ctx: &Ctx, top: bool, out: &mut Out<'a>) -> Result<
             c.metadata.merge(&meta);
             walk(image, &c, false, out)
         }
-        ImageFormat::Unknown if top => Err(ImageError::Unrecognised {
-            found: hex_prefix(bytes),
-            len: bytes.len(),
-        }),
+        ImageFormat::Unknown if top && crate::cuda::detect(bytes).is_none() => {
+            Err(ImageError::Unrecognised {
+                found: hex_prefix(bytes),
+                len: bytes.len(),
+            })
+        }
         ImageFormat::Elf | ImageFormat::Bitcode | ImageFormat::Unknown => {
             let mut triple = ctx.triple.clone();
             if format == ImageFormat::Elf {
@@ -141,10 +143,17 @@ fn walk<'a>(bytes: &'a [u8], ctx: &Ctx, top: bool, out: &mut Out<'a>) -> Result<
                     triple = info.triple.map(str::to_owned);
                 }
             }
+            // CUDA code (PTX text, a fatbinary, a cubin) names its own
+            // triple and SM when no container did.
+            let cuda = crate::cuda::detect(bytes);
+            if triple.is_none() && cuda.is_some() {
+                triple = Some(crate::cuda::TRIPLE.to_owned());
+            }
             let arch = ctx
                 .arch
                 .clone()
-                .or_else(|| ctx.metadata.arch().map(str::to_owned));
+                .or_else(|| ctx.metadata.arch().map(str::to_owned))
+                .or_else(|| cuda.and_then(|_| crate::cuda::arch_of(bytes)));
             let cost = pairs_len(ctx.strings.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 + pairs_len(ctx.metadata.iter());
             out.budget = out.budget.checked_sub(cost).ok_or(ImageError::TooLarge {

@@ -16,6 +16,8 @@ use offload_core::{Config, PluginEntry, Runtime};
 pub fn builtin() -> Vec<PluginEntry> {
     vec![
         offload_plugin_host::ENTRY,
+        #[cfg(feature = "cuda")]
+        offload_plugin_cuda::ENTRY,
         offload_plugin_sim::ENTRY,
         #[cfg(feature = "remote")]
         offload_plugin_remote::ENTRY,

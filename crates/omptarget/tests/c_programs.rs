@@ -686,3 +686,56 @@ fn remote_plugin_failure_warns_once() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The CUDA plugin without a driver: asked for by name
+/// (`OFFLOAD_PLUGINS=cuda`) it says why in one warning line and the program
+/// falls back to the host; not asked for, it is silent (the reason is only
+/// in `LIBOMPTARGET_DEBUG` output).
+#[test]
+fn cuda_plugin_without_a_driver() {
+    if !have_clang() {
+        return;
+    }
+    let name = "remote_warn.c";
+    let text = std::fs::read_to_string(src_dir().join(name)).unwrap();
+    let dir = tempfile_dir("cuda_plugin_without_a_driver");
+    let exe = compile(name, &spec(&text), &dir);
+    let ours_path = format!("{}:{LLVM_LIB}", our_lib_dir().display());
+    let go = |pairs: &[(&str, &str)]| {
+        let mut env: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.push((
+            "OFFLOAD_CUDA_DRIVER".into(),
+            "/nonexistent/libcuda.so.1".into(),
+        ));
+        let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        run(&exe, &ours_path, &env, None)
+    };
+    let named = go(&[("OFFLOAD_PLUGINS", "cuda")]);
+    assert_eq!(named.status, Some(0), "stderr:\n{}", named.stderr);
+    assert_eq!(named.stdout, "devices=0\nx=2\n", "host fallback");
+    let w = warnings(&named.stderr);
+    assert_eq!(w.len(), 1, "one warning line:\n{}", named.stderr);
+    assert!(
+        w[0].starts_with(
+            "omptarget warning: plugin 'cuda' has no devices: cannot load the CUDA driver /nonexistent/libcuda.so.1"
+        ),
+        "{}",
+        w[0]
+    );
+    let default = go(&[]);
+    assert_eq!(default.status, Some(0), "stderr:\n{}", default.stderr);
+    assert!(warnings(&default.stderr).is_empty(), "{}", default.stderr);
+    assert!(!default.stderr.contains("cuda"), "{}", default.stderr);
+    let debug = go(&[("LIBOMPTARGET_DEBUG", "1")]);
+    assert!(
+        debug
+            .stderr
+            .contains("no CUDA devices: cannot load the CUDA driver /nonexistent/libcuda.so.1"),
+        "{}",
+        debug.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,175 @@
+//! The result layer over [`crate::sys`]: `CUresult` becomes
+//! [`offload_core::Error`] (the driver's error name and string in the
+//! message, the code mapped onto `ol_errc_t`), and every call runs with
+//! the device's primary context current on the calling thread.
+
+use std::ffi::{c_char, CStr};
+use std::sync::{Arc, OnceLock};
+
+use offload_core::{Error, ErrorCode, Result};
+
+use crate::sys::{self, CUcontext, CUdevice, CUresult, Driver};
+
+/// The `ol_errc_t` a driver result stands for.
+pub fn error_code(r: CUresult) -> ErrorCode {
+    use sys::*;
+    match r {
+        CUDA_SUCCESS => ErrorCode::Success,
+        CUDA_ERROR_INVALID_VALUE => ErrorCode::InvalidValue,
+        CUDA_ERROR_OUT_OF_MEMORY | CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => ErrorCode::OutOfResources,
+        CUDA_ERROR_NOT_INITIALIZED | CUDA_ERROR_DEINITIALIZED => ErrorCode::Uninitialized,
+        CUDA_ERROR_NO_DEVICE | CUDA_ERROR_INVALID_DEVICE | CUDA_ERROR_DEVICE_UNAVAILABLE => {
+            ErrorCode::InvalidDevice
+        }
+        CUDA_ERROR_INVALID_IMAGE | CUDA_ERROR_NO_BINARY_FOR_GPU | CUDA_ERROR_INVALID_SOURCE => {
+            ErrorCode::InvalidBinary
+        }
+        CUDA_ERROR_INVALID_PTX | CUDA_ERROR_UNSUPPORTED_PTX_VERSION => ErrorCode::CompileFailure,
+        CUDA_ERROR_JIT_COMPILER_NOT_FOUND => ErrorCode::HostToolNotFound,
+        CUDA_ERROR_FILE_NOT_FOUND | CUDA_ERROR_NOT_FOUND => ErrorCode::NotFound,
+        CUDA_ERROR_INVALID_HANDLE => ErrorCode::InvalidArgument,
+        CUDA_ERROR_NOT_SUPPORTED | CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => ErrorCode::Unsupported,
+        CUDA_ERROR_UNKNOWN => ErrorCode::Unknown,
+        _ => ErrorCode::BackendFailure,
+    }
+}
+
+fn c_text(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the driver returns pointers to static NUL-terminated strings.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// `CUDA_ERROR_OUT_OF_MEMORY (out of memory)`, or the number when the
+/// driver does not know it.
+pub fn describe(driver: &Driver, r: CUresult) -> String {
+    let mut name: *const c_char = std::ptr::null();
+    let mut text: *const c_char = std::ptr::null();
+    // SAFETY: both write one pointer to a static string, or fail.
+    let (rn, rs) = unsafe {
+        (
+            (driver.cuGetErrorName)(r, &mut name),
+            (driver.cuGetErrorString)(r, &mut text),
+        )
+    };
+    let name = (rn == sys::CUDA_SUCCESS).then(|| c_text(name)).flatten();
+    let text = (rs == sys::CUDA_SUCCESS).then(|| c_text(text)).flatten();
+    match (name, text) {
+        (Some(n), Some(t)) => format!("{n} ({t})"),
+        (Some(n), None) => n,
+        _ => format!("CUresult {r}"),
+    }
+}
+
+/// The error for a failed call: `what: CUDA_ERROR_... (text)`.
+#[cold]
+pub fn error(driver: &Driver, r: CUresult, what: impl std::fmt::Display) -> Error {
+    Error::new(error_code(r), format!("{what}: {}", describe(driver, r)))
+}
+
+/// `Ok` for `CUDA_SUCCESS`, the mapped error otherwise.
+#[inline]
+pub fn check(driver: &Driver, r: CUresult, what: impl std::fmt::Display) -> Result<()> {
+    if r == sys::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(error(driver, r, what))
+    }
+}
+
+/// One GPU: its ordinal, its primary context (retained on first use) and
+/// the driver. Shared by the device, its queues, programs and kernels.
+pub struct Gpu {
+    pub driver: Arc<Driver>,
+    pub ordinal: CUdevice,
+    /// Label for messages (`cuda device 0`).
+    pub label: String,
+    ctx: OnceLock<std::result::Result<usize, Error>>,
+}
+
+impl Gpu {
+    pub fn new(driver: Arc<Driver>, ordinal: CUdevice) -> Gpu {
+        Gpu {
+            driver,
+            ordinal,
+            label: format!("CUDA device {ordinal}"),
+            ctx: OnceLock::new(),
+        }
+    }
+
+    /// The primary context, retained once (every host thread shares it).
+    pub fn context(&self) -> Result<CUcontext> {
+        self.ctx
+            .get_or_init(|| {
+                let mut ctx: CUcontext = std::ptr::null_mut();
+                // SAFETY: writes one context handle for a valid ordinal.
+                let r = unsafe { (self.driver.cuDevicePrimaryCtxRetain)(&mut ctx, self.ordinal) };
+                check(
+                    &self.driver,
+                    r,
+                    format_args!("{}: cuDevicePrimaryCtxRetain", self.label),
+                )
+                .map(|()| ctx as usize)
+            })
+            .clone()
+            .map(|c| c as CUcontext)
+    }
+
+    /// Whether the primary context was retained (and must be released).
+    pub fn has_context(&self) -> bool {
+        matches!(self.ctx.get(), Some(Ok(_)))
+    }
+
+    /// Make the primary context current on this thread, then run `f` (one
+    /// driver call) and map its result. `what` names the call for errors.
+    #[inline]
+    pub fn call(&self, what: &'static str, f: impl FnOnce(&Driver) -> CUresult) -> Result<()> {
+        let ctx = self.context()?;
+        // SAFETY: `ctx` is this device's retained primary context.
+        let r = unsafe { (self.driver.cuCtxSetCurrent)(ctx) };
+        check(
+            &self.driver,
+            r,
+            format_args!("{}: cuCtxSetCurrent", self.label),
+        )?;
+        let r = f(&self.driver);
+        check(&self.driver, r, format_args!("{}: {what}", self.label))
+    }
+
+    /// Like [`Gpu::call`], but returns the raw result (for calls where a
+    /// non-success value is an answer, e.g. `CUDA_ERROR_NOT_READY`).
+    pub fn call_raw(&self, f: impl FnOnce(&Driver) -> CUresult) -> Result<CUresult> {
+        let ctx = self.context()?;
+        // SAFETY: as in `call`.
+        let r = unsafe { (self.driver.cuCtxSetCurrent)(ctx) };
+        check(
+            &self.driver,
+            r,
+            format_args!("{}: cuCtxSetCurrent", self.label),
+        )?;
+        Ok(f(&self.driver))
+    }
+
+    /// A device attribute (no context needed).
+    pub fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: writes one int.
+        let r = unsafe { (self.driver.cuDeviceGetAttribute)(&mut v, attr, self.ordinal) };
+        check(
+            &self.driver,
+            r,
+            format_args!("{}: cuDeviceGetAttribute({attr})", self.label),
+        )?;
+        Ok(v)
+    }
+
+    /// Release the primary context if it was retained (plugin deinit).
+    pub fn release(&self) {
+        if self.has_context() {
+            // SAFETY: balances the one retain of `context`.
+            unsafe { (self.driver.cuDevicePrimaryCtxRelease)(self.ordinal) };
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Device (`cuMemAlloc`), pinned host (`cuMemAllocHost`) and managed
+//! (`cuMemAllocManaged`) memory, and host-memory registration
+//! (`cuMemHostRegister`).
+//!
+//! With unified addressing (every 64-bit Linux GPU since CUDA 4) a pinned
+//! host allocation's device address is its host address, so one
+//! [`DevicePtr`] names it on both sides.
+
+use std::ffi::c_void;
+
+use offload_core::plugin::{AllocKind, DevicePtr};
+use offload_core::Result;
+
+use crate::driver::Gpu;
+use crate::sys;
+
+pub fn alloc(gpu: &Gpu, size: usize, kind: AllocKind) -> Result<DevicePtr> {
+    // The driver refuses zero-byte allocations; the core hands out unique
+    // addresses, so a zero-byte request gets one byte.
+    let bytes = size.max(1);
+    match kind {
+        AllocKind::Device => {
+            let mut p: sys::CUdeviceptr = 0;
+            // SAFETY: writes one device pointer.
+            gpu.call("cuMemAlloc", |d| unsafe { (d.cuMemAlloc)(&mut p, bytes) })?;
+            Ok(DevicePtr(p))
+        }
+        AllocKind::Host => {
+            let mut p: *mut c_void = std::ptr::null_mut();
+            // SAFETY: writes one host pointer.
+            gpu.call("cuMemAllocHost", |d| unsafe {
+                (d.cuMemAllocHost)(&mut p, bytes)
+            })?;
+            Ok(DevicePtr(p as u64))
+        }
+        AllocKind::Shared => {
+            let mut p: sys::CUdeviceptr = 0;
+            // SAFETY: writes one managed pointer.
+            gpu.call("cuMemAllocManaged", |d| unsafe {
+                (d.cuMemAllocManaged)(&mut p, bytes, sys::CU_MEM_ATTACH_GLOBAL)
+            })?;
+            Ok(DevicePtr(p))
+        }
+    }
+}
+
+pub fn free(gpu: &Gpu, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
+    match kind {
+        // SAFETY: the core frees only what `alloc` returned, once.
+        AllocKind::Host => gpu.call("cuMemFreeHost", |d| unsafe {
+            (d.cuMemFreeHost)(ptr.0 as usize as *mut c_void)
+        }),
+        // SAFETY: as above (managed memory is freed with cuMemFree too).
+        AllocKind::Device | AllocKind::Shared => {
+            gpu.call("cuMemFree", |d| unsafe { (d.cuMemFree)(ptr.0) })
+        }
+    }
+}
+
+/// Page-lock `[ptr, ptr + size)` of host memory for fast asynchronous copies.
+///
+/// # Safety
+/// The range must be host memory of this process that stays mapped until
+/// [`unregister_host`].
+pub unsafe fn register_host(gpu: &Gpu, ptr: *mut u8, size: usize) -> Result<()> {
+    gpu.call("cuMemHostRegister", |d| {
+        // SAFETY: the caller guarantees the range.
+        unsafe { (d.cuMemHostRegister)(ptr.cast(), size, sys::CU_MEMHOSTREGISTER_PORTABLE) }
+    })
+}
+
+/// Undo [`register_host`].
+pub fn unregister_host(gpu: &Gpu, ptr: *mut u8) -> Result<()> {
+    // SAFETY: the driver checks that `ptr` was registered.
+    gpu.call("cuMemHostUnregister", |d| unsafe {
+        (d.cuMemHostUnregister)(ptr.cast())
+    })
+}

@@ -1,0 +1,552 @@
+//! The CUDA plugin against a fake driver (`tests/fake_cuda/fake_cuda.c`,
+//! built with clang-22 and loaded through `OFFLOAD_CUDA_DRIVER`): device
+//! enumeration and info, memory, copies, launches (grid, block, shared
+//! memory and the packed parameter block reach `cuLaunchKernel`), JIT
+//! options, error mapping, threads. Through the core's Runtime, as every
+//! face uses it.
+
+mod common;
+
+use std::ffi::{c_char, c_int, c_long, CString};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use offload_core::plugin::{AllocKind, Backend, DevicePtr, DeviceType, KernelArgs, LaunchConfig};
+use offload_core::{Config, ErrorCode, Location, Queue, Runtime};
+use offload_image::metadata::{self, Metadata};
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct FakeLaunch {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    arg_size: usize,
+    args: [u8; 1024],
+    used_extra: c_int,
+    count: c_int,
+}
+
+struct Fake {
+    lib: libloading::Library,
+}
+
+impl Fake {
+    fn calls(&self, name: &str) -> i64 {
+        let n = CString::new(name).unwrap();
+        // SAFETY: a test control function of the fake driver.
+        unsafe {
+            let f = self
+                .lib
+                .get::<unsafe extern "C" fn(*const c_char) -> c_long>(b"fake_cuda_calls\0")
+                .unwrap();
+            f(n.as_ptr())
+        }
+    }
+    fn fail(&self, name: &str, result: i32, count: i32) {
+        let n = CString::new(name).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            let f = self
+                .lib
+                .get::<unsafe extern "C" fn(*const c_char, c_int, c_int)>(b"fake_cuda_fail\0")
+                .unwrap();
+            f(n.as_ptr(), result, count)
+        }
+    }
+    fn last_launch(&self) -> FakeLaunch {
+        let mut l = std::mem::MaybeUninit::<FakeLaunch>::zeroed();
+        // SAFETY: as above; fills the whole struct.
+        unsafe {
+            let f = self
+                .lib
+                .get::<unsafe extern "C" fn(*mut FakeLaunch)>(b"fake_cuda_last_launch\0")
+                .unwrap();
+            f(l.as_mut_ptr());
+            l.assume_init()
+        }
+    }
+    fn last_jit_options(&self) -> Vec<(i32, i64)> {
+        let mut k = [0 as c_int; 32];
+        let mut v = [0 as c_long; 32];
+        // SAFETY: as above; writes at most 32 of each.
+        let n = unsafe {
+            let f = self
+                .lib
+                .get::<unsafe extern "C" fn(*mut c_int, *mut c_long, c_int) -> c_int>(
+                    b"fake_cuda_last_jit_options\0",
+                )
+                .unwrap();
+            f(k.as_mut_ptr(), v.as_mut_ptr(), 32)
+        };
+        (0..n as usize).map(|i| (k[i], v[i])).collect()
+    }
+}
+
+/// The fake driver and one runtime over it (CUDA plugin only), shared by
+/// the tests of this file, which run one at a time (the fake's counters
+/// and injected failures are process-wide).
+fn setup() -> Option<(MutexGuard<'static, ()>, &'static Fake, &'static Runtime)> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    static STATE: OnceLock<Option<(Fake, Runtime)>> = OnceLock::new();
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let state = STATE.get_or_init(|| {
+        let path = common::fake_driver()?;
+        // SAFETY: set once, before any runtime of this process reads it,
+        // while the other tests wait on the lock above.
+        unsafe { std::env::set_var(offload_plugin_cuda::DRIVER_ENV, &path) };
+        // SAFETY: the test controls of the same library the plugin loads.
+        let lib = unsafe { libloading::Library::new(&path) }.unwrap();
+        let config = Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "cuda".to_string()));
+        let rt = Runtime::new(config, &[offload_plugin_cuda::ENTRY]);
+        assert!(rt.failed_plugins().is_empty(), "{:?}", rt.failed_plugins());
+        Some((Fake { lib }, rt))
+    });
+    let (fake, rt) = state.as_ref()?;
+    Some((guard, fake, rt))
+}
+
+fn kernels_ptx() -> Option<Vec<u8>> {
+    static PTX: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    PTX.get_or_init(|| common::ptx(common::KERNELS_C, "sm_80"))
+        .clone()
+}
+
+#[test]
+fn devices_and_their_info_come_from_the_driver() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    assert_eq!(rt.devices().len(), 2);
+    for (i, d) in rt.devices().iter().enumerate() {
+        let info = d.info();
+        assert_eq!(d.plugin_name(), "cuda");
+        assert_eq!(info.name, format!("Fake NVIDIA GPU {i}"));
+        assert_eq!(info.vendor, "NVIDIA Corporation");
+        assert_eq!(info.device_type, DeviceType::Gpu);
+        assert_eq!(info.backend, Backend::Cuda);
+        assert_eq!(info.triple, "nvptx64-nvidia-cuda");
+        assert_eq!(info.arch, "sm_90");
+        assert_eq!(info.driver_version, "13.0");
+        assert_eq!(info.global_memory_bytes, 80 << 30);
+        assert_eq!(info.group_memory_bytes, 232448);
+        assert_eq!(info.compute_units, 132);
+        assert_eq!(info.max_group_size, 1024);
+        assert_eq!(info.max_group_size_per_dim, [1024, 1024, 64]);
+        assert_eq!(info.max_num_groups, [i32::MAX as u32, 65535, 65535]);
+        assert_eq!(info.clock_mhz, 1980);
+        assert_eq!(info.address_bits, 64);
+        assert!(!d.shares_host_memory());
+    }
+    let b = 0x10u8;
+    assert_eq!(
+        rt.devices()[1].info().uid,
+        format!(
+            "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+            b, b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11, b + 12,
+            b + 13, b + 14, b + 15
+        )
+    );
+}
+
+#[test]
+fn memory_of_every_kind_round_trips() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    for kind in [AllocKind::Device, AllocKind::Host, AllocKind::Shared] {
+        let p = d.alloc(data.len(), kind).unwrap();
+        let mut back = vec![0u8; data.len()];
+        // SAFETY: both host buffers outlive the synchronous copies.
+        unsafe {
+            d.copy_to_device(p, data.as_ptr(), data.len()).unwrap();
+            d.copy_from_device(back.as_mut_ptr(), p, data.len())
+                .unwrap();
+        }
+        assert_eq!(back, data, "{kind:?}");
+        d.free(p).unwrap();
+    }
+    assert!(fake.calls("cuMemAllocHost_v2") >= 1);
+    assert!(fake.calls("cuMemAllocManaged") >= 1);
+    assert!(fake.calls("cuMemcpyHtoDAsync_v2") >= 3);
+    assert!(fake.calls("cuMemcpyDtoHAsync_v2") >= 3);
+}
+
+#[test]
+fn fills_use_memset_or_staged_copies() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let n = 3 * 4096;
+    let p = d.alloc(n, AllocKind::Device).unwrap();
+    for pattern in [
+        &[7u8][..],
+        &[1, 2],
+        &[1, 2, 3, 4],
+        &[9, 8, 7],
+        &[5, 5, 5, 5],
+    ] {
+        d.fill(p, pattern, n / pattern.len() * pattern.len())
+            .unwrap();
+        let mut back = vec![0u8; n];
+        // SAFETY: `back` outlives the copy.
+        unsafe { d.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+        let want: Vec<u8> = pattern.iter().copied().cycle().take(n).collect();
+        assert_eq!(back, want, "pattern {pattern:?}");
+    }
+    assert!(fake.calls("cuMemsetD8Async") >= 2);
+    assert_eq!(fake.calls("cuMemsetD16Async"), 1);
+    assert_eq!(fake.calls("cuMemsetD32Async"), 1);
+    d.free(p).unwrap();
+    // Beyond 1 MiB an odd pattern is staged once, then doubled on the device.
+    let n = 3 << 20;
+    let p = d.alloc(n, AllocKind::Device).unwrap();
+    let before = fake.calls("cuMemcpyDtoDAsync_v2");
+    d.fill(p, &[9, 8, 7], n).unwrap();
+    assert!(fake.calls("cuMemcpyDtoDAsync_v2") >= before + 2);
+    let mut back = vec![0u8; n];
+    // SAFETY: `back` outlives the copy.
+    unsafe { d.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    assert!(back.chunks(3).all(|c| c == [9, 8, 7]));
+    d.free(p).unwrap();
+}
+
+#[test]
+fn copies_between_devices_are_peer_copies() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let (d0, d1) = (&rt.devices()[0], &rt.devices()[1]);
+    let data: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+    let a = d0.alloc(data.len(), AllocKind::Device).unwrap();
+    let b = d1.alloc(data.len(), AllocKind::Device).unwrap();
+    let before = fake.calls("cuMemcpyPeerAsync");
+    let mut back = vec![0u8; data.len()];
+    // SAFETY: host buffers outlive the synchronous copies.
+    unsafe {
+        rt.copy(
+            Location::Device(0, a),
+            Location::Host(data.as_ptr()),
+            data.len(),
+            None,
+        )
+        .unwrap();
+        rt.copy(
+            Location::Device(1, b),
+            Location::Device(0, a),
+            data.len(),
+            None,
+        )
+        .unwrap();
+        rt.copy(
+            Location::Host(back.as_mut_ptr()),
+            Location::Device(1, b),
+            data.len(),
+            None,
+        )
+        .unwrap();
+    }
+    assert_eq!(back, data);
+    assert_eq!(fake.calls("cuMemcpyPeerAsync"), before + 1);
+    d0.free(a).unwrap();
+    d1.free(b).unwrap();
+}
+
+fn saxpy_args(n: i32, a: f32, x: DevicePtr, y: DevicePtr) -> Vec<u8> {
+    // CUDA layout: each parameter at its natural alignment.
+    let mut b = Vec::new();
+    b.extend_from_slice(&n.to_ne_bytes());
+    b.extend_from_slice(&a.to_ne_bytes());
+    b.extend_from_slice(&x.0.to_ne_bytes());
+    b.extend_from_slice(&y.0.to_ne_bytes());
+    b
+}
+
+#[test]
+fn ptx_kernels_launch_with_the_packed_buffer_grid_and_shared_memory() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let d = &rt.devices()[1];
+    let program = d.load_program(&ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 1000usize;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let ys: Vec<f32> = vec![1.0; n];
+    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+    // SAFETY: host buffers outlive the synchronous copies.
+    unsafe {
+        d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap();
+        d.copy_to_device(y, ys.as_ptr().cast(), n * 4).unwrap();
+    }
+    let args = saxpy_args(n as i32, 2.0, x, y);
+    let config = LaunchConfig {
+        num_groups: [8, 2, 1],
+        group_size: [128, 2, 1],
+        dyn_group_memory: 1024,
+        tripcount: 0,
+    };
+    d.launch(&saxpy, KernelArgs::Packed(&args), &config)
+        .unwrap();
+    let l = fake.last_launch();
+    assert_eq!(l.grid, [8, 2, 1]);
+    assert_eq!(l.block, [128, 2, 1]);
+    assert_eq!(l.shared, 1024);
+    assert_eq!(l.used_extra, 1);
+    assert_eq!(l.arg_size, args.len());
+    assert_eq!(&l.args[..args.len()], &args[..]);
+    let mut out = vec![0f32; n];
+    // SAFETY: `out` outlives the copy.
+    unsafe {
+        d.copy_from_device(out.as_mut_ptr().cast(), y, n * 4)
+            .unwrap()
+    };
+    for (i, v) in out.iter().enumerate() {
+        assert_eq!(*v, 2.0 * i as f32 + 1.0);
+    }
+
+    // Above 48 KiB of dynamic shared memory the kernel is opted in once.
+    let big = LaunchConfig {
+        dyn_group_memory: 100 * 1024,
+        ..config
+    };
+    let before = fake.calls("cuFuncSetAttribute");
+    d.launch(&saxpy, KernelArgs::Packed(&args), &big).unwrap();
+    d.launch(&saxpy, KernelArgs::Packed(&args), &big).unwrap();
+    assert_eq!(fake.calls("cuFuncSetAttribute"), before + 1);
+    assert_eq!(fake.last_launch().shared, 100 * 1024);
+
+    // Group sizes beyond the kernel's limit fail before the driver.
+    let launches = fake.last_launch().count;
+    let e = d
+        .launch(
+            &saxpy,
+            KernelArgs::Packed(&args),
+            &LaunchConfig::linear(1, 2048),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    assert_eq!(fake.last_launch().count, launches);
+
+    // The occupancy calculator picks the preferred group size.
+    assert_eq!(saxpy.preferred_group_size(0), 512);
+    d.free(x).unwrap();
+    d.free(y).unwrap();
+}
+
+#[test]
+fn openmp_word_arguments_and_launch_sizes_reach_the_driver() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&ptx).unwrap();
+    let reduce = program.kernel("reduce").unwrap();
+    let input: Vec<i32> = (1..=100).collect();
+    let inp = d.alloc(400, AllocKind::Device).unwrap();
+    let out = d.alloc(8, AllocKind::Device).unwrap();
+    // SAFETY: host buffer outlives the copy.
+    unsafe { d.copy_to_device(inp, input.as_ptr().cast(), 400).unwrap() };
+    // One 64-bit word per parameter, as the OpenMP face passes them.
+    let words = [inp.0, 100u64, out.0];
+    let config = LaunchConfig {
+        num_groups: [132, 1, 1],
+        group_size: [256, 1, 1],
+        dyn_group_memory: 0,
+        tripcount: 100,
+    };
+    d.launch(&reduce, KernelArgs::Words(&words), &config)
+        .unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block, l.shared), ([132, 1, 1], [256, 1, 1], 0));
+    assert_eq!(l.arg_size, 24);
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    assert_eq!(&l.args[..24], &bytes[..]);
+    let mut sum = 0i64;
+    // SAFETY: `sum` outlives the copy.
+    unsafe {
+        d.copy_from_device((&mut sum as *mut i64).cast(), out, 8)
+            .unwrap()
+    };
+    assert_eq!(sum, 5050);
+    d.free(inp).unwrap();
+    d.free(out).unwrap();
+}
+
+#[test]
+fn globals_and_missing_symbols() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&ptx).unwrap();
+    let (p, size) = program.global("counter").unwrap();
+    assert_eq!(size, 4);
+    let (_, tsize) = program.global("table").unwrap();
+    assert_eq!(tsize, 32);
+    let v = 41u32;
+    let mut back = 0u32;
+    // SAFETY: host values outlive the copies; the global is filed in the index.
+    unsafe {
+        d.copy_to_device(p, (&v as *const u32).cast(), 4).unwrap();
+        d.copy_from_device((&mut back as *mut u32).cast(), p, 4)
+            .unwrap();
+    }
+    assert_eq!(back, 41);
+    let e = program.kernel("nope").err().unwrap();
+    assert_eq!(e.code(), ErrorCode::NotFound);
+    assert!(e.message().contains("'nope'"), "{e}");
+    let e = program.global("nope").unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NotFound);
+}
+
+#[test]
+fn compile_options_become_jit_options_and_jit_errors_carry_the_log() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let d = &rt.devices()[0];
+    let mut m = Metadata::new();
+    m.insert(metadata::COMPILE_OPTIONS, "-O2 -lineinfo --maxrregcount=40");
+    d.load_program(&metadata::write(&m, &ptx)).unwrap();
+    let opts = fake.last_jit_options();
+    let keys: Vec<i32> = opts.iter().map(|(k, _)| *k).collect();
+    assert_eq!(keys, vec![7, 13, 0, 5, 6, 3, 4]);
+    assert_eq!(opts[0].1, 2);
+    assert_eq!(opts[1].1, 1);
+    assert_eq!(opts[2].1, 40);
+    assert_eq!(opts[4].1, 16 * 1024);
+
+    let mut bad = ptx.clone();
+    bad.extend_from_slice(b"\n// FAKE_INVALID_PTX\n");
+    let e = d.load_program(&bad).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::CompileFailure);
+    assert!(e.message().contains("CUDA_ERROR_INVALID_PTX"), "{e}");
+    assert!(e.message().contains("fake syntax error"), "{e}");
+
+    // Cubins and fatbinaries go to the driver as they are.
+    d.load_program(&common::cubin(90, 7, false)).unwrap();
+    d.load_program(&common::fatbin(&[(2, 90, &common::cubin(90, 7, false))]))
+        .unwrap();
+    // A cubin for another major is refused before the driver sees it.
+    let e = d.load_program(&common::cubin(80, 7, false)).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+}
+
+#[test]
+fn driver_errors_map_to_ol_codes_with_the_drivers_names() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    fake.fail("cuMemAlloc_v2", 2, 1);
+    let e = d.alloc(1 << 20, AllocKind::Device).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::OutOfResources);
+    assert!(
+        e.message()
+            .contains("cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)"),
+        "{e}"
+    );
+    // The next allocation works again.
+    let p = d.alloc(1 << 20, AllocKind::Device).unwrap();
+    d.free(p).unwrap();
+
+    fake.fail("cuStreamSynchronize", 700, 1);
+    let q = Queue::new(Some(d)).unwrap();
+    let e = q.synchronize().unwrap_err();
+    assert_eq!(e.code(), ErrorCode::BackendFailure);
+    assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{e}");
+
+    fake.fail("cuMemcpyHtoDAsync_v2", 12345, 1);
+    let p = d.alloc(64, AllocKind::Device).unwrap();
+    let v = [0u8; 64];
+    // SAFETY: `v` outlives the copy.
+    let e = unsafe { d.copy_to_device(p, v.as_ptr(), 64) }.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::BackendFailure);
+    assert!(e.message().contains("CUresult 12345"), "{e}");
+    d.free(p).unwrap();
+}
+
+#[test]
+fn queues_events_and_host_functions() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let q1 = Queue::new(Some(d)).unwrap();
+    let q2 = Queue::new(Some(&rt.devices()[1])).unwrap();
+    let hit = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hit.clone();
+    q1.host_function(Box::new(move || {
+        h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }))
+    .unwrap();
+    // A panicking host function stops at the trampoline.
+    q1.host_function(Box::new(|| panic!("host function panics")))
+        .unwrap();
+    let e = q1.record_event().unwrap();
+    q2.wait_event(&e).unwrap();
+    q2.synchronize().unwrap();
+    q1.synchronize().unwrap();
+    assert!(e.is_complete().unwrap());
+    assert!(q1.is_idle().unwrap());
+    assert_eq!(hit.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(fake.calls("cuLaunchHostFunc") >= 2);
+    assert!(fake.calls("cuEventRecord") >= 1);
+}
+
+#[test]
+fn threads_share_the_primary_contexts() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let retains = fake.calls("cuDevicePrimaryCtxRetain");
+    let programs: Vec<_> = rt
+        .devices()
+        .iter()
+        .map(|d| d.load_program(&ptx).unwrap())
+        .collect();
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            let programs = &programs;
+            s.spawn(move || {
+                // Alternate devices: each call must make its own context current.
+                for round in 0..20usize {
+                    let i = (t + round) % 2;
+                    let d = &rt.devices()[i];
+                    let n = 64usize;
+                    let xs = vec![1.0f32; n];
+                    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+                    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+                    d.fill(y, &0f32.to_ne_bytes(), n * 4).unwrap();
+                    // SAFETY: host buffers outlive the synchronous copies.
+                    unsafe { d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap() };
+                    let k = programs[i].kernel("saxpy").unwrap();
+                    let args = saxpy_args(n as i32, t as f32, x, y);
+                    d.launch(&k, KernelArgs::Packed(&args), &LaunchConfig::linear(1, 64))
+                        .unwrap();
+                    let mut out = vec![0f32; n];
+                    // SAFETY: as above.
+                    unsafe {
+                        d.copy_from_device(out.as_mut_ptr().cast(), y, n * 4)
+                            .unwrap()
+                    };
+                    assert!(out.iter().all(|&v| v == t as f32));
+                    d.free(x).unwrap();
+                    d.free(y).unwrap();
+                }
+            });
+        }
+    });
+    // Each device's primary context was retained once, whatever the threads.
+    assert!(fake.calls("cuDevicePrimaryCtxRetain") - retains <= 0);
+    assert!(fake.calls("cuDevicePrimaryCtxRetain") <= 2);
+}
