@@ -13,3 +13,5 @@ cargo test --workspace --no-fail-fast
 ./scripts/remote-tests.sh
 # Install script and Debian package, used as a newcomer would (release build).
 ./scripts/package-tests.sh
+# The Python package in a fresh virtual environment: example and pytest.
+./scripts/python-tests.sh

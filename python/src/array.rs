@@ -83,7 +83,11 @@ impl PyArray {
     }
 
     /// A device copy of the host buffer `src`.
-    pub fn from_host_buffer(py: Python<'_>, device: &Device, src: &HostBuffer) -> PyResult<Self> {
+    pub fn from_host_buffer(
+        py: Python<'_>,
+        device: &Device,
+        src: &HostBuffer<'_>,
+    ) -> PyResult<Self> {
         let dtype = src.dtype().ok_or_else(|| {
             PyBufferError::new_err(format!(
                 "unsupported buffer format {:?} (use bool, (u)int8-64, float16/32/64, complex64/128)",

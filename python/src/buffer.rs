@@ -8,6 +8,7 @@
 //! since Python 3.3.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::marker::PhantomData;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -42,14 +43,19 @@ const PYBUF_STRIDES: c_int = 0x0010 | PYBUF_ND;
 const PYBUF_C_CONTIGUOUS: c_int = 0x0020 | PYBUF_STRIDES;
 
 /// A C-contiguous buffer exported by a Python object; released on drop.
-pub struct HostBuffer {
+///
+/// It lives no longer than the GIL token `'py` it was made under (and
+/// cannot enter `Python::detach`), so it is always released with the GIL
+/// held.
+pub struct HostBuffer<'py> {
     // Boxed: the exporter may keep pointers into the struct until release.
     raw: Box<RawBuffer>,
+    _gil: PhantomData<Python<'py>>,
 }
 
-impl HostBuffer {
+impl<'py> HostBuffer<'py> {
     /// The C-contiguous buffer of `obj` (writable when asked for).
-    pub fn get(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<HostBuffer> {
+    pub fn get(obj: &Bound<'py, PyAny>, writable: bool) -> PyResult<HostBuffer<'py>> {
         let mut raw = Box::new(RawBuffer {
             buf: std::ptr::null_mut(),
             obj: std::ptr::null_mut(),
@@ -71,7 +77,10 @@ impl HostBuffer {
         if rc != 0 {
             return Err(PyErr::fetch(obj.py()));
         }
-        Ok(HostBuffer { raw })
+        Ok(HostBuffer {
+            raw,
+            _gil: PhantomData,
+        })
     }
 
     /// Address of the first byte.
@@ -95,20 +104,20 @@ impl HostBuffer {
     }
 
     /// The format string (`B` when the exporter gives none).
-    pub fn format(&self) -> String {
+    pub fn format(&self) -> &str {
         if self.raw.format.is_null() {
-            return "B".to_owned();
+            return "B";
         }
         // SAFETY: a non-null format is a NUL-terminated string owned by the
-        // exporter for the lifetime of the export.
+        // exporter for the lifetime of the export, which `&self` bounds.
         unsafe { CStr::from_ptr(self.raw.format) }
-            .to_string_lossy()
-            .into_owned()
+            .to_str()
+            .unwrap_or("?unreadable")
     }
 
     /// The element type, when the format is one of ours.
     pub fn dtype(&self) -> Option<DType> {
-        DType::from_format(&self.format(), self.raw.itemsize.max(0) as usize)
+        DType::from_format(self.format(), self.raw.itemsize.max(0) as usize)
     }
 
     /// The shape (`[len / itemsize]` when the exporter gives none; `[]` for
@@ -129,13 +138,11 @@ impl HostBuffer {
     }
 }
 
-impl Drop for HostBuffer {
+impl Drop for HostBuffer<'_> {
     fn drop(&mut self) {
-        Python::attach(|_| {
-            // SAFETY: the buffer was obtained by a successful
-            // PyObject_GetBuffer and is released once, with the GIL held.
-            unsafe { PyBuffer_Release(&mut *self.raw) }
-        });
+        // SAFETY: the buffer was obtained by a successful PyObject_GetBuffer
+        // and is released once; the GIL is held (the `'py` bound).
+        unsafe { PyBuffer_Release(&mut *self.raw) }
     }
 }
 

@@ -84,7 +84,7 @@ fn dims(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<[u32; 3]> {
 }
 
 /// The bytes of a scalar argument and their C alignment.
-fn scalar(arg: &Bound<'_, PyAny>, index: usize) -> PyResult<(HostBuffer, usize)> {
+fn scalar<'py>(arg: &Bound<'py, PyAny>, index: usize) -> PyResult<(HostBuffer<'py>, usize)> {
     let not_typed = || {
         PyTypeError::new_err(format!(
             "argument {index}: {} is neither a DeviceArray nor a typed scalar; pass \

@@ -21,6 +21,8 @@
 //!
 //! Results print as a table; `--json` prints JSON lines instead.
 
+mod launch;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -38,12 +40,15 @@ fn main() {
             let control = offload_server::worker::control_socket_from_env().unwrap();
             offload_server::worker::run(control).unwrap();
         }
+        Some("launch") => launch::run(&args[1..]),
         Some("remote") => remote(
             args.iter().any(|a| a == "--json"),
             args.iter().any(|a| a == "--quick"),
         ),
         _ => {
-            eprintln!("usage: offload-bench remote [--json] [--quick]");
+            eprintln!(
+                "usage: offload-bench remote [--json] [--quick] | launch SO [-n N] [--reps R]"
+            );
             std::process::exit(2);
         }
     }
