@@ -29,7 +29,8 @@ PROFILE=release
 [ "${1:-}" = "--debug" ] && PROFILE=debug
 echo "setup: building the workspace ($PROFILE)" >&2
 if [ "$PROFILE" = release ]; then
-  cargo build --release --workspace --quiet
+  # The Python extension is built by pip (scripts/python-tests.sh), not here.
+  cargo build --release --workspace --exclude offload-python --quiet
 else
   cargo build --workspace --quiet
 fi
