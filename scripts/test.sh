@@ -11,6 +11,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --no-fail-fast
 # OpenMP programs against `offload serve` (loopback, then a network namespace).
 ./scripts/remote-tests.sh
+# The MPI plugin under mpirun: the OpenMP programs on 2 serving ranks,
+# rank-to-rank copies, a killed rank.
+./scripts/mpi-tests.sh
 # Install script and Debian package, used as a newcomer would (release build).
 ./scripts/package-tests.sh
 # The Python package in a fresh virtual environment: example and pytest.

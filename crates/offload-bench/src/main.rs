@@ -22,6 +22,7 @@
 //! Results print as a table; `--json` prints JSON lines instead.
 
 mod launch;
+mod mpi;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -41,13 +42,14 @@ fn main() {
             offload_server::worker::run(control).unwrap();
         }
         Some("launch") => launch::run(&args[1..]),
+        Some("mpi") => mpi::run(&args[1..]),
         Some("remote") => remote(
             args.iter().any(|a| a == "--json"),
             args.iter().any(|a| a == "--quick"),
         ),
         _ => {
             eprintln!(
-                "usage: offload-bench remote [--json] [--quick] | launch SO [-n N] [--reps R]"
+                "usage: offload-bench remote [--json] [--quick] | launch SO [-n N] [--reps R] | mpi [--json] [--quick] (under mpirun)"
             );
             std::process::exit(2);
         }

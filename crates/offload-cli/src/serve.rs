@@ -43,10 +43,19 @@ pub struct Args {
     /// worker crashes, refused authentications) on ADDR, path /metrics.
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// Serve this rank's devices to the application ranks of the MPI job it
+    /// was started in (`mpirun -np 1 ./app : -np N offload serve --mpi`)
+    /// instead of listening on the network; libmpi is loaded only then.
+    #[arg(long)]
+    mpi: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     init_logging();
+    if args.mpi {
+        let runtime = Arc::new(offload_server::mpi::serving_runtime());
+        return offload_server::mpi::serve(runtime).map_err(|e| anyhow::anyhow!("{e}"));
+    }
     let token = match &args.token_file {
         Some(f) => {
             let t = std::fs::read_to_string(f)

@@ -11,7 +11,8 @@ use std::sync::OnceLock;
 use offload_core::{Config, PluginEntry, Runtime};
 
 /// Every plugin built into this runtime, in device-numbering order: local
-/// devices first, remote ones (`OFFLOAD_REMOTE`) after them. The simulated
+/// devices first, remote ones (`OFFLOAD_REMOTE`) after them, then those of
+/// serving MPI ranks (`mpi`: loads libmpi only under an MPI launcher). The simulated
 /// device (`sim`) only initialises when `OFFLOAD_PLUGINS` names it.
 pub fn builtin() -> Vec<PluginEntry> {
     vec![
@@ -21,14 +22,17 @@ pub fn builtin() -> Vec<PluginEntry> {
         offload_plugin_sim::ENTRY,
         #[cfg(feature = "remote")]
         offload_plugin_remote::ENTRY,
+        #[cfg(feature = "mpi")]
+        offload_plugin_mpi::ENTRY,
     ]
 }
 
-/// Built-in plugins that serve devices to remote clients (all but `remote`).
+/// Built-in plugins that serve devices to remote clients (all but `remote`
+/// and `mpi`).
 pub fn local() -> Vec<PluginEntry> {
     builtin()
         .into_iter()
-        .filter(|e| e.name != "remote")
+        .filter(|e| e.name != "remote" && e.name != "mpi")
         .collect()
 }
 

@@ -19,6 +19,7 @@ mod data;
 mod fdpass;
 mod incoming;
 pub mod metrics;
+pub mod mpi;
 mod refusals;
 mod secret;
 mod service;

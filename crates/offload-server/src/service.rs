@@ -402,7 +402,7 @@ fn alloc_kind(k: u32) -> Result<AllocKind, Status> {
     }
 }
 
-fn shipped(desc: ImageDesc) -> ShippedImage {
+pub(crate) fn shipped(desc: ImageDesc) -> ShippedImage {
     let format = offload_image::detect(&desc.bytes);
     let mut metadata = Metadata::new();
     for kv in desc.metadata {
@@ -756,7 +756,11 @@ fn copy_between(s: &Session, c: &CopyRequest) -> Result<(), Error> {
     }
 }
 
-fn run_queue_op(s: &Session, queue: &mut Option<u32>, op: QueueOp) -> Result<Vec<u8>, Error> {
+pub(crate) fn run_queue_op(
+    s: &Session,
+    queue: &mut Option<u32>,
+    op: QueueOp,
+) -> Result<Vec<u8>, Error> {
     let device = *queue.get_or_insert(op.device);
     let dev = s.device(device)?.clone();
     use queue_op::Op;

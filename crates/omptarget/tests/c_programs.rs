@@ -27,6 +27,16 @@
 //! remote plugin against that `offload serve` (token from
 //! `OFFLOAD_REMOTE_TOKEN`), so every target region runs in the server
 //! process, and the output must still equal LLVM's local run.
+//!
+//! MPI mode: with `OFFLOAD_TEST_MPI=N` (scripts/mpi-tests.sh) our runs use
+//! only the mpi plugin and start as `mpirun -np 1 PROGRAM : -np N offload
+//! serve --mpi` (the `offload` of `OFFLOAD_TEST_MPI_SERVER`), so every
+//! target region runs on a serving rank. Exit statuses must agree on
+//! success or failure (mpirun reports a failed rank its own way); stdout
+//! must equal LLVM's local run where that succeeds (Open MPI line-buffers
+//! stdout, so a failing program's buffered output differs); stderr is not
+//! compared (it carries mpirun's and the serving ranks' messages).
+//! NO-REMOTE programs are skipped.
 
 mod common;
 
@@ -191,17 +201,48 @@ struct Run {
     stderr: String,
 }
 
+/// MPI mode: the number of serving ranks (`OFFLOAD_TEST_MPI`).
+fn mpi_servers() -> Option<String> {
+    std::env::var("OFFLOAD_TEST_MPI")
+        .ok()
+        .filter(|n| !n.is_empty())
+}
+
 fn run(exe: &Path, lib_path: &str, env: &[(String, String)], arg: Option<&str>) -> Run {
     use std::os::unix::process::ExitStatusExt;
-    let mut cmd = Command::new(exe);
+    let ours_on_mpi = env
+        .iter()
+        .any(|(k, v)| k == "OFFLOAD_PLUGINS" && v == "mpi");
+    let mut cmd = match mpi_servers().filter(|_| ours_on_mpi) {
+        Some(n) => {
+            let server = std::env::var("OFFLOAD_TEST_MPI_SERVER")
+                .expect("OFFLOAD_TEST_MPI_SERVER: the offload binary");
+            let mut c = Command::new("mpirun");
+            c.args(["--oversubscribe", "--allow-run-as-root", "-np", "1"]);
+            c.arg(exe);
+            if let Some(a) = arg {
+                c.arg(a);
+            }
+            // As many devices in all as LLVM's host plugin has (4).
+            let per_rank = (4 / n.parse::<usize>().unwrap_or(1)).max(1);
+            let devices = format!("OFFLOAD_HOST_DEVICES={per_rank}");
+            c.args([":", "-np", &n, "env", &devices, &server, "serve", "--mpi"]);
+            c.env("OFFLOAD_LOG", "warn");
+            c
+        }
+        None => {
+            let mut c = Command::new(exe);
+            if let Some(a) = arg {
+                c.arg(a);
+            }
+            c
+        }
+    };
     cmd.env("LD_LIBRARY_PATH", lib_path);
     cmd.env_remove("LIBOMPTARGET_INFO");
     cmd.env_remove("OMP_TARGET_OFFLOAD");
     for (k, v) in env {
         cmd.env(k, v);
-    }
-    if let Some(a) = arg {
-        cmd.arg(a);
     }
     let o = cmd.output().unwrap();
     Run {
@@ -221,6 +262,8 @@ fn normalise(s: &str) -> String {
         }
         // Remote devices' UIDs name their server: `remote:HOST:PORT/x86_64-0`.
         let line = strip_remote_uid(line);
+        // MPI devices' UIDs name their rank: `mpi:1/x86_64-0`.
+        let line = strip_mpi_uid(&line);
         let mut l = String::new();
         let b = line.as_bytes();
         let mut i = 0;
@@ -249,6 +292,24 @@ fn normalise(s: &str) -> String {
         out.push_str(&l);
         out.push('\n');
     }
+    out
+}
+
+fn strip_mpi_uid(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(p) = rest.find("mpi:") {
+        out.push_str(&rest[..p]);
+        let tail = &rest[p + "mpi:".len()..];
+        let digits = tail.chars().take_while(|c| c.is_ascii_digit()).count();
+        if digits > 0 && tail[digits..].starts_with('/') {
+            rest = &tail[digits + 1..];
+        } else {
+            out.push_str("mpi:");
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
     out
 }
 
@@ -302,8 +363,8 @@ fn check(name: &str) {
     let remote = std::env::var("OFFLOAD_TEST_REMOTE")
         .ok()
         .filter(|r| !r.is_empty());
-    if remote.is_some() && sp.no_remote {
-        eprintln!("skipping {name} in remote mode (NO-REMOTE)");
+    if (remote.is_some() || mpi_servers().is_some()) && sp.no_remote {
+        eprintln!("skipping {name} in remote/MPI mode (NO-REMOTE)");
         return;
     }
     let dir = tempfile_dir(name);
@@ -338,6 +399,8 @@ fn check(name: &str) {
                 if let Some(r) = &remote {
                     ours_env.push(("OFFLOAD_PLUGINS".into(), "remote".into()));
                     ours_env.push(("OFFLOAD_REMOTE".into(), r.clone()));
+                } else if mpi_servers().is_some() {
+                    ours_env.push(("OFFLOAD_PLUGINS".into(), "mpi".into()));
                 }
                 let mut attempt = 0;
                 loop {
@@ -359,6 +422,26 @@ fn check(name: &str) {
                 after <= before,
                 "{what}: our run left /tmp/tmpfile_* files behind"
             );
+            if mpi_servers().is_some() {
+                assert_eq!(
+                    ours.status == Some(0),
+                    llvm.status == Some(0),
+                    "{what}: success differs under mpirun\nours stderr:\n{}\nllvm stderr:\n{}",
+                    ours.stderr,
+                    llvm.stderr
+                );
+                // Open MPI's MPI_Init makes stdout line-buffered: what a
+                // failing program had buffered is printed under mpirun.
+                if llvm.status == Some(0) {
+                    assert_eq!(
+                        normalise(&ours.stdout),
+                        normalise(&llvm.stdout),
+                        "{what}: stdout differs under mpirun\nours stderr:\n{}",
+                        ours.stderr
+                    );
+                }
+                continue;
+            }
             assert_eq!(
                 (ours.status, ours.signal),
                 (llvm.status, llvm.signal),
@@ -413,6 +496,8 @@ fn check_expected(
         if let Some(r) = remote {
             env.push(("OFFLOAD_PLUGINS".into(), "remote".into()));
             env.push(("OFFLOAD_REMOTE".into(), r.to_string()));
+        } else if mpi_servers().is_some() {
+            env.push(("OFFLOAD_PLUGINS".into(), "mpi".into()));
         }
         let r = {
             let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -422,6 +507,25 @@ fn check_expected(
         let want_exit = sp.expect_exit.unwrap_or(0);
         // Exit 134 is how a shell reports abort(): the process got SIGABRT.
         let got_exit = r.status.or(r.signal.map(|s| 128 + s));
+        if mpi_servers().is_some() {
+            // mpirun reports failed ranks its own way; stderr carries its
+            // and the serving ranks' messages.
+            assert_eq!(
+                got_exit == Some(0),
+                want_exit == 0,
+                "{what}: exit status\nstderr:\n{}",
+                r.stderr
+            );
+            if want_exit == 0 {
+                let got: Vec<String> = normalise(&r.stdout).lines().map(String::from).collect();
+                assert_eq!(
+                    got, sp.expect_stdout,
+                    "{what}: stdout\nstderr:\n{}",
+                    r.stderr
+                );
+            }
+            continue;
+        }
         assert_eq!(
             got_exit,
             Some(want_exit),

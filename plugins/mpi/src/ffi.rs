@@ -1,0 +1,350 @@
+//! libmpi, loaded at run time (`dlopen`), over our own minimal declarations.
+//!
+//! Nothing links against libmpi: a process that never asks for the MPI
+//! plugin never maps it. The handful of MPI functions used here are looked
+//! up by name; the predefined handles differ between the two MPI ABIs:
+//!
+//! * Open MPI (`libmpi.so.40`, what Debian's `openmpi-bin` installs, the one
+//!   tested): handles are pointers to exported objects (`ompi_mpi_comm_world`,
+//!   `ompi_mpi_byte`, `ompi_mpi_errors_return`); `MPI_Status` starts with
+//!   `MPI_SOURCE`; `MPI_ANY_SOURCE` is -1.
+//! * MPICH (`libmpi.so.12`; untested here): handles are `int` constants;
+//!   `MPI_SOURCE` is the third `int` of `MPI_Status`; `MPI_ANY_SOURCE` is -2.
+//!
+//! Every call is made with the [`Mpi`] value's lock held by the caller
+//! (see `transport`): MPI is used as if at `MPI_THREAD_SERIALIZED`.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use offload_core::{Error, Result};
+
+/// An MPI handle (communicator, datatype, error handler) passed by value:
+/// a pointer in Open MPI, an `int` in MPICH (passed in the same register,
+/// the callee reads the low 32 bits).
+pub type Handle = usize;
+
+/// `MPI_Status`, with room to spare for either ABI (Open MPI: 24 bytes,
+/// MPICH: 20 bytes).
+#[repr(C)]
+#[derive(Default)]
+pub struct Status {
+    words: [c_int; 4],
+    ucount: usize,
+    _spare: [u64; 4],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Abi {
+    OpenMpi,
+    Mpich,
+}
+
+type FnIntPtr = unsafe extern "C" fn(*mut c_int) -> c_int;
+type FnInitThread =
+    unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int;
+type FnVoid = unsafe extern "C" fn() -> c_int;
+type FnCommInt = unsafe extern "C" fn(Handle, *mut c_int) -> c_int;
+type FnCommDup = unsafe extern "C" fn(Handle, *mut Handle) -> c_int;
+type FnSetErrhandler = unsafe extern "C" fn(Handle, Handle) -> c_int;
+type FnSend = unsafe extern "C" fn(*const c_void, c_int, Handle, c_int, c_int, Handle) -> c_int;
+type FnRecv =
+    unsafe extern "C" fn(*mut c_void, c_int, Handle, c_int, c_int, Handle, *mut Status) -> c_int;
+type FnProbe = unsafe extern "C" fn(c_int, c_int, Handle, *mut Status) -> c_int;
+type FnGetCount = unsafe extern "C" fn(*const Status, Handle, *mut c_int) -> c_int;
+type FnAllgather =
+    unsafe extern "C" fn(*const c_void, c_int, Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
+type FnAbort = unsafe extern "C" fn(Handle, c_int) -> c_int;
+type FnErrorString = unsafe extern "C" fn(c_int, *mut c_char, *mut c_int) -> c_int;
+
+/// The loaded library and the functions and handles used.
+pub struct Mpi {
+    pub abi: Abi,
+    pub library: String,
+    initialized: FnIntPtr,
+    finalized: FnIntPtr,
+    init_thread: FnInitThread,
+    finalize: FnVoid,
+    comm_rank: FnCommInt,
+    comm_size: FnCommInt,
+    comm_dup: FnCommDup,
+    set_errhandler: FnSetErrhandler,
+    send: FnSend,
+    recv: FnRecv,
+    probe: FnProbe,
+    get_count: FnGetCount,
+    allgather: FnAllgather,
+    abort: FnAbort,
+    error_string: FnErrorString,
+    pub comm_world: Handle,
+    pub byte: Handle,
+    errors_return: Handle,
+    any_source: c_int,
+    /// Keeps the functions above valid.
+    _lib: libloading::os::unix::Library,
+}
+
+pub const THREAD_SERIALIZED: c_int = 2;
+pub const THREAD_MULTIPLE: c_int = 3;
+
+/// Library names tried in order when `OFFLOAD_MPI_LIBRARY` is not set.
+const CANDIDATES: &[&str] = &["libmpi.so.40", "libmpi.so.12", "libmpi.so"];
+
+impl Mpi {
+    /// Load libmpi: `OFFLOAD_MPI_LIBRARY` if set, else the usual sonames.
+    pub fn load() -> Result<Mpi> {
+        let names: Vec<String> = match std::env::var("OFFLOAD_MPI_LIBRARY") {
+            Ok(v) if !v.is_empty() => vec![v],
+            _ => CANDIDATES.iter().map(|s| s.to_string()).collect(),
+        };
+        let mut errors = Vec::new();
+        for name in &names {
+            // RTLD_GLOBAL: Open MPI dlopens its own components, which
+            // resolve libmpi's symbols from the global scope.
+            // SAFETY: loading a shared library runs its initialisers; libmpi's
+            // do not start MPI (that is MPI_Init's job).
+            let lib = unsafe {
+                libloading::os::unix::Library::open(
+                    Some(name.as_str()),
+                    libloading::os::unix::RTLD_NOW | libc::RTLD_GLOBAL,
+                )
+            };
+            match lib {
+                Ok(lib) => return Self::bind(lib, name.clone()),
+                Err(e) => errors.push(format!("{name}: {e}")),
+            }
+        }
+        Err(Error::backend(format!(
+            "cannot load an MPI library (set OFFLOAD_MPI_LIBRARY): {}",
+            errors.join("; ")
+        )))
+    }
+
+    fn bind(lib: libloading::os::unix::Library, library: String) -> Result<Mpi> {
+        fn sym<T: Copy>(lib: &libloading::os::unix::Library, name: &str) -> Result<T> {
+            // SAFETY: the caller names the C type of `name` as `T` (the MPI
+            // standard's prototype, see the type aliases above).
+            unsafe { lib.get::<T>(name.as_bytes()) }
+                .map(|s| *s)
+                .map_err(|e| Error::backend(format!("libmpi lacks {name}: {e}")))
+        }
+        fn addr(lib: &libloading::os::unix::Library, name: &str) -> Option<Handle> {
+            // SAFETY: only the symbol's address is taken, never read here.
+            unsafe { lib.get::<*const c_void>(name.as_bytes()) }
+                .ok()
+                .map(|s| s.into_raw() as Handle)
+        }
+        let (abi, comm_world, byte, errors_return, any_source) =
+            match addr(&lib, "ompi_mpi_comm_world") {
+                Some(world) => (
+                    Abi::OpenMpi,
+                    world,
+                    addr(&lib, "ompi_mpi_byte")
+                        .ok_or_else(|| Error::backend("libmpi lacks ompi_mpi_byte"))?,
+                    addr(&lib, "ompi_mpi_errors_return")
+                        .ok_or_else(|| Error::backend("libmpi lacks ompi_mpi_errors_return"))?,
+                    -1,
+                ),
+                // MPICH's mpi.h constants.
+                None => (Abi::Mpich, 0x4400_0000, 0x4c00_010d, 0x5400_0001, -2),
+            };
+        Ok(Mpi {
+            abi,
+            library,
+            initialized: sym(&lib, "MPI_Initialized")?,
+            finalized: sym(&lib, "MPI_Finalized")?,
+            init_thread: sym(&lib, "MPI_Init_thread")?,
+            finalize: sym(&lib, "MPI_Finalize")?,
+            comm_rank: sym(&lib, "MPI_Comm_rank")?,
+            comm_size: sym(&lib, "MPI_Comm_size")?,
+            comm_dup: sym(&lib, "MPI_Comm_dup")?,
+            set_errhandler: sym(&lib, "MPI_Comm_set_errhandler")?,
+            send: sym(&lib, "MPI_Send")?,
+            recv: sym(&lib, "MPI_Recv")?,
+            probe: sym(&lib, "MPI_Probe")?,
+            get_count: sym(&lib, "MPI_Get_count")?,
+            allgather: sym(&lib, "MPI_Allgather")?,
+            abort: sym(&lib, "MPI_Abort")?,
+            error_string: sym(&lib, "MPI_Error_string")?,
+            comm_world,
+            byte,
+            errors_return,
+            any_source,
+            _lib: lib,
+        })
+    }
+
+    fn check(&self, what: &str, rc: c_int) -> Result<()> {
+        if rc == 0 {
+            return Ok(());
+        }
+        let mut buf = [0 as c_char; 512];
+        let mut len: c_int = 0;
+        // SAFETY: MPI_Error_string writes at most MPI_MAX_ERROR_STRING (256
+        // in both ABIs) bytes into `buf`.
+        let text = unsafe {
+            if (self.error_string)(rc, buf.as_mut_ptr(), &mut len) == 0 {
+                let bytes =
+                    std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len.max(0) as usize);
+                String::from_utf8_lossy(bytes).into_owned()
+            } else {
+                format!("error {rc}")
+            }
+        };
+        Err(Error::backend(format!("{what} failed: {text}")))
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        let mut flag: c_int = 0;
+        // SAFETY: MPI_Initialized may be called at any time.
+        unsafe { (self.initialized)(&mut flag) };
+        flag != 0
+    }
+
+    pub fn is_finalized(&self) -> bool {
+        let mut flag: c_int = 0;
+        // SAFETY: MPI_Finalized may be called at any time.
+        unsafe { (self.finalized)(&mut flag) };
+        flag != 0
+    }
+
+    /// `MPI_Init_thread(NULL, NULL, required, &provided)`; returns `provided`.
+    pub fn init_thread(&self, required: c_int) -> Result<c_int> {
+        let mut provided: c_int = 0;
+        // SAFETY: NULL argc/argv are allowed since MPI-2.
+        let rc = unsafe {
+            (self.init_thread)(
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                required,
+                &mut provided,
+            )
+        };
+        self.check("MPI_Init_thread", rc)?;
+        Ok(provided)
+    }
+
+    pub fn finalize(&self) -> Result<()> {
+        // SAFETY: called once, after every other MPI call of this process.
+        let rc = unsafe { (self.finalize)() };
+        self.check("MPI_Finalize", rc)
+    }
+
+    pub fn rank_and_size(&self, comm: Handle) -> Result<(c_int, c_int)> {
+        let (mut rank, mut size): (c_int, c_int) = (0, 0);
+        // SAFETY: plain out-parameters.
+        unsafe {
+            self.check("MPI_Comm_rank", (self.comm_rank)(comm, &mut rank))?;
+            self.check("MPI_Comm_size", (self.comm_size)(comm, &mut size))?;
+        }
+        Ok((rank, size))
+    }
+
+    /// A private communicator over `comm` whose errors are returned, not fatal.
+    pub fn dup_returning_errors(&self, comm: Handle) -> Result<Handle> {
+        let mut out: Handle = 0;
+        // SAFETY: plain out-parameter (pointer-sized: fits either ABI's handle).
+        unsafe {
+            self.check("MPI_Comm_dup", (self.comm_dup)(comm, &mut out))?;
+            self.check(
+                "MPI_Comm_set_errhandler",
+                (self.set_errhandler)(out, self.errors_return),
+            )?;
+        }
+        Ok(out)
+    }
+
+    /// Every rank's `mine` (one byte each), in rank order.
+    pub fn allgather_byte(&self, comm: Handle, mine: u8, size: usize) -> Result<Vec<u8>> {
+        let mut all = vec![0u8; size];
+        // SAFETY: `all` holds one byte per rank of `comm`.
+        let rc = unsafe {
+            (self.allgather)(
+                (&mine as *const u8).cast(),
+                1,
+                self.byte,
+                all.as_mut_ptr().cast(),
+                1,
+                self.byte,
+                comm,
+            )
+        };
+        self.check("MPI_Allgather", rc)?;
+        Ok(all)
+    }
+
+    /// Send `data` (at most `i32::MAX` bytes) to `dest`.
+    pub fn send(&self, comm: Handle, dest: c_int, tag: c_int, data: &[u8]) -> Result<()> {
+        self.send_raw(comm, dest, tag, data.as_ptr(), data.len())
+    }
+
+    /// Send `len` bytes at `ptr`.
+    pub fn send_raw(
+        &self,
+        comm: Handle,
+        dest: c_int,
+        tag: c_int,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        let count = c_int::try_from(len)
+            .map_err(|_| Error::invalid_size(format!("one MPI message of {len} bytes")))?;
+        // SAFETY: the caller guarantees `ptr` is readable for `len` bytes.
+        let rc = unsafe { (self.send)(ptr.cast(), count, self.byte, dest, tag, comm) };
+        self.check("MPI_Send", rc)
+    }
+
+    /// Receive exactly `len` bytes from `source` into `ptr`.
+    pub fn recv_raw(
+        &self,
+        comm: Handle,
+        source: c_int,
+        tag: c_int,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<()> {
+        let count = c_int::try_from(len)
+            .map_err(|_| Error::invalid_size(format!("one MPI message of {len} bytes")))?;
+        let mut st = Status::default();
+        // SAFETY: the caller guarantees `ptr` is writable for `len` bytes.
+        let rc = unsafe { (self.recv)(ptr.cast(), count, self.byte, source, tag, comm, &mut st) };
+        self.check("MPI_Recv", rc)
+    }
+
+    /// Wait for a message with `tag` from `source` (or any source) and
+    /// receive it whole: (source rank, bytes).
+    pub fn recv_any_len(
+        &self,
+        comm: Handle,
+        source: c_int,
+        tag: c_int,
+    ) -> Result<(c_int, Vec<u8>)> {
+        let mut st = Status::default();
+        // SAFETY: plain out-parameter.
+        self.check("MPI_Probe", unsafe {
+            (self.probe)(source, tag, comm, &mut st)
+        })?;
+        let mut count: c_int = 0;
+        // SAFETY: `st` was filled by MPI_Probe.
+        self.check("MPI_Get_count", unsafe {
+            (self.get_count)(&st, self.byte, &mut count)
+        })?;
+        let from = match self.abi {
+            Abi::OpenMpi => st.words[0],
+            Abi::Mpich => st.words[2],
+        };
+        let mut buf = vec![0u8; count.max(0) as usize];
+        self.recv_raw(comm, from, tag, buf.as_mut_ptr(), buf.len())?;
+        Ok((from, buf))
+    }
+
+    /// `MPI_ANY_SOURCE` of this ABI.
+    pub fn any_source(&self) -> c_int {
+        self.any_source
+    }
+
+    /// End the whole job (a serving rank that cannot go on).
+    pub fn abort(&self, code: c_int) {
+        // SAFETY: MPI_Abort on the world communicator; does not return.
+        unsafe { (self.abort)(self.comm_world, code) };
+    }
+}

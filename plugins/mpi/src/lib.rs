@@ -1,0 +1,316 @@
+//! The MPI plugin: the devices of every rank started as `offload serve
+//! --mpi` in the same MPI job become ordinary devices of the application
+//! (numbered after its local ones).
+//!
+//! ```sh
+//! mpirun -np 1 ./app : -np 2 offload serve --mpi
+//! ```
+//!
+//! * Nothing for non-MPI users: libmpi is loaded at run time ([`ffi`]), and
+//!   only when `OFFLOAD_PLUGINS` names `mpi` or the environment says the
+//!   process was started by an MPI launcher with more than one rank
+//!   ([`launched_with_ranks`]). Otherwise the plugin reports no device and
+//!   touches nothing.
+//! * The messages are the remote protocol's (`offload_proto`), with MPI as
+//!   the transport ([`transport`]); the server side lives in
+//!   `offload_server::mpi`.
+//! * Binaries: the register hook ships a binary's images to each serving
+//!   rank once; loads name them by id; the unregister hook tears them down
+//!   there (nesting like the remote plugin's).
+//! * A copy between devices of two serving ranks goes rank to rank
+//!   (`Queue::copy_to_peer`), never through the application's rank.
+//! * MPI is initialised (at `MPI_THREAD_SERIALIZED`) unless the application
+//!   did so itself, and finalized at exit only if we initialised it. Every
+//!   MPI call of the process is serialized by one lock.
+
+pub mod ffi;
+pub mod transport;
+
+mod device;
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use offload_core::binary::BinaryDescriptor;
+use offload_core::plugin::{self, Plugin};
+use offload_core::{Config, Error, PluginEntry, Result};
+use offload_proto::{
+    HelloEvent, HelloRequest, RegisterBinaryReply, RegisterBinaryRequest, UnregisterBinaryRequest,
+};
+use prost::Message;
+
+pub use device::{ping, raw_loop, MpiDevice};
+pub use transport::{launched_with_ranks, Op, Role, Transport};
+
+/// The plugin's entry for [`offload_core::Runtime::new`].
+pub const ENTRY: PluginEntry = PluginEntry {
+    name: "mpi",
+    create,
+    opt_in: false,
+};
+
+fn create(config: &Config) -> Result<Box<dyn Plugin>> {
+    Ok(Box::new(MpiPlugin {
+        named: config.plugin_named("mpi"),
+        servers: Mutex::new(Vec::new()),
+        shipped: Default::default(),
+    }))
+}
+
+/// Set by `offload serve --mpi` in its own environment: runtimes that
+/// images load into a serving rank never start a client transport there.
+pub const SERVING_ENV: &str = "OFFLOAD_MPI_SERVING";
+
+/// The process's transport, once started (client side).
+static TRANSPORT: OnceLock<Arc<Transport>> = OnceLock::new();
+
+/// The process's MPI transport, once the plugin started it (benchmarks).
+pub fn transport() -> Option<Arc<Transport>> {
+    TRANSPORT.get().cloned()
+}
+
+/// A shipped image: (rank, image address, length).
+type ImageKey = (c_int, usize, usize);
+
+/// Images shipped per rank: image key -> that rank's image id.
+#[derive(Default)]
+pub struct ShippedImages {
+    by_image: Mutex<HashMap<ImageKey, u64>>,
+    /// (rank, binary) -> the keys it added, to forget them on unregister.
+    by_binary: Mutex<HashMap<(c_int, u64), Vec<ImageKey>>>,
+}
+
+impl ShippedImages {
+    fn lookup(&self, rank: c_int, bytes: &[u8]) -> Option<u64> {
+        self.by_image
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(rank, bytes.as_ptr() as usize, bytes.len()))
+            .copied()
+    }
+}
+
+pub struct MpiPlugin {
+    named: bool,
+    servers: Mutex<Vec<c_int>>,
+    shipped: Arc<ShippedImages>,
+}
+
+/// One request and its reply, with MPI held for both.
+pub(crate) fn call(t: &Transport, rank: c_int, op: Op, body: &impl Message) -> Result<Vec<u8>> {
+    let link = t.lock()?;
+    link.send_request(rank, op, body)?;
+    link.recv_reply(rank)
+}
+
+pub(crate) fn decode<M: Message + Default>(rank: c_int, data: &[u8]) -> Result<M> {
+    M::decode(data).map_err(|e| Error::backend(format!("bad reply from MPI rank {rank}: {e}")))
+}
+
+/// At exit: tell every serving rank we are done, then finalize MPI if we
+/// initialised it (the serving ranks finalize when all clients said bye).
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(t) = TRANSPORT.get() {
+            t.close(|link| {
+                for r in t.ranks_with(Role::Server) {
+                    let _ = link.send_request(r, Op::Bye, &offload_proto::Empty {});
+                }
+            });
+        }
+    });
+}
+
+impl Plugin for MpiPlugin {
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn init(&self) -> Result<Vec<Arc<dyn plugin::Device>>> {
+        if std::env::var_os(SERVING_ENV).is_some() {
+            // A runtime inside a serving rank (a loaded image linking the
+            // drop-in library): that rank's MPI belongs to the server.
+            return Ok(Vec::new());
+        }
+        if !self.named && !launched_with_ranks(|k| std::env::var(k).ok()) {
+            // Not under an MPI launcher: load nothing.
+            return Ok(Vec::new());
+        }
+        let t = match TRANSPORT.get() {
+            Some(t) => t.clone(),
+            None => {
+                let t = Arc::new(Transport::start(Role::Client)?);
+                let t = TRANSPORT.get_or_init(|| t).clone();
+                // SAFETY: registering a plain `extern "C" fn()` with the C runtime.
+                unsafe { libc::atexit(at_exit) };
+                t
+            }
+        };
+        let mut devices: Vec<Arc<dyn plugin::Device>> = Vec::new();
+        let servers = t.ranks_with(Role::Server);
+        for &rank in &servers {
+            let data = call(
+                &t,
+                rank,
+                Op::Hello,
+                &HelloRequest {
+                    client: format!("rank {}", t.rank),
+                    protocol_version: offload_proto::PROTOCOL_VERSION,
+                },
+            )?;
+            let hello: HelloEvent = decode(rank, &data)?;
+            for d in &hello.devices {
+                devices.push(Arc::new(MpiDevice::new(
+                    t.clone(),
+                    rank,
+                    &hello.server,
+                    d,
+                    self.shipped.clone(),
+                )));
+            }
+        }
+        *self.servers.lock().unwrap_or_else(|e| e.into_inner()) = servers;
+        Ok(devices)
+    }
+
+    fn register_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
+        let Some(t) = TRANSPORT.get() else {
+            return Ok(());
+        };
+        let servers = self
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut failures = Vec::new();
+        for rank in servers {
+            let req = RegisterBinaryRequest {
+                client_binary: binary.id.0,
+                images: binary.images.iter().map(device::image_desc).collect(),
+            };
+            let reply = call(t, rank, Op::RegisterBinary, &req)
+                .and_then(|d| decode::<RegisterBinaryReply>(rank, &d));
+            match reply {
+                Ok(reply) => {
+                    let mut keys = Vec::new();
+                    let mut map = self
+                        .shipped
+                        .by_image
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    for (img, id) in binary.images.iter().zip(reply.image_ids) {
+                        let key = (rank, img.bytes.as_ptr() as usize, img.bytes.len());
+                        map.insert(key, id);
+                        keys.push(key);
+                    }
+                    self.shipped
+                        .by_binary
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert((rank, binary.id.0), keys);
+                }
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::backend(failures.join("; ")))
+        }
+    }
+
+    fn unregister_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
+        let Some(t) = TRANSPORT.get() else {
+            return Ok(());
+        };
+        let servers = self
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut failures = Vec::new();
+        for &rank in servers.iter().rev() {
+            let keys = self
+                .shipped
+                .by_binary
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(rank, binary.id.0));
+            let Some(keys) = keys else { continue };
+            {
+                let mut map = self
+                    .shipped
+                    .by_image
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                for k in keys {
+                    map.remove(&k);
+                }
+            }
+            let req = UnregisterBinaryRequest {
+                client_binary: binary.id.0,
+            };
+            if let Err(e) = call(t, rank, Op::UnregisterBinary, &req) {
+                failures.push(e.to_string());
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::backend(failures.join("; ")))
+        }
+    }
+
+    fn deinit(&self) -> Result<()> {
+        at_exit();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launcher_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(!launched_with_ranks(env(&[])));
+        assert!(!launched_with_ranks(env(&[("OMPI_COMM_WORLD_SIZE", "1")])));
+        assert!(launched_with_ranks(env(&[("OMPI_COMM_WORLD_SIZE", "3")])));
+        assert!(launched_with_ranks(env(&[("PMI_SIZE", "2")])));
+        assert!(!launched_with_ranks(env(&[("SLURM_NTASKS", "4")])));
+        assert!(launched_with_ranks(env(&[
+            ("SLURM_NTASKS", "4"),
+            ("PMIX_RANK", "0")
+        ])));
+    }
+
+    #[test]
+    fn ops_round_trip() {
+        for b in 0..=255u8 {
+            if let Some(op) = Op::from_u8(b) {
+                assert_eq!(op as u8, b);
+            }
+        }
+        assert_eq!(Op::from_u8(16), Some(Op::Ping));
+    }
+
+    #[test]
+    fn no_transport_without_launcher() {
+        // Without a launcher's environment the plugin loads nothing.
+        if launched_with_ranks(|k| std::env::var(k).ok()) {
+            return;
+        }
+        let p = create(&Config::default()).unwrap();
+        assert!(p.init().unwrap().is_empty());
+        assert!(TRANSPORT.get().is_none());
+    }
+}
