@@ -5,7 +5,8 @@
 #
 #   --prefix DIR   where it will live (default /usr/local)
 #   --destdir DIR  stage the files under DIR instead of / (packaging)
-#   --host-only    drop-in libraries without the remote plugin (smaller)
+#   --host-only    drop-in libraries with host devices only (no remote, CUDA
+#                  or MPI plugin: about a third of the size)
 #   --no-build     install what target/release already holds
 #
 # Layout under PREFIX:
