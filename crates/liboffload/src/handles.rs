@@ -118,6 +118,13 @@ impl Device {
             DeviceKind::Host => true,
         }
     }
+    /// Whether `olMemRegister` works for this device.
+    pub fn registers_host_memory(&self) -> bool {
+        match &self.kind {
+            DeviceKind::Plugin { core, .. } => core.registers_host_memory(),
+            DeviceKind::Host => true,
+        }
+    }
     pub fn label(&self) -> String {
         match &self.kind {
             DeviceKind::Plugin { core, .. } => core.label().to_string(),

@@ -204,7 +204,7 @@ pub unsafe fn register(
     check_ptr(ptr, "Ptr")?;
     check_ptr(pinned, "PinnedPtr")?;
     let dev = ctx.device(device, "Device")?;
-    if !dev.shares_host_memory() {
+    if !dev.registers_host_memory() {
         return Err(err(
             ErrorCode::Unsupported,
             format!("{} cannot register host memory", dev.label()),
@@ -237,7 +237,9 @@ pub unsafe fn register(
         }
     }
     if let Some(core) = dev.core() {
-        core.register_host_range(DevicePtr(base as u64), size, OL_OWNER)?;
+        // SAFETY: the caller registers its own memory and keeps it mapped
+        // until olMemUnregister (the API's contract).
+        unsafe { core.register_host_range(DevicePtr(base as u64), size, OL_OWNER) }?;
     }
     regs.push(Registration {
         device: dev.index,
@@ -245,7 +247,9 @@ pub unsafe fn register(
         size,
         users: 1,
     });
-    // Host-memory devices reach host memory directly: the pinned pointer is the pointer.
+    // The pinned pointer is the pointer: host-memory devices reach host
+    // memory directly, and CUDA maps registered memory at the same address
+    // (unified addressing).
     pinned.write(ptr);
     Ok(())
 }

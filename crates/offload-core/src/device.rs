@@ -81,6 +81,13 @@ impl Device {
     pub fn shares_host_memory(&self) -> bool {
         self.raw.shares_host_memory()
     }
+
+    /// Whether `olMemRegister` works for this device (see
+    /// [`plugin::Device::registers_host_memory`]).
+    pub fn registers_host_memory(&self) -> bool {
+        self.raw.registers_host_memory()
+    }
+
     /// Counters of this device's copies, launches and allocations.
     pub fn stats(&self) -> &Stats {
         &self.stats
@@ -335,34 +342,48 @@ impl Device {
         self.index.check(ptr, size, &self.label)
     }
 
-    /// File host memory registered for this device (`olMemRegister`), so
-    /// copies naming it pass the range checks.
-    pub fn register_host_range(&self, ptr: DevicePtr, size: usize, owner: Owner) -> Result<()> {
-        self.index
-            .insert(Allocation {
-                base: ptr,
-                size,
-                kind: AllocKind::Host,
-                origin: Origin::Registered,
-                owner,
-            })
-            .map(|_| ())
+    /// Register host memory for this device (`olMemRegister`): the plugin
+    /// prepares it (CUDA page-locks it) and the range is filed so copies
+    /// naming it pass the range checks.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + size)` is host memory of this process that stays mapped
+    /// until [`Device::unregister_host_range`].
+    pub unsafe fn register_host_range(
+        &self,
+        ptr: DevicePtr,
+        size: usize,
+        owner: Owner,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.raw.register_host(ptr.0 as *mut u8, size) }?;
+        let filed = self.index.insert(Allocation {
+            base: ptr,
+            size,
+            kind: AllocKind::Host,
+            origin: Origin::Registered,
+            owner,
+        });
+        if let Err(e) = filed {
+            let _ = self.raw.unregister_host(ptr.0 as *mut u8);
+            return Err(e);
+        }
+        Ok(())
     }
 
-    /// Forget a registration filed by [`Device::register_host_range`].
+    /// Forget a registration made by [`Device::register_host_range`].
     pub fn unregister_host_range(&self, ptr: DevicePtr) -> Result<()> {
         let label = &self.label;
-        self.index
-            .remove_if(ptr, label, |a| {
-                if a.origin == Origin::Registered {
-                    Ok(())
-                } else {
-                    Err(Error::invalid_argument(format!(
-                        "{ptr} is not registered host memory on {label}"
-                    )))
-                }
-            })
-            .map(|_| ())
+        self.index.remove_if(ptr, label, |a| {
+            if a.origin == Origin::Registered {
+                Ok(())
+            } else {
+                Err(Error::invalid_argument(format!(
+                    "{ptr} is not registered host memory on {label}"
+                )))
+            }
+        })?;
+        self.raw.unregister_host(ptr.0 as *mut u8)
     }
 
     pub(crate) fn file_global(&self, ptr: DevicePtr, size: usize, owner: Owner) {

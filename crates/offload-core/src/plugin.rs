@@ -209,6 +209,31 @@ pub trait Device: Send + Sync + AsAny {
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;
     fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()>;
 
+    /// Whether host memory can be registered for this device
+    /// (`olMemRegister`): devices that reach host memory directly, and those
+    /// that override [`Device::register_host`].
+    fn registers_host_memory(&self) -> bool {
+        self.shares_host_memory()
+    }
+
+    /// Prepare host memory `[ptr, ptr + size)` for fast copies with this
+    /// device (`olMemRegister`; CUDA page-locks it). Devices that reach host
+    /// memory directly need nothing: the default does nothing.
+    ///
+    /// # Safety
+    /// The range is host memory of this process that stays mapped until
+    /// [`Device::unregister_host`].
+    unsafe fn register_host(&self, ptr: *mut u8, size: usize) -> Result<()> {
+        let _ = (ptr, size);
+        Ok(())
+    }
+
+    /// Undo [`Device::register_host`] for the range starting at `ptr`.
+    fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
+        let _ = ptr;
+        Ok(())
+    }
+
     /// Device memory at exactly `ptr` (replay keeping recorded addresses),
     /// freed with [`Device::free`]; unsupported by default.
     fn alloc_at(&self, ptr: DevicePtr, size: usize) -> Result<()> {

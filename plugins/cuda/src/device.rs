@@ -142,6 +142,20 @@ impl plugin::Device for CudaDevice {
         memory::free(&self.gpu, ptr, kind)
     }
 
+    fn registers_host_memory(&self) -> bool {
+        true
+    }
+
+    /// `olMemRegister`: page-locked with `cuMemHostRegister`.
+    unsafe fn register_host(&self, ptr: *mut u8, size: usize) -> Result<()> {
+        // SAFETY: the core passes on its caller's promise about the range.
+        unsafe { memory::register_host(&self.gpu, ptr, size) }
+    }
+
+    fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
+        memory::unregister_host(&self.gpu, ptr)
+    }
+
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
         if !self.can_run(image) {
             return Err(Error::invalid_binary(format!(

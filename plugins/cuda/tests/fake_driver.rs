@@ -174,6 +174,41 @@ fn memory_of_every_kind_round_trips() {
 }
 
 #[test]
+fn registered_host_memory_is_page_locked_and_copies_name_it() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    assert!(d.registers_host_memory());
+    let mut host: Vec<u8> = (0..8192u32).map(|i| (i * 3) as u8).collect();
+    let base = DevicePtr(host.as_mut_ptr() as u64);
+    let (reg, unreg) = (
+        fake.calls("cuMemHostRegister_v2"),
+        fake.calls("cuMemHostUnregister"),
+    );
+    // SAFETY: `host` stays alive and unmoved until the unregistration below.
+    unsafe { d.register_host_range(base, host.len(), offload_core::Owner(7)) }.unwrap();
+    assert_eq!(fake.calls("cuMemHostRegister_v2"), reg + 1);
+    assert!(d.allocation(base).is_some(), "the range is filed");
+    let p = d.alloc(host.len(), AllocKind::Device).unwrap();
+    let mut back = vec![0u8; host.len()];
+    // SAFETY: both host ranges outlive the synchronous copies.
+    unsafe {
+        d.copy_to_device(p, host.as_ptr(), host.len()).unwrap();
+        d.copy_from_device(back.as_mut_ptr(), p, back.len())
+            .unwrap();
+    }
+    assert_eq!(back, host);
+    d.free(p).unwrap();
+    d.unregister_host_range(base).unwrap();
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 1);
+    assert!(d.allocation(base).is_none());
+    // A second unregistration is refused before it reaches the driver.
+    assert!(d.unregister_host_range(base).is_err());
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 1);
+}
+
+#[test]
 fn fills_use_memset_or_staged_copies() {
     let Some((_g, fake, rt)) = setup() else {
         return;
