@@ -36,7 +36,7 @@ export OFFLOAD_HOST_DEVICES=1
 
 echo "== nothing links libmpi"
 for f in "$OFFLOAD" "$LIB_DIR/libomptarget.so.22.1" "$LIB_DIR/libLLVMOffload.so.22.1"; do
-  if ldd "$f" | grep -q libmpi; then
+  if ldd "$f" | grep libmpi >/dev/null; then
     echo "mpi-tests: $f links libmpi" >&2
     exit 1
   fi

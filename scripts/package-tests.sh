@@ -9,6 +9,8 @@
 # Needs root for dpkg (CI runs as root); elsewhere part 2 is skipped, except
 # under CI=true, where that is a failure.
 set -euo pipefail
+# (Pipes end in `grep PATTERN >/dev/null`, not `grep -q`: under pipefail an
+# early-exiting grep makes a long-writing producer die of SIGPIPE.)
 cd "$(dirname "$0")/.."
 REPO=$PWD
 WORK=$(mktemp -d)
@@ -39,24 +41,24 @@ for lib in libomptarget libLLVMOffload; do
   f="$PREFIX/lib/offload/$lib.so.22.1"
   size=$(stat -c %s "$f")
   [ "$size" -le "$MAX_LIB_BYTES" ] || fail "$lib.so.22.1 is $size bytes (> $MAX_LIB_BYTES)"
-  readelf -S "$f" | grep -q '\.debug_info' && fail "$lib.so.22.1 carries debug info"
-  readelf -p .gnu_debuglink "$f" | grep -q "$lib.so.22.1.debug" || fail "$lib: no debug link"
+  readelf -S "$f" | grep '\.debug_info' >/dev/null && fail "$lib.so.22.1 carries debug info"
+  readelf -p .gnu_debuglink "$f" | grep "$lib.so.22.1.debug" >/dev/null || fail "$lib: no debug link"
   [ -s "$PREFIX/lib/debug$PREFIX/lib/offload/$lib.so.22.1.debug" ] || fail "$lib: no split debug info"
-  readelf -d "$f" | grep -q "SONAME.*\[$lib.so.22.1\]" || fail "$lib: wrong soname"
-  readelf --dyn-syms -W "$f" | grep -q "@@VERS1.0" || fail "$lib: symbols not under VERS1.0"
+  readelf -d "$f" | grep "SONAME.*\[$lib.so.22.1\]" >/dev/null || fail "$lib: wrong soname"
+  readelf --dyn-syms -W "$f" | grep "@@VERS1.0" >/dev/null || fail "$lib: symbols not under VERS1.0"
   echo "package-tests: $lib.so.22.1: $size bytes stripped"
 done
 check "stripped libraries with split debug info"
 grep -q "complete -F _offload" "$PREFIX/share/bash-completion/completions/offload" \
   || grep -q "_offload()" "$PREFIX/share/bash-completion/completions/offload" || fail "bash completion"
-zcat "$PREFIX/share/man/man1/offload.1.gz" | grep -q "offload-exec(1)\|exec" || fail "man page"
+zcat "$PREFIX/share/man/man1/offload.1.gz" | grep "offload-exec(1)\|exec" >/dev/null || fail "man page"
 check "man pages and completions"
 
 clang-22 -fopenmp -fopenmp-targets=x86_64-unknown-linux-gnu -O1 -o "$WORK/omp_where" \
   packaging/tests/omp_where.c || fail "cannot build the OpenMP program"
 out=$(cd / && "$PREFIX/bin/offload" exec "$WORK/omp_where") || fail "offload exec: $out"
-echo "$out" | grep -q "^sum 500500 " || fail "wrong result: $out"
-echo "$out" | grep -q "libomptarget from $PREFIX/lib/offload/libomptarget.so.22.1" \
+echo "$out" | grep "^sum 500500 " >/dev/null || fail "wrong result: $out"
+echo "$out" | grep "libomptarget from $PREFIX/lib/offload/libomptarget.so.22.1" >/dev/null \
   || fail "not our libomptarget: $out"
 check "OpenMP program through the scratch prefix's offload exec"
 PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --exists offload || fail "pkg-config"
@@ -74,22 +76,22 @@ LLVM_LIB=/usr/lib/llvm-22/lib/libomptarget.so.22.1
 before=$(md5sum "$LLVM_LIB" 2>/dev/null || true)
 INSTALLED=1
 dpkg -i "$DEB" "$DBG_DEB" >/dev/null || fail "dpkg -i"
-dpkg -L offload | grep -qx /usr/lib/offload/libomptarget.so.22.1 || fail "package contents"
+dpkg -L offload | grep -x /usr/lib/offload/libomptarget.so.22.1 >/dev/null || fail "package contents"
 [ -s "/usr/lib/debug/usr/lib/offload/libomptarget.so.22.1.debug" ] || fail "dbgsym contents"
-offload --version | grep -q "^offload " || fail "offload --version"
+offload --version | grep "^offload " >/dev/null || fail "offload --version"
 check "installed with dpkg"
 
 cd "$WORK"
 cc $(pkg-config --cflags offload) -o ol_devices "$REPO/packaging/tests/ol_devices.c" \
   $(pkg-config --libs offload) -ldl || fail "cannot build an ol* program with pkg-config"
 out=$(env -u LD_LIBRARY_PATH ./ol_devices) || fail "ol_devices: $out"
-echo "$out" | grep -q "round trip: ok" || fail "ol_devices: $out"
-echo "$out" | grep -q "olInit from /usr/lib/offload/libLLVMOffload.so" || fail "not our libLLVMOffload: $out"
+echo "$out" | grep "round trip: ok" >/dev/null || fail "ol_devices: $out"
+echo "$out" | grep "olInit from /usr/lib/offload/libLLVMOffload.so" >/dev/null || fail "not our libLLVMOffload: $out"
 check "ol* C program built with pkg-config runs on the installed library"
 
 out=$(offload exec ./omp_where 2>&1) || fail "offload exec: $out"
-echo "$out" | grep -q "^sum 500500 " || fail "wrong result: $out"
-echo "$out" | grep -q "libomptarget from /usr/lib/offload/libomptarget.so.22.1" || fail "not our libomptarget: $out"
+echo "$out" | grep "^sum 500500 " >/dev/null || fail "wrong result: $out"
+echo "$out" | grep "libomptarget from /usr/lib/offload/libomptarget.so.22.1" >/dev/null || fail "not our libomptarget: $out"
 check "OpenMP program through the installed offload exec"
 cd "$REPO"
 
