@@ -7,8 +7,8 @@
 #      (plugins/mpi/tests/c/peer_copy.c; the serving ranks log each side);
 #   3. a serving rank that dies ends the job with an error, not a hang
 #      (plugins/mpi/tests/c/killed_rank.c);
-#   4. nothing links libmpi, and a program run without a launcher never
-#      loads it.
+#   4. nothing links libmpi, and a program run without a launcher, or as
+#      an ordinary MPI job (`mpirun -np 2 PROGRAM`), never loads it.
 # Without mpirun or clang-22 the script skips with a note, except under
 # CI=true, where that is a failure. Expects a built workspace (target/debug).
 set -euo pipefail
@@ -52,6 +52,17 @@ echo "== without a launcher libmpi is not loaded"
 OFFLOAD_HOST_DEVICES=2 LD_DEBUG=libs "$WORK/peer_copy" >"$WORK/plain.out" 2>"$WORK/plain.err"
 if grep -q libmpi "$WORK/plain.err"; then
   echo "mpi-tests: a run without mpirun loaded libmpi" >&2
+  exit 1
+fi
+
+echo "== an ordinary MPI job (one program on every rank) is left alone"
+# No serving ranks: the plugin must not start MPI (its collectives would
+# hang such a job); each rank sees only its own devices.
+OFFLOAD_HOST_DEVICES=2 timeout 60 "${MPIRUN[@]}" -np 2 -x LD_DEBUG=libs "$WORK/peer_copy" \
+  >"$WORK/spmd.out" 2>"$WORK/spmd.err" || true
+if [ "$(grep -c '^devices: 2$' "$WORK/spmd.out" || true)" != 2 ] || grep libmpi "$WORK/spmd.err" >/dev/null; then
+  echo "mpi-tests: mpirun -np 2 PROGRAM did not run on local devices only" >&2
+  cat "$WORK/spmd.out" >&2
   exit 1
 fi
 

@@ -24,36 +24,55 @@ const KEEP_CHECK: usize = 4096;
 pub struct PyQueue {
     pub(crate) queue: Queue,
     /// Storage named by launches since the last synchronisation.
-    keep: Mutex<Vec<Storage>>,
+    keep: Mutex<Kept>,
+}
+
+/// The storage a queue keeps alive, and the length at which a launch next
+/// checks whether the queue went idle (doubling, so checks stay rare).
+#[derive(Default)]
+struct Kept {
+    storage: Vec<Storage>,
+    next_check: usize,
 }
 
 impl PyQueue {
     pub fn new(device: &Device) -> PyResult<Self> {
         Ok(PyQueue {
             queue: device.create_queue().py()?,
-            keep: Mutex::new(Vec::new()),
+            keep: Mutex::new(Kept {
+                storage: Vec::new(),
+                next_check: KEEP_CHECK,
+            }),
         })
     }
 
     /// Keep `storage` allocated until the queue is next known idle.
     pub(crate) fn keep_alive(&self, storage: impl IntoIterator<Item = Storage>) {
         let mut keep = self.keep.lock().unwrap_or_else(PoisonError::into_inner);
-        keep.extend(storage);
-        if keep.len() >= KEEP_CHECK && keep.len().is_power_of_two() {
+        keep.storage.extend(storage);
+        if keep.storage.len() >= keep.next_check {
             if let Ok(true) = self.queue.is_idle() {
-                keep.clear();
+                keep.storage.clear();
             }
+            keep.next_check = (2 * keep.storage.len()).max(KEEP_CHECK);
         }
     }
 
+    /// The kept storage, taken out. Taken *before* waiting: what a launch
+    /// of another thread adds while we wait belongs to work our wait may
+    /// not cover, so it stays kept.
     fn release(&self) -> Vec<Storage> {
-        std::mem::take(&mut *self.keep.lock().unwrap_or_else(PoisonError::into_inner))
+        let mut keep = self.keep.lock().unwrap_or_else(PoisonError::into_inner);
+        keep.next_check = KEEP_CHECK;
+        std::mem::take(&mut keep.storage)
     }
 
-    /// Wait without the GIL; then let the launches' storage go.
+    /// Wait without the GIL; then let the storage of the launches waited
+    /// for go.
     pub fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let kept = self.release();
         let r = py.detach(|| self.queue.synchronize());
-        drop(self.release());
+        drop(kept);
         r.py()
     }
 }
@@ -61,9 +80,11 @@ impl PyQueue {
 impl Drop for PyQueue {
     fn drop(&mut self) {
         // Launches may still use the storage: wait before freeing it.
-        if !self.release().is_empty() {
+        let kept = self.release();
+        if !kept.is_empty() {
             let _ = self.queue.synchronize();
         }
+        drop(kept);
     }
 }
 

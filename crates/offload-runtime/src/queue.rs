@@ -227,6 +227,12 @@ impl Queue {
     }
 
     /// Run `f` on the host after everything before it.
+    ///
+    /// `f` runs on a thread of the plugin's choosing, and on CUDA inside
+    /// the driver's stream callback, where the driver may not be called:
+    /// `f` must not use the runtime (no copies, launches, synchronisation,
+    /// and no dropping of device buffers); signal another thread instead.
+    /// A panic in `f` is caught: it never unwinds into the plugin.
     pub fn host_function(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
         self.core().host_function(Box::new(f))
     }

@@ -44,7 +44,14 @@ fn devices_are_listed_with_host_properties() {
 
 #[test]
 fn buffers_copy_fill_and_free_on_drop() {
-    let dev = Device::host().unwrap();
+    // The last device (a host device: no other plugin has devices here),
+    // which the other tests of this file leave alone: they run in parallel
+    // and would change the allocation count of a shared device.
+    let dev = devices().pop().unwrap();
+    if dev.id() < 2 {
+        skip("needs a third device (OFFLOAD_HOST_DEVICES >= 3) to count allocations alone");
+        return;
+    }
     let before = dev.core().live_allocations();
     {
         let mut b = dev.alloc_zeros::<u64>(1000).unwrap();

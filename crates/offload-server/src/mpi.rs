@@ -327,9 +327,17 @@ fn receive_into(
             unsafe { dev.copy_to_device(DevicePtr(dst), staging.as_ptr(), size) }
         }
         Err(e) => {
-            let mut sink = vec![0u8; size];
-            // SAFETY: `sink` holds `size` bytes.
-            unsafe { link.recv_bulk(rank, tag, sink.as_mut_ptr(), size)? };
+            // Drained piece by piece (the sender's pieces) into one scratch
+            // buffer: never allocate what a request merely claims.
+            let piece = offload_plugin_mpi::transport::MAX_PIECE;
+            let mut sink = vec![0u8; size.min(piece)];
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(piece);
+                // SAFETY: `sink` holds at least `n` bytes.
+                unsafe { link.recv_bulk(rank, tag, sink.as_mut_ptr(), n)? };
+                left -= n;
+            }
             Err(e)
         }
     }

@@ -337,6 +337,13 @@ impl plugin::Queue for MpiQueue {
             }))?;
             return Ok(true);
         }
+        if !self.t.ranks_with(crate::Role::Client).is_empty() {
+            // Several application ranks: two of them copying between the
+            // same serving ranks at once could cross there (a serving rank
+            // handles one request at a time, on one tag), so each copy goes
+            // through its own application rank instead.
+            return Ok(false);
+        }
         // Rank to rank: the receiver first (it posts its receive), then the
         // sender; both reply once their side is done.
         let link = self.t.lock()?;

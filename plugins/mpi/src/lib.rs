@@ -8,8 +8,9 @@
 //!
 //! * Nothing for non-MPI users: libmpi is loaded at run time ([`ffi`]), and
 //!   only when `OFFLOAD_PLUGINS` names `mpi` or the environment says the
-//!   process was started by an MPI launcher with more than one rank
-//!   ([`launched_with_ranks`]). Otherwise the plugin reports no device and
+//!   process is one program of a multi-program launch
+//!   ([`launched_with_ranks`]; an ordinary `mpirun -np 4 ./app` is left
+//!   alone). Otherwise the plugin reports no device and
 //!   touches nothing.
 //! * The messages are the remote protocol's (`offload_proto`), with MPI as
 //!   the transport ([`transport`]); the server side lives in
@@ -283,14 +284,19 @@ mod tests {
             }
         };
         assert!(!launched_with_ranks(env(&[])));
-        assert!(!launched_with_ranks(env(&[("OMPI_COMM_WORLD_SIZE", "1")])));
-        assert!(launched_with_ranks(env(&[("OMPI_COMM_WORLD_SIZE", "3")])));
-        assert!(launched_with_ranks(env(&[("PMI_SIZE", "2")])));
-        assert!(!launched_with_ranks(env(&[("SLURM_NTASKS", "4")])));
-        assert!(launched_with_ranks(env(&[
-            ("SLURM_NTASKS", "4"),
-            ("PMIX_RANK", "0")
+        // `mpirun -np 4 ./app`: an ordinary MPI job, left alone.
+        assert!(!launched_with_ranks(env(&[
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_NUM_APP_CTX", "1")
         ])));
+        // `mpirun -np 1 ./app : -np 2 offload serve --mpi`.
+        assert!(launched_with_ranks(env(&[
+            ("OMPI_COMM_WORLD_SIZE", "3"),
+            ("OMPI_NUM_APP_CTX", "2")
+        ])));
+        // Launchers that do not tell: only OFFLOAD_PLUGINS=mpi.
+        assert!(!launched_with_ranks(env(&[("PMI_SIZE", "2")])));
+        assert!(!launched_with_ranks(env(&[("OMPI_NUM_APP_CTX", "x")])));
     }
 
     #[test]

@@ -101,16 +101,20 @@ impl Op {
     }
 }
 
-/// An environment that says this process was started by an MPI launcher
-/// with more than one rank (`OMPI_COMM_WORLD_SIZE` from Open MPI's mpirun,
-/// `PMI_SIZE` from MPICH's hydra and PMI-2 srun, `SLURM_NTASKS` with
-/// `PMIX_RANK` from srun --mpi=pmix). Nothing is loaded to find out.
+/// An environment that says this process is one program of a
+/// multi-program MPI launch, the shape of `mpirun -np 1 ./app : -np N
+/// offload serve --mpi`: Open MPI's mpirun sets `OMPI_NUM_APP_CTX` (2
+/// there, 1 for `mpirun -np 4 ./app`). Only then does the plugin start MPI
+/// on its own: an ordinary MPI job (one program on every rank) has no
+/// serving ranks, and the collectives the transport starts with would hang
+/// it or collide with its own. Other launchers (MPICH's hydra, srun) do not
+/// say how many programs they started: there `OFFLOAD_PLUGINS=mpi` turns
+/// the plugin on. Nothing is loaded to find out.
 pub fn launched_with_ranks(lookup: impl Fn(&str) -> Option<String>) -> bool {
     let var = |k: &str| lookup(k);
-    let size = |v: Option<String>| v.and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
-    size(var("OMPI_COMM_WORLD_SIZE")) > 1
-        || size(var("PMI_SIZE")) > 1
-        || (var("PMIX_RANK").is_some() && size(var("SLURM_NTASKS")) > 1)
+    var("OMPI_NUM_APP_CTX")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > 1)
 }
 
 struct State {
