@@ -53,7 +53,7 @@ impl PyDevice {
     /// ``"cpu"``, ``"gpu"`` or ``"host"``.
     #[getter]
     fn r#type(&self) -> &'static str {
-        info::device_type_name(self.dev.info().device_type)
+        self.dev.info().device_type.name()
     }
 
     /// The runtime's device number (``offload.device(index)``).
@@ -71,7 +71,7 @@ impl PyDevice {
     /// ``host``, ``cuda``, ``amdgpu``, ``remote`` or ``other``.
     #[getter]
     fn backend(&self) -> &'static str {
-        info::backend_name(self.dev.info().backend)
+        self.dev.info().backend.name()
     }
 
     /// The vendor string.
@@ -263,7 +263,7 @@ fn platforms_of(rt: &offload::Runtime) -> Vec<(std::ops::Range<usize>, PyPlatfor
                 let backend = if range.is_empty() {
                     plugin.name().to_string()
                 } else {
-                    info::backend_name(backend).to_string()
+                    backend.name().to_string()
                 };
                 (
                     range,

@@ -1,96 +1,24 @@
 //! Everything `offload info --json` reports, for Python.
 //!
-//! This mirrors `crates/offload-cli/src/info.rs` (the report lives in the
-//! command's binary crate); the pytest suite compares the two documents key
-//! for key, so they cannot drift apart unnoticed.
+//! This mirrors the shape of `crates/offload-cli/src/info.rs` (the report
+//! lives in the command's binary crate); the facts in it come from
+//! `offload_core::facts` and the device types' own names, and the pytest
+//! suite compares the two documents key for key.
 
-use offload::{Backend, DeviceType, Runtime};
-use offload_core::Device;
+use offload::{Backend, Runtime};
+use offload_core::{facts, Device};
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 
 /// The `--json` schema version this mirrors.
 const SCHEMA_VERSION: u32 = 1;
-const API_VERSION: &str = "v0.0.1";
-const FP_FULL_IEEE: u32 = 127;
-const FP_FLAGS: [(u32, &str); 7] = [
-    (1, "CORRECTLY_ROUNDED_DIVIDE_SQRT"),
-    (2, "ROUND_TO_NEAREST"),
-    (4, "ROUND_TO_ZERO"),
-    (8, "ROUND_TO_INF"),
-    (16, "INF_NAN"),
-    (32, "DENORM"),
-    (64, "FMA"),
-];
-
-pub fn backend_name(b: Backend) -> &'static str {
-    match b {
-        Backend::Host => "host",
-        Backend::Cuda => "cuda",
-        Backend::Amdgpu => "amdgpu",
-        Backend::Remote => "remote",
-        Backend::Other => "other",
-    }
-}
-
-fn ol_backend_name(b: Backend) -> &'static str {
-    match b.ol_value() {
-        1 => "CUDA",
-        2 => "AMDGPU",
-        4 => "HOST",
-        _ => "UNKNOWN",
-    }
-}
-
-pub fn device_type_name(t: DeviceType) -> &'static str {
-    match t {
-        DeviceType::Gpu => "gpu",
-        DeviceType::Cpu => "cpu",
-        DeviceType::Host => "host",
-    }
-}
 
 fn fp(value: u32) -> Value {
-    let flags: Vec<&str> = FP_FLAGS
-        .iter()
-        .filter(|(bit, _)| value & bit != 0)
-        .map(|&(_, n)| n)
-        .collect();
-    json!({ "value": value, "flags": flags })
+    json!({ "value": value, "flags": facts::fp_capability_names(value) })
 }
 
 fn dims(d: [u32; 3]) -> Value {
     json!({ "x": d[0], "y": d[1], "z": d[2] })
-}
-
-fn native_vector_widths() -> [u32; 7] {
-    #[cfg(target_arch = "x86_64")]
-    let bytes: u32 = if std::arch::is_x86_feature_detected!("avx512f") {
-        64
-    } else if std::arch::is_x86_feature_detected!("avx2") {
-        32
-    } else {
-        16
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let bytes: u32 = 16;
-    [
-        bytes,
-        bytes / 2,
-        bytes / 4,
-        bytes / 8,
-        bytes / 4,
-        bytes / 8,
-        0,
-    ]
-}
-
-fn vendor_id(vendor: &str) -> u32 {
-    match vendor {
-        "GenuineIntel" => 0x8086,
-        "AuthenticAMD" => 0x1022,
-        _ => 0,
-    }
 }
 
 /// The platform (plugin) facts of a device of `plugin`.
@@ -133,7 +61,7 @@ pub fn device_report(d: &Device, p: &PlatformFacts) -> Value {
     let i = d.info();
     let max_work = |g: u32, n: u32| (g as u64 * n as u64).min(u32::MAX as u64) as u32;
     let fpv = if d.shares_host_memory() {
-        FP_FULL_IEEE
+        facts::FP_FULL_IEEE
     } else {
         0
     };
@@ -143,19 +71,19 @@ pub fn device_report(d: &Device, p: &PlatformFacts) -> Value {
         "usable": true,
         "platform_name": p.name,
         "platform_vendor_name": p.vendor_name,
-        "platform_version": API_VERSION,
-        "platform_backend": ol_backend_name(p.backend),
+        "platform_version": facts::OL_API_VERSION,
+        "platform_backend": p.backend.ol_name(),
         "name": i.name,
         "product_name": i.product_name,
         "uid": i.uid,
-        "type": device_type_name(i.device_type),
+        "type": i.device_type.name(),
         "driver_version": i.driver_version,
         "max_work_group_size": i.max_group_size,
         "max_work_group_size_per_dimension": dims(i.max_group_size_per_dim),
         "max_work_size": max_work(i.max_num_groups[0], i.max_group_size),
         "max_work_size_per_dimension":
             dims([0, 1, 2].map(|k| max_work(i.max_num_groups[k], i.max_group_size_per_dim[k]))),
-        "vendor_id": vendor_id(&i.vendor),
+        "vendor_id": facts::cpu_vendor_id(&i.vendor),
         "num_compute_units": i.compute_units,
         "max_clock_frequency": i.clock_mhz.max(1),
         "memory_clock_rate": i.clock_mhz.max(1),
@@ -167,7 +95,7 @@ pub fn device_report(d: &Device, p: &PlatformFacts) -> Value {
         "double_precision_floating_point_capability": fp(fpv),
         "half_precision_floating_point_capability": fp(0),
         "vendor": i.vendor,
-        "backend": backend_name(i.backend),
+        "backend": i.backend.name(),
         "triple": i.triple,
         "arch": i.arch,
         "global_memory_bytes": i.global_memory_bytes,
@@ -181,7 +109,7 @@ pub fn device_report(d: &Device, p: &PlatformFacts) -> Value {
     let Value::Object(map) = v else {
         unreachable!("json! of an object")
     };
-    Value::Object(report_fields(map, native_vector_widths()))
+    Value::Object(report_fields(map, facts::host_native_vector_widths()))
 }
 
 /// The virtual HOST device (LLVM 22's last platform).
@@ -210,7 +138,7 @@ fn host_device_report(runtime: &Runtime) -> Value {
         "usable": false,
         "platform_name": "Host",
         "platform_vendor_name": "Unknown platform vendor",
-        "platform_version": API_VERSION,
+        "platform_version": facts::OL_API_VERSION,
         "platform_backend": "HOST",
         "name": name,
         "product_name": name,
@@ -229,8 +157,8 @@ fn host_device_report(runtime: &Runtime) -> Value {
         "max_mem_allocation_size": memory,
         "global_mem_size": memory,
         "work_group_shared_mem_size": 0,
-        "single_precision_floating_point_capability": fp(FP_FULL_IEEE),
-        "double_precision_floating_point_capability": fp(FP_FULL_IEEE),
+        "single_precision_floating_point_capability": fp(facts::FP_FULL_IEEE),
+        "double_precision_floating_point_capability": fp(facts::FP_FULL_IEEE),
         "half_precision_floating_point_capability": fp(0),
         "vendor": vendor,
         "backend": "host",
@@ -247,7 +175,7 @@ fn host_device_report(runtime: &Runtime) -> Value {
     let Value::Object(map) = v else {
         unreachable!("json! of an object")
     };
-    Value::Object(report_fields(map, native_vector_widths()))
+    Value::Object(report_fields(map, facts::host_native_vector_widths()))
 }
 
 /// The facts of the platform (plugin) owning device `id`.
@@ -281,14 +209,14 @@ pub fn report(runtime: &Runtime) -> Value {
                 .collect();
             let backend = devices_of.first().map_or_else(
                 || plugin.name().to_string(),
-                |d| backend_name(d.info().backend).to_string(),
+                |d| d.info().backend.name().to_string(),
             );
             json!({
                 "plugin": plugin.name(),
                 "backend": backend,
                 "name": facts.name,
                 "vendor_name": facts.vendor_name,
-                "version": API_VERSION,
+                "version": facts::OL_API_VERSION,
                 "devices": devices,
             })
         })
@@ -302,7 +230,7 @@ pub fn report(runtime: &Runtime) -> Value {
         "backend": "host",
         "name": "Host",
         "vendor_name": "Unknown platform vendor",
-        "version": API_VERSION,
+        "version": facts::OL_API_VERSION,
         "devices": [host_device_report(runtime)],
     }));
     let failed: Vec<Value> = runtime

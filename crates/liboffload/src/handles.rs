@@ -248,7 +248,7 @@ pub struct Context {
 }
 
 /// The API version as LLVM prints it in platform versions.
-pub const API_VERSION: &str = "v0.0.1";
+pub const API_VERSION: &str = offload_core::facts::OL_API_VERSION;
 
 fn plugin_platform(name: &str, backend: Backend) -> Platform {
     Platform {

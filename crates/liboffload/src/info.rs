@@ -146,39 +146,6 @@ pub unsafe fn platform_info(
 
 // ---------------------------------------------------------------- device
 
-/// Native vector widths (char, short, int, long, float, double, half) of
-/// this CPU's widest SIMD unit.
-fn native_vector_widths() -> [u32; 7] {
-    #[cfg(target_arch = "x86_64")]
-    let bytes: u32 = if std::arch::is_x86_feature_detected!("avx512f") {
-        64
-    } else if std::arch::is_x86_feature_detected!("avx2") {
-        32
-    } else {
-        16
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let bytes: u32 = 16;
-    [
-        bytes,
-        bytes / 2,
-        bytes / 4,
-        bytes / 8,
-        bytes / 4,
-        bytes / 8,
-        0,
-    ]
-}
-
-/// PCI-SIG vendor id for a CPU vendor string (0 when unknown).
-fn vendor_id(vendor: &str) -> u32 {
-    match vendor {
-        "GenuineIntel" => 0x8086,
-        "AuthenticAMD" => 0x1022,
-        _ => 0,
-    }
-}
-
 fn host_cpu_facts(ctx: &Context) -> (String, u32, u64, u32) {
     // vendor, clock MHz, memory bytes, cpus: borrowed from a host-plugin
     // device when there is one.
@@ -204,7 +171,7 @@ fn host_cpu_facts(ctx: &Context) -> (String, u32, u64, u32) {
 #[inline(always)]
 fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<Value> {
     use ol_device_info_t as P;
-    let widths = |i: usize| Value::U32(native_vector_widths()[i]);
+    let widths = |i: usize| Value::U32(offload_core::facts::host_native_vector_widths()[i]);
     let v = match &d.kind {
         DeviceKind::Plugin { core, .. } => {
             let info = core.info();
@@ -228,7 +195,9 @@ fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<V
                     [0, 1, 2]
                         .map(|i| max_work(info.max_num_groups[i], info.max_group_size_per_dim[i])),
                 ),
-                P::OL_DEVICE_INFO_VENDOR_ID => Value::U32(vendor_id(&info.vendor)),
+                P::OL_DEVICE_INFO_VENDOR_ID => {
+                    Value::U32(offload_core::facts::cpu_vendor_id(&info.vendor))
+                }
                 P::OL_DEVICE_INFO_NUM_COMPUTE_UNITS => Value::U32(info.compute_units),
                 P::OL_DEVICE_INFO_MAX_CLOCK_FREQUENCY => Value::U32(info.clock_mhz.max(1)),
                 // No unprivileged source for a CPU's memory clock: report the

@@ -16,7 +16,7 @@
 
 use std::fmt::Write as _;
 
-use offload_core::{Backend, Device, DeviceType, Runtime};
+use offload_core::{facts, Backend, Device, DeviceType, Runtime};
 use serde::Serialize;
 
 use crate::output;
@@ -105,28 +105,11 @@ pub struct FpCapability {
     pub flags: Vec<&'static str>,
 }
 
-/// `ol_device_fp_capability_flag_t` bits and LLVM's names for them.
-const FP_FLAGS: [(u32, &str); 7] = [
-    (1, "CORRECTLY_ROUNDED_DIVIDE_SQRT"),
-    (2, "ROUND_TO_NEAREST"),
-    (4, "ROUND_TO_ZERO"),
-    (8, "ROUND_TO_INF"),
-    (16, "INF_NAN"),
-    (32, "DENORM"),
-    (64, "FMA"),
-];
-/// Everything an IEEE-754 CPU unit does in hardware.
-const FP_FULL_IEEE: u32 = 127;
-
 impl FpCapability {
     fn new(value: u32) -> Self {
         FpCapability {
             value,
-            flags: FP_FLAGS
-                .iter()
-                .filter(|(bit, _)| value & bit != 0)
-                .map(|&(_, name)| name)
-                .collect(),
+            flags: facts::fp_capability_names(value),
         }
     }
 }
@@ -194,70 +177,6 @@ pub struct DeviceReport {
     pub clock_mhz: u32,
 }
 
-pub fn backend_name(b: Backend) -> &'static str {
-    match b {
-        Backend::Host => "host",
-        Backend::Cuda => "cuda",
-        Backend::Amdgpu => "amdgpu",
-        Backend::Remote => "remote",
-        Backend::Other => "other",
-    }
-}
-
-/// LLVM's name of an `ol_platform_backend_t` value.
-fn ol_backend_name(b: Backend) -> &'static str {
-    match b.ol_value() {
-        1 => "CUDA",
-        2 => "AMDGPU",
-        4 => "HOST",
-        _ => "UNKNOWN",
-    }
-}
-
-pub fn device_type_name(t: DeviceType) -> &'static str {
-    match t {
-        DeviceType::Gpu => "gpu",
-        DeviceType::Cpu => "cpu",
-        DeviceType::Host => "host",
-    }
-}
-
-/// The API version LLVM prints as the platform version.
-const API_VERSION: &str = "v0.0.1";
-
-/// Native vector widths (char, short, int, long, float, double, half) of
-/// this CPU, as liboffload reports them for every device.
-fn native_vector_widths() -> [u32; 7] {
-    #[cfg(target_arch = "x86_64")]
-    let bytes: u32 = if std::arch::is_x86_feature_detected!("avx512f") {
-        64
-    } else if std::arch::is_x86_feature_detected!("avx2") {
-        32
-    } else {
-        16
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let bytes: u32 = 16;
-    [
-        bytes,
-        bytes / 2,
-        bytes / 4,
-        bytes / 8,
-        bytes / 4,
-        bytes / 8,
-        0,
-    ]
-}
-
-/// PCI-SIG vendor id for a CPU vendor string (0 when unknown).
-fn vendor_id(vendor: &str) -> u32 {
-    match vendor {
-        "GenuineIntel" => 0x8086,
-        "AuthenticAMD" => 0x1022,
-        _ => 0,
-    }
-}
-
 /// The platform fields of a plugin's devices.
 struct PlatformFacts {
     name: String,
@@ -275,10 +194,10 @@ fn plugin_platform(plugin: &str, backend: Backend) -> PlatformFacts {
 
 fn device_report(d: &Device, p: &PlatformFacts) -> DeviceReport {
     let i = d.info();
-    let w = native_vector_widths();
+    let w = facts::host_native_vector_widths();
     let max_work = |g: u32, n: u32| (g as u64 * n as u64).min(u32::MAX as u64) as u32;
     let fp = if d.shares_host_memory() {
-        FP_FULL_IEEE
+        facts::FP_FULL_IEEE
     } else {
         0
     };
@@ -288,12 +207,12 @@ fn device_report(d: &Device, p: &PlatformFacts) -> DeviceReport {
         usable: true,
         platform_name: p.name.clone(),
         platform_vendor_name: p.vendor_name.clone(),
-        platform_version: API_VERSION.to_string(),
-        platform_backend: ol_backend_name(p.backend).to_string(),
+        platform_version: facts::OL_API_VERSION.to_string(),
+        platform_backend: p.backend.ol_name().to_string(),
         name: i.name.clone(),
         product_name: i.product_name.clone(),
         uid: i.uid.clone(),
-        device_type: device_type_name(i.device_type).to_string(),
+        device_type: i.device_type.name().to_string(),
         driver_version: i.driver_version.clone(),
         max_work_group_size: i.max_group_size,
         max_work_group_size_per_dimension: i.max_group_size_per_dim.into(),
@@ -301,7 +220,7 @@ fn device_report(d: &Device, p: &PlatformFacts) -> DeviceReport {
         max_work_size_per_dimension: Dims::from(
             [0, 1, 2].map(|k| max_work(i.max_num_groups[k], i.max_group_size_per_dim[k])),
         ),
-        vendor_id: vendor_id(&i.vendor),
+        vendor_id: facts::cpu_vendor_id(&i.vendor),
         num_compute_units: i.compute_units,
         max_clock_frequency: i.clock_mhz.max(1),
         // No unprivileged source for a CPU's memory clock: the core clock.
@@ -321,7 +240,7 @@ fn device_report(d: &Device, p: &PlatformFacts) -> DeviceReport {
         native_vector_width_for_double: w[5],
         native_vector_width_for_half: w[6],
         vendor: i.vendor.clone(),
-        backend: backend_name(i.backend).to_string(),
+        backend: i.backend.name().to_string(),
         triple: i.triple.clone(),
         arch: i.arch.clone(),
         global_memory_bytes: i.global_memory_bytes,
@@ -354,7 +273,7 @@ fn host_device_report(runtime: &Runtime) -> DeviceReport {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
             ("Unknown".to_string(), 0, 0, cpus)
         });
-    let w = native_vector_widths();
+    let w = facts::host_native_vector_widths();
     let name = "Virtual Host Device".to_string();
     DeviceReport {
         id: None,
@@ -362,12 +281,12 @@ fn host_device_report(runtime: &Runtime) -> DeviceReport {
         usable: false,
         platform_name: "Host".to_string(),
         platform_vendor_name: "Unknown platform vendor".to_string(),
-        platform_version: API_VERSION.to_string(),
+        platform_version: facts::OL_API_VERSION.to_string(),
         platform_backend: "HOST".to_string(),
         name: name.clone(),
         product_name: name,
         uid: "HOST".to_string(),
-        device_type: device_type_name(DeviceType::Host).to_string(),
+        device_type: DeviceType::Host.name().to_string(),
         driver_version: format!("offload-rs {}", env!("CARGO_PKG_VERSION")),
         max_work_group_size: 1,
         max_work_group_size_per_dimension: [1, 1, 1].into(),
@@ -381,8 +300,8 @@ fn host_device_report(runtime: &Runtime) -> DeviceReport {
         max_mem_allocation_size: memory,
         global_mem_size: memory,
         work_group_shared_mem_size: 0,
-        single_precision_floating_point_capability: FpCapability::new(FP_FULL_IEEE),
-        double_precision_floating_point_capability: FpCapability::new(FP_FULL_IEEE),
+        single_precision_floating_point_capability: FpCapability::new(facts::FP_FULL_IEEE),
+        double_precision_floating_point_capability: FpCapability::new(facts::FP_FULL_IEEE),
         half_precision_floating_point_capability: FpCapability::new(0),
         native_vector_width_for_char: w[0],
         native_vector_width_for_short: w[1],
@@ -392,7 +311,7 @@ fn host_device_report(runtime: &Runtime) -> DeviceReport {
         native_vector_width_for_double: w[5],
         native_vector_width_for_half: w[6],
         vendor,
-        backend: backend_name(Backend::Host).to_string(),
+        backend: Backend::Host.name().to_string(),
         triple: String::new(),
         arch: String::new(),
         global_memory_bytes: memory,
@@ -430,7 +349,7 @@ pub fn collect(runtime: &Runtime) -> Report {
                 backend,
                 name: facts.name,
                 vendor_name: facts.vendor_name,
-                version: API_VERSION.to_string(),
+                version: facts::OL_API_VERSION.to_string(),
                 devices,
             }
         })
@@ -439,10 +358,10 @@ pub fn collect(runtime: &Runtime) -> Report {
     // As in LLVM 22: one synthetic host platform and device, last.
     platforms.push(Platform {
         plugin: None,
-        backend: backend_name(Backend::Host).to_string(),
+        backend: Backend::Host.name().to_string(),
         name: "Host".to_string(),
         vendor_name: "Unknown platform vendor".to_string(),
-        version: API_VERSION.to_string(),
+        version: facts::OL_API_VERSION.to_string(),
         devices: vec![host_device_report(runtime)],
     });
     let failed_plugins = runtime
@@ -663,7 +582,7 @@ mod tests {
 
     #[test]
     fn fp_flags_render_like_llvm() {
-        let c = FpCapability::new(FP_FULL_IEEE);
+        let c = FpCapability::new(facts::FP_FULL_IEEE);
         assert_eq!(
             fp(&c),
             "127 { CORRECTLY_ROUNDED_DIVIDE_SQRT ROUND_TO_NEAREST ROUND_TO_ZERO \

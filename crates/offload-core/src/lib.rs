@@ -31,6 +31,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod executor;
+pub mod facts;
 pub mod hash;
 pub mod image;
 pub mod index;

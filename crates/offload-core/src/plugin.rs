@@ -72,7 +72,41 @@ pub enum Backend {
     Other,
 }
 
+impl DeviceType {
+    /// Lower-case name (`gpu`, `cpu`, `host`; LLVM prints it in capitals).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceType::Gpu => "gpu",
+            DeviceType::Cpu => "cpu",
+            DeviceType::Host => "host",
+        }
+    }
+}
+
 impl Backend {
+    /// Lower-case name of the family (`host`, `cuda`, `amdgpu`, `remote`,
+    /// `other`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Host => "host",
+            Backend::Cuda => "cuda",
+            Backend::Amdgpu => "amdgpu",
+            Backend::Remote => "remote",
+            Backend::Other => "other",
+        }
+    }
+
+    /// LLVM's name of [`Backend::ol_value`] (`HOST`, `CUDA`, `AMDGPU`,
+    /// `UNKNOWN`).
+    pub fn ol_name(self) -> &'static str {
+        match self.ol_value() {
+            1 => "CUDA",
+            2 => "AMDGPU",
+            4 => "HOST",
+            _ => "UNKNOWN",
+        }
+    }
+
     /// `ol_platform_backend_t` value; remote devices report the backend they
     /// proxy elsewhere, so `Remote` alone is UNKNOWN.
     pub fn ol_value(self) -> u32 {
