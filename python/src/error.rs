@@ -10,38 +10,6 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-/// Every `ol_errc_t` value, in numeric order (the core has no iterator).
-const CODES: [ErrorCode; 25] = {
-    use ErrorCode::*;
-    [
-        Success,
-        Unknown,
-        HostIo,
-        InvalidBinary,
-        InvalidNullPointer,
-        InvalidArgument,
-        NotFound,
-        OutOfResources,
-        InvalidSize,
-        InvalidEnumeration,
-        HostToolNotFound,
-        InvalidValue,
-        Unimplemented,
-        Unsupported,
-        AssembleFailure,
-        CompileFailure,
-        LinkFailure,
-        BackendFailure,
-        Uninitialized,
-        InvalidNullHandle,
-        InvalidPlatform,
-        InvalidDevice,
-        InvalidQueue,
-        InvalidEvent,
-        SymbolKind,
-    ]
-};
-
 /// `InvalidArgument` -> `INVALID_ARGUMENT` (LLVM's `OL_ERRC_` suffix).
 fn upper_snake(code: ErrorCode) -> String {
     let camel = format!("{code:?}");
@@ -59,7 +27,7 @@ fn upper_snake(code: ErrorCode) -> String {
 /// Python `ErrorCode` enum.
 #[pyfunction]
 pub fn error_codes() -> Vec<(String, u32, &'static str)> {
-    CODES
+    ErrorCode::ALL
         .iter()
         .map(|&c| (upper_snake(c), c.as_raw(), c.description()))
         .collect()

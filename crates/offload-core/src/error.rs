@@ -37,9 +37,47 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in `ol_errc_t` order (`ALL[n]` has value `n`).
+    pub const ALL: [ErrorCode; 25] = {
+        use ErrorCode::*;
+        [
+            Success,
+            Unknown,
+            HostIo,
+            InvalidBinary,
+            InvalidNullPointer,
+            InvalidArgument,
+            NotFound,
+            OutOfResources,
+            InvalidSize,
+            InvalidEnumeration,
+            HostToolNotFound,
+            InvalidValue,
+            Unimplemented,
+            Unsupported,
+            AssembleFailure,
+            CompileFailure,
+            LinkFailure,
+            BackendFailure,
+            Uninitialized,
+            InvalidNullHandle,
+            InvalidPlatform,
+            InvalidDevice,
+            InvalidQueue,
+            InvalidEvent,
+            SymbolKind,
+        ]
+    };
+
     /// The `ol_errc_t` value.
     pub fn as_raw(self) -> u32 {
         self as u32
+    }
+
+    /// The code of an `ol_errc_t` value (from the wire, say); None when
+    /// LLVM 22 has no such code.
+    pub fn from_raw(value: u32) -> Option<ErrorCode> {
+        Self::ALL.get(value as usize).copied()
     }
 
     /// Short lower-case description, as LLVM prints error codes ("invalid value").
@@ -189,6 +227,15 @@ mod tests {
         let e = Error::not_found("kernel 'k'").context("program 0x10");
         assert_eq!(e.code(), ErrorCode::NotFound);
         assert_eq!(e.to_string(), "program 0x10: kernel 'k'");
+    }
+
+    #[test]
+    fn every_code_round_trips_through_its_value() {
+        for (n, code) in ErrorCode::ALL.iter().enumerate() {
+            assert_eq!(code.as_raw() as usize, n);
+            assert_eq!(ErrorCode::from_raw(n as u32), Some(*code));
+        }
+        assert_eq!(ErrorCode::from_raw(25), None);
     }
 
     #[test]

@@ -265,7 +265,7 @@ impl Link<'_> {
             .map_err(|e| Error::backend(format!("bad reply from MPI rank {rank}: {e}")))?;
         if c.code != 0 {
             return Err(Error::new(
-                errc_from_raw(c.code).unwrap_or(ErrorCode::Unknown),
+                ErrorCode::from_raw(c.code).unwrap_or(ErrorCode::Unknown),
                 format!("{} (MPI rank {rank})", c.message),
             ));
         }
@@ -315,37 +315,4 @@ impl Link<'_> {
         }
         Ok(())
     }
-}
-
-/// `ol_errc_t` value -> [`ErrorCode`].
-pub fn errc_from_raw(v: u32) -> Option<ErrorCode> {
-    use ErrorCode::*;
-    const ALL: [ErrorCode; 25] = [
-        Success,
-        Unknown,
-        HostIo,
-        InvalidBinary,
-        InvalidNullPointer,
-        InvalidArgument,
-        NotFound,
-        OutOfResources,
-        InvalidSize,
-        InvalidEnumeration,
-        HostToolNotFound,
-        InvalidValue,
-        Unimplemented,
-        Unsupported,
-        AssembleFailure,
-        CompileFailure,
-        LinkFailure,
-        BackendFailure,
-        Uninitialized,
-        InvalidNullHandle,
-        InvalidPlatform,
-        InvalidDevice,
-        InvalidQueue,
-        InvalidEvent,
-        SymbolKind,
-    ];
-    ALL.get(v as usize).copied()
 }

@@ -102,7 +102,7 @@ pub fn rpc_error(addr: &str, what: &str, s: tonic::Status) -> Error {
         .get(ERRC_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u32>().ok())
-        .and_then(errc_from_raw);
+        .and_then(ErrorCode::from_raw);
     let code = code.unwrap_or(match s.code() {
         tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => ErrorCode::InvalidArgument,
         tonic::Code::InvalidArgument => ErrorCode::InvalidArgument,
@@ -126,38 +126,6 @@ pub fn rpc_error(addr: &str, what: &str, s: tonic::Status) -> Error {
         format!("remote server {addr}: {what}: {detail}")
     };
     Error::new(code, msg)
-}
-
-pub fn errc_from_raw(v: u32) -> Option<ErrorCode> {
-    use ErrorCode::*;
-    const ALL: [ErrorCode; 25] = [
-        Success,
-        Unknown,
-        HostIo,
-        InvalidBinary,
-        InvalidNullPointer,
-        InvalidArgument,
-        NotFound,
-        OutOfResources,
-        InvalidSize,
-        InvalidEnumeration,
-        HostToolNotFound,
-        InvalidValue,
-        Unimplemented,
-        Unsupported,
-        AssembleFailure,
-        CompileFailure,
-        LinkFailure,
-        BackendFailure,
-        Uninitialized,
-        InvalidNullHandle,
-        InvalidPlatform,
-        InvalidDevice,
-        InvalidQueue,
-        InvalidEvent,
-        SymbolKind,
-    ];
-    ALL.get(v as usize).copied()
 }
 
 impl Connection {

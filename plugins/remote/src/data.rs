@@ -11,8 +11,6 @@ use std::time::Duration;
 
 use offload_core::{DevicePtr, Error, ErrorCode, Result};
 
-use crate::connection::errc_from_raw;
-
 use offload_proto::data_channel::{write_all_vectored, OP_READ, OP_WRITE};
 
 /// Copies at least this large use the side channel.
@@ -118,7 +116,7 @@ impl DataChannel {
         if code == 0 {
             return Ok(Ok(()));
         }
-        let code = errc_from_raw(code).unwrap_or(ErrorCode::BackendFailure);
+        let code = ErrorCode::from_raw(code).unwrap_or(ErrorCode::BackendFailure);
         Ok(Err(Error::new(
             code,
             format!(

@@ -13,7 +13,7 @@ use offload_proto::{
 };
 use tokio::sync::mpsc;
 
-use crate::connection::{errc_from_raw, io_runtime, rpc_error, Connection};
+use crate::connection::{io_runtime, rpc_error, Connection};
 use crate::image::RemoteKernel;
 
 #[derive(Default)]
@@ -94,8 +94,8 @@ impl RemoteQueue {
                                     };
                                 }
                                 if c.code != 0 && p.first_error.is_none() {
-                                    let code =
-                                        errc_from_raw(c.code).unwrap_or(ErrorCode::BackendFailure);
+                                    let code = ErrorCode::from_raw(c.code)
+                                        .unwrap_or(ErrorCode::BackendFailure);
                                     p.first_error = Some(Error::new(
                                         code,
                                         format!("remote server {addr}: {}", c.message),
