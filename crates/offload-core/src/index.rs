@@ -19,6 +19,7 @@
 //! * Each thread remembers the last few slots it used: checking the range
 //!   of a copy into memory the thread just allocated touches no lock.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -151,6 +152,8 @@ pub struct AllocationIndex {
     large: Shard,
     /// How many ranges `large` holds (read without its lock).
     large_count: AtomicUsize,
+    /// How many filed ranges are globals or registrations.
+    foreign: AtomicUsize,
 }
 
 impl Default for AllocationIndex {
@@ -161,6 +164,7 @@ impl Default for AllocationIndex {
             shards: std::array::from_fn(|_| RwLock::new(BTreeMap::new())),
             large: RwLock::new(BTreeMap::new()),
             large_count: AtomicUsize::new(0),
+            foreign: AtomicUsize::new(0),
         }
     }
 }
@@ -237,38 +241,73 @@ impl AllocationIndex {
             state: AtomicU8::new(LIVE),
         });
         let large = is_large(a.base.0, capacity);
-        let old = self
-            .home(a.base.0, capacity)
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(a.base.0, slot.clone());
-        match old {
-            // A dead or cached slot at the same base (its block went back
-            // to the device and came out again): gone for good.
-            Some(old) => old.state.store(DEAD, Ordering::Release),
-            None if large => {
-                self.large_count.fetch_add(1, Ordering::AcqRel);
-            }
-            None => {}
-        }
-        // The same base may sit in the other table (a small block there
-        // before, a large one now, or the reverse): that one is gone.
-        let other = if large {
-            &self.shards[shard_of(a.base.0)]
-        } else {
-            &self.large
+        let old = {
+            let mut table = self
+                .home(a.base.0, capacity)
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            let old = table.insert(a.base.0, slot.clone());
+            self.recount(&table, large);
+            old
         };
-        if !large || self.large_count.load(Ordering::Acquire) > 0 {
-            let mut t = other.write().unwrap_or_else(|e| e.into_inner());
-            if let Some(stale) = t.remove(&a.base.0) {
-                stale.state.store(DEAD, Ordering::Release);
-                if !large {
-                    self.large_count.fetch_sub(1, Ordering::AcqRel);
-                }
-            }
+        if checked {
+            self.foreign.fetch_add(1, Ordering::AcqRel);
+        }
+        // A stale slot at the same base (see below): gone for good.
+        if let Some(old) = old {
+            self.left(&old);
+        }
+        // The same base may sit in the other table (a small range there
+        // before, a large one now, or the reverse). Allocations leave the
+        // index before their memory goes back to the device, so only a
+        // foreign range can be stale there: host memory registered and then
+        // freed without unregistering, now handed out by a host device.
+        if self.foreign.load(Ordering::Acquire) > 0 {
+            self.remove_stale(a.base.0, large);
         }
         self.remember(&slot);
         Ok(slot)
+    }
+
+    /// Take the slot at `base` out of the table a range of the other size
+    /// would be filed in (see [`AllocationIndex::insert_with_capacity`]).
+    #[cold]
+    fn remove_stale(&self, base: u64, large: bool) {
+        if !large && self.large_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let other = if large {
+            &self.shards[shard_of(base)]
+        } else {
+            &self.large
+        };
+        let stale = {
+            let mut table = other.write().unwrap_or_else(|e| e.into_inner());
+            let stale = table.remove(&base);
+            self.recount(&table, !large);
+            stale
+        };
+        if let Some(stale) = stale {
+            self.left(&stale);
+        }
+    }
+
+    /// Publish the large table's size for lock-free readers; called with
+    /// its write lock held (`table`), so a plain store is enough.
+    #[inline]
+    fn recount(&self, table: &BTreeMap<u64, Arc<Slot>>, is_large_table: bool) {
+        if is_large_table {
+            self.large_count.store(table.len(), Ordering::Release);
+        }
+    }
+
+    /// Bookkeeping for a slot taken out of its table: dead, and no longer
+    /// counted.
+    fn left(&self, slot: &Slot) {
+        slot.state.store(DEAD, Ordering::Release);
+        if !matches!(slot.origin, Origin::Alloc(_)) {
+            self.foreign.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// Take a slot out of the index for good (its memory goes back to the
@@ -280,13 +319,11 @@ impl AllocationIndex {
             .home(slot.base.0, slot.capacity)
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        if table
-            .get(&slot.base.0)
-            .is_some_and(|x| Arc::ptr_eq(x, slot))
-        {
-            table.remove(&slot.base.0);
-            if large {
-                self.large_count.fetch_sub(1, Ordering::AcqRel);
+        if let Entry::Occupied(filed) = table.entry(slot.base.0) {
+            if Arc::ptr_eq(filed.get(), slot) {
+                filed.remove();
+                self.recount(&table, large);
+                self.left(slot);
             }
         }
     }
@@ -524,6 +561,8 @@ impl AllocationIndex {
         }
         let left = self.large.read().unwrap_or_else(|e| e.into_inner()).len();
         self.large_count.store(left, Ordering::Release);
+        // Cached slots are allocations: no foreign range is left.
+        self.foreign.store(0, Ordering::Release);
         out.sort_by_key(|a| a.base);
         out
     }

@@ -6,7 +6,7 @@
 //! and its segments, and the section header table and every section's file
 //! range must lie inside the buffer, so a truncated file is an error.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use object::elf::{FileHeader32, FileHeader64};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable, Sym};
@@ -259,10 +259,13 @@ pub fn info(bytes: &[u8]) -> Result<ElfInfo> {
     }
 }
 
-fn symbols_impl<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Vec<Symbol>> {
+/// Calls `f(name, kind, size)` for each defined, named function or data
+/// object of `.symtab` and then `.dynsym`, in table order.
+fn visit_defined<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+    mut f: impl FnMut(&[u8], SymbolKind, u64),
+) -> Result<()> {
     let p = parse_elf::<Elf>(data)?;
-    let mut out = Vec::new();
-    let mut seen = HashSet::new();
     for sh_type in [object::elf::SHT_SYMTAB, object::elf::SHT_DYNSYM] {
         let table = p
             .sections
@@ -279,19 +282,23 @@ fn symbols_impl<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Vec
                 _ => continue,
             };
             let name = sym.name(p.endian, strings).map_err(elf_err)?;
-            if name.is_empty() {
-                continue;
-            }
-            let name = String::from_utf8_lossy(name).into_owned();
-            if seen.insert((name.clone(), kind)) {
-                out.push(Symbol {
-                    name,
-                    kind,
-                    size: sym.st_size(p.endian).into(),
-                });
+            if !name.is_empty() {
+                f(name, kind, sym.st_size(p.endian).into());
             }
         }
     }
+    Ok(())
+}
+
+fn symbols_impl<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Vec<Symbol>> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    visit_defined::<Elf>(data, |name, kind, size| {
+        let name = String::from_utf8_lossy(name).into_owned();
+        if seen.insert((name.clone(), kind)) {
+            out.push(Symbol { name, kind, size });
+        }
+    })?;
     Ok(out)
 }
 
@@ -302,6 +309,27 @@ pub fn defined_symbols(bytes: &[u8]) -> Result<Vec<Symbol>> {
         32 => symbols_impl::<FileHeader32<Endianness>>(bytes),
         _ => symbols_impl::<FileHeader64<Endianness>>(bytes),
     }
+}
+
+/// The sizes of the defined data objects, by name (the first definition
+/// in [`defined_symbols`] order wins): what a loader needs besides the
+/// addresses `dlsym` gives. Functions are skipped without copying names.
+pub fn object_sizes(bytes: &[u8]) -> Result<HashMap<String, u64>> {
+    let mut out = HashMap::new();
+    let mut add = |name: &[u8], kind, size| {
+        if kind == SymbolKind::Object && !out.contains_key(name_str(name).as_ref()) {
+            out.insert(name_str(name).into_owned(), size);
+        }
+    };
+    match class_of(bytes)? {
+        32 => visit_defined::<FileHeader32<Endianness>>(bytes, &mut add)?,
+        _ => visit_defined::<FileHeader64<Endianness>>(bytes, &mut add)?,
+    }
+    Ok(out)
+}
+
+fn name_str(name: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(name)
 }
 
 fn offloading_impl<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Vec<&[u8]>> {

@@ -89,7 +89,9 @@
 //! initialisers inside executable code, and corrupt code or data the image's
 //! own constructors use is not detected.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt::Display;
 
 use crate::{ImageError, Result};
 
@@ -157,6 +159,8 @@ const DT_AUDIT: u64 = 0x6fff_fefc;
 const DT_VERSYM: u64 = 0x6fff_fff0;
 const DT_RELACOUNT: u64 = 0x6fff_fff9;
 const DT_FLAGS_1: u64 = 0x6fff_fffb;
+const DF_1_NODELETE: u64 = 0x8;
+const STB_GNU_UNIQUE: u8 = 10;
 const DT_VERDEF: u64 = 0x6fff_fffc;
 const DT_VERDEFNUM: u64 = 0x6fff_fffd;
 const DT_VERNEED: u64 = 0x6fff_fffe;
@@ -214,6 +218,10 @@ pub struct Checked {
     pub init_fini_calls: u64,
     /// Whether a `.symtab` allowed checking that they are function entries.
     pub entry_points_checked: bool,
+    /// Whether `dlclose` leaves the image loaded: it is marked
+    /// `DF_1_NODELETE`, or defines `STB_GNU_UNIQUE` symbols (which glibc
+    /// pins). Conservative: true when either is present.
+    pub stays_loaded: bool,
 }
 
 /// Checks that `bytes`, an ELF file, is an x86-64 shared object the dynamic
@@ -321,8 +329,16 @@ fn page_up(v: u64) -> Option<u64> {
     v.checked_add(PAGE - 1).map(page_down)
 }
 
-fn tag_name(tag: u64) -> String {
-    let name = match tag {
+fn tag_name(tag: u64) -> Cow<'static, str> {
+    match known_tag(tag) {
+        Some(name) => Cow::Borrowed(name),
+        None => Cow::Owned(format!("dynamic tag {tag:#x}")),
+    }
+}
+
+/// The name of a dynamic tag ld.so knows.
+fn known_tag(tag: u64) -> Option<&'static str> {
+    Some(match tag {
         DT_NEEDED => "DT_NEEDED",
         DT_PLTRELSZ => "DT_PLTRELSZ",
         DT_PLTGOT => "DT_PLTGOT",
@@ -374,9 +390,8 @@ fn tag_name(tag: u64) -> String {
         DT_VERNEEDNUM => "DT_VERNEEDNUM",
         DT_AUXILIARY => "DT_AUXILIARY",
         DT_FILTER => "DT_FILTER",
-        _ => return format!("dynamic tag {tag:#x}"),
-    };
-    name.to_string()
+        _ => return None,
+    })
 }
 
 fn phdr_name(t: u32) -> String {
@@ -430,16 +445,17 @@ fn reloc_width(t: u32) -> Option<u64> {
 
 /// Dynamic-section facts: single-valued tags and the `DT_NEEDED` list.
 struct Dynamic {
-    tags: HashMap<u64, u64>,
+    /// (tag, value), each tag once; a few dozen at most, so a list.
+    tags: Vec<(u64, u64)>,
     needed: Vec<u64>,
 }
 
 impl Dynamic {
     fn get(&self, tag: u64) -> Option<u64> {
-        self.tags.get(&tag).copied()
+        self.tags.iter().find(|&&(t, _)| t == tag).map(|&(_, v)| v)
     }
     fn has(&self, tag: u64) -> bool {
-        self.tags.contains_key(&tag)
+        self.get(tag).is_some()
     }
 }
 
@@ -675,7 +691,7 @@ impl<'a> Validator<'a> {
     }
 
     /// Like [`Self::file_offset`] for readable data, as an error naming `what`.
-    fn readable(&self, what: &str, vaddr: u64, size: u64) -> Result<u64> {
+    fn readable(&self, what: impl Display, vaddr: u64, size: u64) -> Result<u64> {
         match self.file_offset(vaddr, size, PF_R) {
             Some(off) => Ok(off),
             None => bail!(
@@ -962,7 +978,7 @@ impl<'a> Validator<'a> {
         let Some(ph) = self.phdrs.iter().find(|p| p.p_type == PT_DYNAMIC) else {
             bail!("no PT_DYNAMIC program header");
         };
-        let mut tags = HashMap::new();
+        let mut tags = Vec::new();
         let mut needed = Vec::new();
         let n = ph.filesz / 16;
         for i in 0..n {
@@ -973,12 +989,13 @@ impl<'a> Validator<'a> {
             match tag {
                 DT_NULL => return Ok(Dynamic { tags, needed }),
                 DT_NEEDED => needed.push(val),
-                _ if tag_name(tag).starts_with("DT_") && tags.insert(tag, val).is_some() => {
+                _ if known_tag(tag).is_some() && tags.iter().any(|&(t, _)| t == tag) => {
                     bail!(
                         "{} appears more than once in the dynamic section (entry {i})",
                         tag_name(tag)
                     );
                 }
+                _ if known_tag(tag).is_some() => tags.push((tag, val)),
                 _ => {}
             }
         }
@@ -1087,7 +1104,7 @@ impl<'a> Validator<'a> {
             DT_CONFIG,
         ] {
             if let Some(off) = d.get(tag) {
-                strtab.get(&tag_name(tag), off)?;
+                strtab.get(tag_name(tag), off)?;
             }
         }
 
@@ -1120,7 +1137,7 @@ impl<'a> Validator<'a> {
         }
         let symtab_size = nsyms.saturating_mul(24);
         let symtab_off = self.readable(
-            &format!("DT_SYMTAB ({nsyms} symbols)"),
+            format_args!("DT_SYMTAB ({nsyms} symbols)"),
             symtab_addr,
             symtab_size,
         )?;
@@ -1143,7 +1160,7 @@ impl<'a> Validator<'a> {
         self.check_versions(&d, &strtab, &needed, nsyms)?;
 
         // Metadata ld.so reads, which no relocation may overwrite.
-        let mut meta: Vec<(u64, u64, String)> = Vec::new();
+        let mut meta: Vec<(u64, u64, Cow<'static, str>)> = Vec::new();
         if let Some(ph) = self.phdrs.iter().find(|p| p.p_type == PT_DYNAMIC) {
             meta.push((
                 ph.vaddr,
@@ -1185,7 +1202,7 @@ impl<'a> Validator<'a> {
         });
         for tag in [DT_INIT, DT_FINI] {
             if let Some(v) = d.get(tag) {
-                self.check_call(&tag_name(tag), v, section_starts.as_ref())?;
+                self.check_call(tag_name(tag), v, section_starts.as_ref())?;
                 calls += 1;
             }
         }
@@ -1208,7 +1225,7 @@ impl<'a> Validator<'a> {
             } = w.kind
             {
                 self.check_call(
-                    &format!(
+                    format_args!(
                         "R_X86_64_IRELATIVE resolver ({} entry {})",
                         w.table, w.entry
                     ),
@@ -1227,6 +1244,10 @@ impl<'a> Validator<'a> {
             relocations: rel_count,
             init_fini_calls: calls,
             entry_points_checked: entries.is_some(),
+            stays_loaded: d.get(DT_FLAGS_1).is_some_and(|f| f & DF_1_NODELETE != 0)
+                || syms
+                    .iter()
+                    .any(|s| s.defined() && s.bind() == STB_GNU_UNIQUE),
         })
     }
 
@@ -1295,7 +1316,7 @@ impl<'a> Validator<'a> {
 
     fn check_symbol(&self, i: u64, s: &Sym, strtab: &Strtab) -> Result<()> {
         strtab.get(
-            &format!("the name of dynamic symbol {i}"),
+            format_args!("the name of dynamic symbol {i}"),
             u64::from(s.name),
         )?;
         if !matches!(s.bind(), 0 | 1 | 2 | 10) {
@@ -1367,7 +1388,7 @@ impl<'a> Validator<'a> {
             }
             let mut ent = addr;
             for n in 0..num {
-                let off = self.readable(&format!("DT_VERNEED entry {n}"), ent, 16)?;
+                let off = self.readable(format_args!("DT_VERNEED entry {n}"), ent, 16)?;
                 let version = u16_at(self.data, off).unwrap_or(0);
                 let cnt = u64::from(u16_at(self.data, off + 2).unwrap_or(0));
                 let file = u64::from(u32_at(self.data, off + 4).unwrap_or(0));
@@ -1376,7 +1397,7 @@ impl<'a> Validator<'a> {
                 if version != 1 {
                     bail!("DT_VERNEED entry {n} at {ent:#x} has vn_version {version} (expected 1)");
                 }
-                let name = strtab.get(&format!("vn_file of DT_VERNEED entry {n}"), file)?;
+                let name = strtab.get(format_args!("vn_file of DT_VERNEED entry {n}"), file)?;
                 if !needed.contains(&name) {
                     bail!(
                         "DT_VERNEED entry {n} names {:?}, which is not a DT_NEEDED library",
@@ -1389,12 +1410,12 @@ impl<'a> Validator<'a> {
                 let mut a = ent.saturating_add(aux);
                 for k in 0..cnt {
                     let aoff =
-                        self.readable(&format!("DT_VERNEED entry {n} auxiliary {k}"), a, 16)?;
+                        self.readable(format_args!("DT_VERNEED entry {n} auxiliary {k}"), a, 16)?;
                     let other = u64::from(u16_at(self.data, aoff + 6).unwrap_or(0)) & 0x7fff;
                     let vname = u64::from(u32_at(self.data, aoff + 8).unwrap_or(0));
                     let anext = u64::from(u32_at(self.data, aoff + 12).unwrap_or(0));
                     strtab.get(
-                        &format!("vna_name of DT_VERNEED entry {n} auxiliary {k}"),
+                        format_args!("vna_name of DT_VERNEED entry {n} auxiliary {k}"),
                         vname,
                     )?;
                     if other < 2 {
@@ -1420,7 +1441,7 @@ impl<'a> Validator<'a> {
             }
             let mut ent = addr;
             for n in 0..num {
-                let off = self.readable(&format!("DT_VERDEF entry {n}"), ent, 20)?;
+                let off = self.readable(format_args!("DT_VERDEF entry {n}"), ent, 20)?;
                 let version = u16_at(self.data, off).unwrap_or(0);
                 let ndx = u64::from(u16_at(self.data, off + 4).unwrap_or(0)) & 0x7fff;
                 let cnt = u64::from(u16_at(self.data, off + 6).unwrap_or(0));
@@ -1436,11 +1457,11 @@ impl<'a> Validator<'a> {
                 let mut a = ent.saturating_add(aux);
                 for k in 0..cnt {
                     let aoff =
-                        self.readable(&format!("DT_VERDEF entry {n} auxiliary {k}"), a, 8)?;
+                        self.readable(format_args!("DT_VERDEF entry {n} auxiliary {k}"), a, 8)?;
                     let vname = u64::from(u32_at(self.data, aoff).unwrap_or(0));
                     let anext = u64::from(u32_at(self.data, aoff + 4).unwrap_or(0));
                     strtab.get(
-                        &format!("vda_name of DT_VERDEF entry {n} auxiliary {k}"),
+                        format_args!("vda_name of DT_VERDEF entry {n} auxiliary {k}"),
                         vname,
                     )?;
                     if (k + 1 == cnt) != (anext == 0) {
@@ -1472,7 +1493,7 @@ impl<'a> Validator<'a> {
         d: &Dynamic,
         syms: &[Sym],
         writes: &mut Vec<Write>,
-        meta: &mut Vec<(u64, u64, String)>,
+        meta: &mut Vec<(u64, u64, Cow<'static, str>)>,
     ) -> Result<u64> {
         let mut count = 0u64;
         // The ranges as glibc's ELF_DYNAMIC_DO_RELA forms them.
@@ -1524,7 +1545,7 @@ impl<'a> Validator<'a> {
                 continue;
             }
             let off = self.readable(table, addr, size)?;
-            meta.push((addr, addr + size, table.to_string()));
+            meta.push((addr, addr + size, table.into()));
             for i in 0..size / 24 {
                 let at = off + i * 24;
                 let r_offset = u64_at(self.data, at).unwrap_or(0);
@@ -1639,7 +1660,11 @@ impl<'a> Validator<'a> {
         Ok(count)
     }
 
-    fn check_writes(&self, writes: &mut [Write], meta: &mut [(u64, u64, String)]) -> Result<()> {
+    fn check_writes(
+        &self,
+        writes: &mut [Write],
+        meta: &mut [(u64, u64, Cow<'static, str>)],
+    ) -> Result<()> {
         writes.sort_by_key(|w| (w.start, w.end));
         for p in writes.windows(2) {
             if p[1].start < p[0].end {
@@ -1790,7 +1815,12 @@ impl<'a> Validator<'a> {
         Ok(Some(out))
     }
 
-    fn check_call(&self, what: &str, target: u64, entries: Option<&Vec<u64>>) -> Result<()> {
+    fn check_call(
+        &self,
+        what: impl Display,
+        target: u64,
+        entries: Option<&Vec<u64>>,
+    ) -> Result<()> {
         if !self.executable(target) {
             bail!("{what} {target:#x} does not point into executable code");
         }
@@ -1826,7 +1856,7 @@ impl<'a> Validator<'a> {
                 .iter()
                 .take_while(|w| w.start < slot + 8)
                 .collect();
-            let what = format!("{name}[{k}] at {slot:#x}");
+            let what = format_args!("{name}[{k}] at {slot:#x}");
             let [w] = hits[..] else {
                 bail!(
                     "{what} is relocated by {} relocations (expected exactly one: it would be called at an unrelocated address)",
@@ -1875,7 +1905,7 @@ impl<'a> Validator<'a> {
                     w.entry
                 ),
             };
-            self.check_call(&what, target, entries)?;
+            self.check_call(what, target, entries)?;
         }
         Ok(size / 8)
     }
@@ -1886,7 +1916,7 @@ struct Strtab<'a> {
 }
 
 impl<'a> Strtab<'a> {
-    fn get(&self, what: &str, off: u64) -> Result<&'a [u8]> {
+    fn get(&self, what: impl Display, off: u64) -> Result<&'a [u8]> {
         let start = usize::try_from(off).unwrap_or(usize::MAX);
         let Some(rest) = self.bytes.get(start..) else {
             bail!(

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use offload_core::plugin::{self, DevicePtr};
 use offload_core::{Error, Result};
-use offload_image::elf::{self, SymbolKind};
+use offload_image::elf;
 
 use crate::kernel::HostKernel;
 
@@ -36,6 +36,9 @@ pub struct LoadedImage {
     memfd: Option<OwnedFd>,
     /// Sizes of the data symbols the image defines (dlsym gives no size).
     object_sizes: HashMap<String, u64>,
+    /// Whether `dlclose` leaves the image loaded, when the validator could
+    /// tell from the file (`None`: ask the loader after `dlclose`).
+    stays_loaded: Option<bool>,
 }
 
 impl LoadedImage {
@@ -49,19 +52,21 @@ impl LoadedImage {
             )));
         }
         #[cfg(target_arch = "x86_64")]
-        offload_image::validate::x86_64_shared_object(bytes)
-            .map_err(|e| Error::invalid_binary(format!("{label}: {e}")))?;
-        let object_sizes = elf::defined_symbols(bytes)
+        let stays_loaded = offload_image::validate::x86_64_shared_object(bytes)
             .map_err(|e| Error::invalid_binary(format!("{label}: {e}")))?
-            .into_iter()
-            .filter(|s| s.kind == SymbolKind::Object)
-            .map(|s| (s.name, s.size))
-            .collect();
+            .stays_loaded;
+        #[cfg(target_arch = "x86_64")]
+        let stays_loaded = Some(stays_loaded);
+        #[cfg(not(target_arch = "x86_64"))]
+        let stays_loaded = None;
+        let object_sizes =
+            elf::object_sizes(bytes).map_err(|e| Error::invalid_binary(format!("{label}: {e}")))?;
         let (library, memfd) = open_from_memory(bytes, label)?;
         Ok(LoadedImage {
             library: Some(library),
             memfd,
             object_sizes,
+            stays_loaded,
         })
     }
 
@@ -87,7 +92,16 @@ impl Drop for LoadedImage {
         // stays loaded after dlclose. Its name `/proc/self/fd/N` must then
         // never be reused, or the loader would hand out this image for the
         // next one opened through a new memfd with the same number: keep
-        // the descriptor open for the life of the process.
+        // the descriptor open for the life of the process. The validator
+        // usually knows from the file; otherwise the loader is asked.
+        match self.stays_loaded {
+            Some(true) => {
+                std::mem::forget(self.memfd.take());
+                return;
+            }
+            Some(false) => return,
+            None => {}
+        }
         let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
         // SAFETY: a NUL-terminated path; RTLD_NOLOAD never loads anything.
         let handle =

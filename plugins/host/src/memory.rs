@@ -6,24 +6,41 @@ use offload_core::{Error, Result};
 /// Alignment of every host allocation (enough for AVX-512 vectors).
 const ALIGN: usize = 64;
 
+/// `size` bytes aligned to [`ALIGN`]: one `malloc` of `size + ALIGN`, the
+/// block's own address kept in the word before the aligned pointer.
+///
+/// Not `posix_memalign`: glibc serves an aligned request by splitting a
+/// larger chunk and freeing the unaligned head, and those small heads fill
+/// the fast bins, so every later free of a large block (>= 64 KiB) pays a
+/// `malloc_consolidate` (a quarter of an `omp_target_alloc`/`free` pair of
+/// 1 MiB).
 pub fn alloc(size: usize, _kind: AllocKind) -> Result<DevicePtr> {
-    let mut p: *mut libc::c_void = std::ptr::null_mut();
+    let failed = || Error::out_of_resources(format!("host allocation of {size} bytes failed"));
+    let total = size.max(1).checked_add(ALIGN).ok_or_else(failed)?;
     // SAFETY: plain allocation call.
-    let rc = unsafe { libc::posix_memalign(&mut p, ALIGN, size.max(1)) };
-    if rc != 0 || p.is_null() {
-        return Err(Error::out_of_resources(format!(
-            "host allocation of {size} bytes failed"
-        )));
+    let block = unsafe { libc::malloc(total) } as usize;
+    if block == 0 {
+        return Err(failed());
     }
-    Ok(DevicePtr(p as u64))
+    // malloc returns 16-byte aligned blocks, so the aligned pointer lies
+    // 16 to 64 bytes in: room for the header word, and `size` bytes fit.
+    let aligned = (block + ALIGN) & !(ALIGN - 1);
+    // SAFETY: `aligned - 8` lies inside the block (see above) and is
+    // 8-byte aligned.
+    unsafe { *((aligned - 8) as *mut usize) = block };
+    Ok(DevicePtr(aligned as u64))
 }
 
 pub fn free(ptr: DevicePtr) {
     if fixed::free(ptr) {
         return;
     }
-    // SAFETY: the core only frees pointers this plugin allocated.
-    unsafe { libc::free(ptr.as_ptr()) }
+    // SAFETY: the core only frees pointers this plugin's `alloc` returned,
+    // which carry their block's address in the word before them.
+    unsafe {
+        let block = *((ptr.0 as usize - 8) as *const usize);
+        libc::free(block as *mut libc::c_void)
+    }
 }
 
 /// Memory at a caller-chosen address (`offload replay` keeping recorded
@@ -32,6 +49,7 @@ pub fn free(ptr: DevicePtr) {
 /// ranges are counted and unmapped with the last.
 pub mod fixed {
     use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 
     use offload_core::plugin::DevicePtr;
@@ -43,6 +61,9 @@ pub mod fixed {
         /// Range base -> size.
         ranges: HashMap<u64, usize>,
     }
+
+    /// How many ranges `alloc` placed and `free` has not released.
+    static PLACED: AtomicUsize = AtomicUsize::new(0);
 
     fn pages() -> &'static Mutex<Pages> {
         static P: std::sync::OnceLock<Mutex<Pages>> = std::sync::OnceLock::new();
@@ -110,15 +131,22 @@ pub mod fixed {
             *p.users.entry(addr).or_insert(0) += 1;
         }
         p.ranges.insert(base.0, size);
+        PLACED.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
     /// Release a range of [`alloc`]; false when `ptr` is not one.
     pub fn free(ptr: DevicePtr) -> bool {
+        // Every free of the host plugin asks: with no placed range (all
+        // but `offload replay`), no lock and no lookup.
+        if PLACED.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let mut p = pages().lock().unwrap_or_else(|e| e.into_inner());
         let Some(size) = p.ranges.remove(&ptr.0) else {
             return false;
         };
+        PLACED.fetch_sub(1, Ordering::AcqRel);
         let page = page_size() as usize;
         for addr in span(ptr.0, size) {
             let last = match p.users.get_mut(&addr) {

@@ -420,9 +420,38 @@ fn former_ld_so_assertions_are_invalid_binary_errors() {
 fn a_nodelete_image_does_not_shadow_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
     let sticky = build_so(dir.path(), "sticky", &["-Wl,-z,nodelete"]);
-    let src = dir.path().join("other.c");
+    shadow_check(dir.path(), &sticky);
+}
+
+/// The same for an image that glibc pins because it binds to an
+/// `STB_GNU_UNIQUE` symbol it defines (what g++ emits for inline statics).
+#[test]
+fn an_image_with_a_unique_symbol_does_not_shadow_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let asm = dir.path().join("unique.h");
+    std::fs::write(
+        &asm,
+        "__asm__(\".data\\n.globl pinned\\n.type pinned, @gnu_unique_object\\n\
+         .size pinned, 4\\npinned: .long 7\\n.text\\n\");\n\
+         extern int pinned;\n\
+         int *pinned_address(void) { return &pinned; }\n",
+    )
+    .unwrap();
+    let sticky = build_so(dir.path(), "unique", &["-include", asm.to_str().unwrap()]);
+    shadow_check(dir.path(), &sticky);
+}
+
+/// Loads and drops `sticky` (an image `dlclose` leaves loaded), then a
+/// different image, three times: the second must be itself each time.
+fn shadow_check(dir: &Path, sticky: &[u8]) {
+    assert!(
+        offload_image::validate::x86_64_shared_object(sticky)
+            .unwrap()
+            .stays_loaded
+    );
+    let src = dir.join("other.c");
     std::fs::write(&src, "void other_kernel(const void *a, const void *i) {}\n").unwrap();
-    let out = dir.path().join("other.so");
+    let out = dir.join("other.so");
     assert!(Command::new("clang-22")
         .args(["-O1", "-fPIC", "-shared", "-o"])
         .arg(&out)
@@ -431,6 +460,11 @@ fn a_nodelete_image_does_not_shadow_the_next_one() {
         .unwrap()
         .success());
     let other = std::fs::read(&out).unwrap();
+    assert!(
+        !offload_image::validate::x86_64_shared_object(&other)
+            .unwrap()
+            .stays_loaded
+    );
     let rt = Runtime::new(
         Config {
             host_devices: 1,
@@ -440,7 +474,7 @@ fn a_nodelete_image_does_not_shadow_the_next_one() {
     );
     let dev = &rt.devices()[0];
     for _ in 0..3 {
-        let p = dev.load_program(&sticky).unwrap();
+        let p = dev.load_program(sticky).unwrap();
         p.kernel("saxpy").unwrap();
         drop(p);
         let p = dev.load_program(&other).unwrap();
