@@ -5,7 +5,9 @@
 //! Layers, as in other Rust CUDA bindings:
 //!
 //! * [`sys`]: declarations of the driver entry points and constants, and
-//!   the run-time loading (every function pointer resolved once);
+//!   the run-time loading (every function pointer resolved once), after
+//!   [`locate`] says the loader could find the library at all (a failing
+//!   `dlopen` search costs most of a GPU-less start-up);
 //! * [`driver`]: `CUresult` -> [`offload_core::Error`] (driver error name
 //!   and string in the message, the code mapped onto `ol_errc_t`), and
 //!   [`driver::Gpu`], which makes the device's primary context current on
@@ -29,6 +31,7 @@ pub mod device;
 pub mod driver;
 pub mod image;
 pub mod kernel;
+pub mod locate;
 pub mod memory;
 pub mod queue;
 pub mod sys;

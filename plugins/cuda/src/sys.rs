@@ -207,6 +207,20 @@ impl Driver {
         let name = path
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DRIVER));
+        let ld_library_path = std::env::var_os("LD_LIBRARY_PATH");
+        if !crate::locate::findable(
+            name.as_os_str(),
+            ld_library_path.as_deref(),
+            Path::new(crate::locate::LD_SO_CACHE),
+            crate::locate::SYSTEM_DIRS,
+        ) {
+            return Err(format!(
+                "cannot load the CUDA driver {}: not in LD_LIBRARY_PATH, {} or the system library directories (set {} to its path)",
+                name.display(),
+                crate::locate::LD_SO_CACHE,
+                crate::DRIVER_ENV
+            ));
+        }
         // SAFETY: loading the CUDA driver runs its initialisers, which is
         // what using it means; RTLD_LOCAL keeps its symbols to itself.
         let library = unsafe {
