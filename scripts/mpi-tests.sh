@@ -8,7 +8,12 @@
 #   3. a serving rank that dies ends the job with an error, not a hang
 #      (plugins/mpi/tests/c/killed_rank.c);
 #   4. nothing links libmpi, and a program run without a launcher, or as
-#      an ordinary MPI job (`mpirun -np 2 PROGRAM`), never loads it.
+#      an ordinary MPI job (`mpirun -np 2 PROGRAM`), never loads it;
+#   5. an MPI+OpenMP program (plugins/mpi/tests/c/mpi_app.c, built with
+#      mpicc) that initialises and finalizes MPI itself, with two
+#      application ranks talking over MPI: MPI is not initialised twice,
+#      the goodbye reaches the serving ranks before its MPI_Finalize, and a
+#      thread level below MPI_THREAD_SERIALIZED gets one warning per rank.
 # Without mpirun or clang-22 the script skips with a note, except under
 # CI=true, where that is a failure. Expects a built workspace (target/debug).
 set -euo pipefail
@@ -16,7 +21,7 @@ cd "$(dirname "$0")/.."
 
 OFFLOAD=$PWD/target/debug/offload
 [ -x "$OFFLOAD" ] || { echo "mpi-tests: build the workspace first" >&2; exit 1; }
-for tool in mpirun clang-22; do
+for tool in mpirun mpicc clang-22; do
   if ! command -v "$tool" >/dev/null; then
     if [ "${CI:-}" = true ]; then
       echo "mpi-tests: CI=true: $tool not installed; not skipping" >&2
@@ -109,6 +114,42 @@ grep -qi "signal 9\|killed" "$WORK/kill.err" "$WORK/kill.out" || {
   exit 1
 }
 echo "   job ended with exit $rc after $((SECONDS - start)) s: $(grep -hi "signal 9\|killed" "$WORK/kill.err" "$WORK/kill.out" | head -1 | sed 's/^ *//')"
+
+echo "== an MPI+OpenMP program initialises and finalizes MPI itself"
+OMPI_CC=clang-22 mpicc -fopenmp -fopenmp-targets=x86_64-unknown-linux-gnu -O1 \
+  plugins/mpi/tests/c/mpi_app.c -o "$WORK/mpi_app"
+for variant in serialized single; do
+  arg=""
+  [ "$variant" = single ] && arg=single
+  timeout 120 "${MPIRUN[@]}" -np 2 "$WORK/mpi_app" $arg : -np 2 "$OFFLOAD" serve --mpi \
+    >"$WORK/app.out" 2>"$WORK/app.err" || {
+    echo "mpi-tests: MPI+OpenMP program ($variant) failed" >&2
+    cat "$WORK/app.out" "$WORK/app.err" >&2
+    exit 1
+  }
+  # Ranks 0 and 1 of the application, ranks 2 and 3 serving: device 1 + r.
+  expected="devices 3, sums 499500 500500, on host 0"
+  if ! grep -qx "$expected" "$WORK/app.out" || [ "$(grep -c finalized "$WORK/app.out")" != 2 ]; then
+    echo "mpi-tests: MPI+OpenMP program ($variant): unexpected output" >&2
+    cat "$WORK/app.out" "$WORK/app.err" >&2
+    exit 1
+  fi
+  warnings=$({ grep -o "initialised MPI at MPI_THREAD_SINGLE" "$WORK/app.err" || true; } | wc -l)
+  want=0
+  [ "$variant" = single ] && want=2
+  [ "$warnings" = "$want" ] || {
+    echo "mpi-tests: MPI+OpenMP program ($variant): $warnings thread-level warnings, expected $want" >&2
+    cat "$WORK/app.err" >&2
+    exit 1
+  }
+  closed=$(grep -c "session closed" "$WORK/app.err" || true)
+  [ "$closed" = 4 ] || {
+    echo "mpi-tests: MPI+OpenMP program ($variant): $closed sessions closed, expected 4" >&2
+    cat "$WORK/app.err" >&2
+    exit 1
+  }
+  echo "   $variant: $expected; both ranks finalized, 4 sessions closed, $warnings warnings"
+done
 
 echo "== OpenMP programs on 2 serving ranks"
 unset OFFLOAD_HOST_DEVICES LD_LIBRARY_PATH

@@ -49,6 +49,21 @@ pub fn runtime() -> &'static Runtime {
     })
 }
 
+/// Whether starting the process runtime now would come too early: the
+/// program initialises MPI itself and has not yet (see
+/// `offload_plugin_mpi::waits_for_application_init`). Faces that start the
+/// runtime from a constructor then wait for the program's first device use.
+pub fn runtime_should_wait() -> bool {
+    #[cfg(feature = "mpi")]
+    {
+        offload_plugin_mpi::waits_for_application_init(Config::get())
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        false
+    }
+}
+
 /// `OFFLOAD_STATS=1`: one line per device at exit, on stderr.
 extern "C" fn print_stats() {
     let _ = std::panic::catch_unwind(|| {

@@ -152,7 +152,54 @@ pub struct State {
 
 static STATE: OnceLock<State> = OnceLock::new();
 
+/// The runtime's state; starting the runtime (first use) also registers
+/// the binaries that waited for it (see [`register`]).
+#[inline]
 pub fn state() -> &'static State {
+    let st = started_state();
+    if ANY_WAITING.load(Ordering::Acquire) {
+        register_waiting();
+    }
+    st
+}
+
+/// Binaries registered before the runtime could start (an MPI program that
+/// initialises MPI itself, after the constructors: see
+/// `offload_plugins::runtime_should_wait`): their descriptors, in order.
+static WAITING: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// `WAITING` is not empty (read on every `state()`).
+static ANY_WAITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The thread registering the waiting binaries (0: none): its own calls
+/// of `state()` during that must not wait for itself.
+static REGISTERING: AtomicU64 = AtomicU64::new(0);
+
+fn this_thread() -> u64 {
+    thread_local!(static ID: u8 = const { 0 });
+    ID.with(|id| id as *const u8 as u64)
+}
+
+#[cold]
+fn register_waiting() {
+    let me = this_thread();
+    if REGISTERING.load(Ordering::Acquire) == me {
+        return;
+    }
+    // Other threads wait here until every waiting binary is registered.
+    let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+    if !ANY_WAITING.load(Ordering::Acquire) {
+        return;
+    }
+    REGISTERING.store(me, Ordering::Release);
+    for desc in std::mem::take(&mut *waiting) {
+        // SAFETY: a descriptor `__tgt_register_lib` received and
+        // `__tgt_unregister_lib` has not taken back (it removes waiting ones).
+        unsafe { register_now(desc as *const BinDesc) };
+    }
+    ANY_WAITING.store(false, Ordering::Release);
+    REGISTERING.store(0, Ordering::Release);
+}
+
+fn started_state() -> &'static State {
     STATE.get_or_init(|| {
         let rt = offload_plugins::runtime();
         let devices = rt
@@ -727,8 +774,23 @@ pub unsafe fn register(desc: *const BinDesc) {
     if desc.is_null() {
         return;
     }
+    if STATE.get().is_none() && offload_plugins::runtime_should_wait() {
+        // Starting the runtime now would initialise MPI before the
+        // program's own MPI_Init: register at the first device use.
+        let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+        if !waiting.contains(&(desc as usize)) {
+            waiting.push(desc as usize);
+        }
+        ANY_WAITING.store(true, Ordering::Release);
+        return;
+    }
+    register_now(desc)
+}
+
+/// [`register`], with the runtime started.
+unsafe fn register_now(desc: *const BinDesc) {
     TLS_PROBE.with(|_| ());
-    let st = state();
+    let st = started_state();
     {
         let bins = st.binaries.lock().unwrap_or_else(|e| e.into_inner());
         if bins.iter().any(|b| b.desc == desc as usize) {
@@ -822,6 +884,17 @@ fn raw_policy() -> Option<i32> {
 
 /// `__tgt_unregister_lib`.
 pub fn unregister(desc: *const BinDesc) {
+    if ANY_WAITING.load(Ordering::Acquire) {
+        // Never registered for real (the program did not use a device).
+        let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pos) = waiting.iter().position(|&d| d == desc as usize) {
+            waiting.remove(pos);
+            if waiting.is_empty() {
+                ANY_WAITING.store(false, Ordering::Release);
+            }
+            return;
+        }
+    }
     let st = state();
     let reg = {
         let mut bins = st.binaries.lock().unwrap_or_else(|e| e.into_inner());

@@ -55,6 +55,14 @@ type FnAllgather =
     unsafe extern "C" fn(*const c_void, c_int, Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
 type FnAbort = unsafe extern "C" fn(Handle, c_int) -> c_int;
 type FnErrorString = unsafe extern "C" fn(c_int, *mut c_char, *mut c_int) -> c_int;
+/// `MPI_Comm_copy_attr_function`.
+pub type CopyAttrFn =
+    unsafe extern "C" fn(Handle, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+/// `MPI_Comm_delete_attr_function`.
+pub type DeleteAttrFn = unsafe extern "C" fn(Handle, c_int, *mut c_void, *mut c_void) -> c_int;
+type FnCreateKeyval =
+    unsafe extern "C" fn(CopyAttrFn, DeleteAttrFn, *mut c_int, *mut c_void) -> c_int;
+type FnSetAttr = unsafe extern "C" fn(Handle, c_int, *mut c_void) -> c_int;
 
 /// The loaded library and the functions and handles used.
 pub struct Mpi {
@@ -75,7 +83,11 @@ pub struct Mpi {
     allgather: FnAllgather,
     abort: FnAbort,
     error_string: FnErrorString,
+    query_thread: FnIntPtr,
+    create_keyval: FnCreateKeyval,
+    set_attr: FnSetAttr,
     pub comm_world: Handle,
+    comm_self: Handle,
     pub byte: Handle,
     errors_return: Handle,
     any_source: c_int,
@@ -83,6 +95,8 @@ pub struct Mpi {
     _lib: libloading::os::unix::Library,
 }
 
+pub const THREAD_SINGLE: c_int = 0;
+pub const THREAD_FUNNELED: c_int = 1;
 pub const THREAD_SERIALIZED: c_int = 2;
 pub const THREAD_MULTIPLE: c_int = 3;
 
@@ -133,19 +147,28 @@ impl Mpi {
                 .ok()
                 .map(|s| s.into_raw() as Handle)
         }
-        let (abi, comm_world, byte, errors_return, any_source) =
+        let object = |name: &str| {
+            addr(&lib, name).ok_or_else(|| Error::backend(format!("libmpi lacks {name}")))
+        };
+        let (abi, comm_world, comm_self, byte, errors_return, any_source) =
             match addr(&lib, "ompi_mpi_comm_world") {
                 Some(world) => (
                     Abi::OpenMpi,
                     world,
-                    addr(&lib, "ompi_mpi_byte")
-                        .ok_or_else(|| Error::backend("libmpi lacks ompi_mpi_byte"))?,
-                    addr(&lib, "ompi_mpi_errors_return")
-                        .ok_or_else(|| Error::backend("libmpi lacks ompi_mpi_errors_return"))?,
+                    object("ompi_mpi_comm_self")?,
+                    object("ompi_mpi_byte")?,
+                    object("ompi_mpi_errors_return")?,
                     -1,
                 ),
                 // MPICH's mpi.h constants.
-                None => (Abi::Mpich, 0x4400_0000, 0x4c00_010d, 0x5400_0001, -2),
+                None => (
+                    Abi::Mpich,
+                    0x4400_0000,
+                    0x4400_0001,
+                    0x4c00_010d,
+                    0x5400_0001,
+                    -2,
+                ),
             };
         Ok(Mpi {
             abi,
@@ -165,7 +188,11 @@ impl Mpi {
             allgather: sym(&lib, "MPI_Allgather")?,
             abort: sym(&lib, "MPI_Abort")?,
             error_string: sym(&lib, "MPI_Error_string")?,
+            query_thread: sym(&lib, "MPI_Query_thread")?,
+            create_keyval: sym(&lib, "MPI_Comm_create_keyval")?,
+            set_attr: sym(&lib, "MPI_Comm_set_attr")?,
             comm_world,
+            comm_self,
             byte,
             errors_return,
             any_source,
@@ -221,6 +248,48 @@ impl Mpi {
         };
         self.check("MPI_Init_thread", rc)?;
         Ok(provided)
+    }
+
+    /// The thread level MPI was initialised with (`MPI_Query_thread`).
+    pub fn thread_level(&self) -> Result<c_int> {
+        let mut level: c_int = 0;
+        // SAFETY: plain out-parameter; MPI is initialised.
+        self.check("MPI_Query_thread", unsafe {
+            (self.query_thread)(&mut level)
+        })?;
+        Ok(level)
+    }
+
+    /// Have `on_delete` called when `MPI_COMM_SELF`'s attributes are
+    /// deleted: the first thing `MPI_Finalize` does, with MPI still fully
+    /// usable (MPI-2.0 and later).
+    pub fn call_at_finalize(&self, on_delete: DeleteAttrFn) -> Result<()> {
+        /// Attribute copies: none (MPI_COMM_SELF is never duplicated by us).
+        unsafe extern "C" fn no_copy(
+            _: Handle,
+            _: c_int,
+            _: *mut c_void,
+            _: *mut c_void,
+            _: *mut c_void,
+            flag: *mut c_int,
+        ) -> c_int {
+            // SAFETY: MPI passes a valid flag pointer.
+            unsafe { *flag = 0 };
+            0
+        }
+        let mut keyval: c_int = 0;
+        // SAFETY: two callbacks with the standard's signatures; plain
+        // out-parameter; no extra state.
+        unsafe {
+            self.check(
+                "MPI_Comm_create_keyval",
+                (self.create_keyval)(no_copy, on_delete, &mut keyval, std::ptr::null_mut()),
+            )?;
+            self.check(
+                "MPI_Comm_set_attr",
+                (self.set_attr)(self.comm_self, keyval, std::ptr::null_mut()),
+            )
+        }
     }
 
     pub fn finalize(&self) -> Result<()> {

@@ -21,8 +21,12 @@
 //! * A copy between devices of two serving ranks goes rank to rank
 //!   (`Queue::copy_to_peer`), never through the application's rank.
 //! * MPI is initialised (at `MPI_THREAD_SERIALIZED`) unless the application
-//!   did so itself, and finalized at exit only if we initialised it. Every
-//!   MPI call of the process is serialized by one lock.
+//!   does so itself, and finalized at exit only if we initialised it. An
+//!   MPI+OpenMP program initialises MPI in `main`, after its images were
+//!   registered: the OpenMP face waits for that
+//!   ([`waits_for_application_init`]), and the goodbye to the serving ranks
+//!   goes out at the start of the program's `MPI_Finalize`. Every MPI call
+//!   of the runtime is serialized by one lock.
 
 pub mod ffi;
 pub mod transport;
@@ -53,7 +57,7 @@ pub const ENTRY: PluginEntry = PluginEntry {
 
 fn create(config: &Config) -> Result<Box<dyn Plugin>> {
     Ok(Box::new(MpiPlugin {
-        named: config.plugin_named("mpi"),
+        config: config.clone(),
         servers: Mutex::new(Vec::new()),
         shipped: Default::default(),
     }))
@@ -93,7 +97,7 @@ impl ShippedImages {
 }
 
 pub struct MpiPlugin {
-    named: bool,
+    config: Config,
     servers: Mutex<Vec<c_int>>,
     shipped: Arc<ShippedImages>,
 }
@@ -107,6 +111,73 @@ pub(crate) fn call(t: &Transport, rank: c_int, op: Op, body: &impl Message) -> R
 
 pub(crate) fn decode<M: Message + Default>(rank: c_int, data: &[u8]) -> Result<M> {
     M::decode(data).map_err(|e| Error::backend(format!("bad reply from MPI rank {rank}: {e}")))
+}
+
+/// Whether this plugin would start MPI in this process (see the crate
+/// doc): not in a serving rank, enabled, and named in `OFFLOAD_PLUGINS` or
+/// under a multi-program launch.
+fn would_start(config: &Config) -> bool {
+    std::env::var_os(SERVING_ENV).is_none()
+        && config.plugin_enabled("mpi")
+        && (config.plugin_named("mpi") || launched_with_ranks(|k| std::env::var(k).ok()))
+}
+
+/// Whether a runtime starting now should wait for the application to
+/// initialise MPI: the plugin would start, and the program links libmpi
+/// (an MPI+OpenMP program) but has not called `MPI_Init` yet. MPI may be
+/// initialised only once per process, and such a program does it itself,
+/// usually first thing in `main`, after the constructors that register
+/// its OpenMP images; the OpenMP face then starts its runtime at the first
+/// device use instead. Looks only at symbols already loaded.
+pub fn waits_for_application_init(config: &Config) -> bool {
+    if TRANSPORT.get().is_some() || !would_start(config) {
+        return false;
+    }
+    // SAFETY: a lookup in the global scope; nothing is loaded.
+    let initialized = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"MPI_Initialized".as_ptr()) };
+    if initialized.is_null() {
+        return false;
+    }
+    // SAFETY: the program's own libmpi's `int MPI_Initialized(int *)`,
+    // callable at any time.
+    let initialized: unsafe extern "C" fn(*mut c_int) -> c_int =
+        unsafe { std::mem::transmute(initialized) };
+    let mut flag: c_int = 0;
+    // SAFETY: plain out-parameter.
+    unsafe { initialized(&mut flag) };
+    flag == 0
+}
+
+/// The start of the application's own `MPI_Finalize` (an `MPI_COMM_SELF`
+/// attribute being deleted): say goodbye while MPI still works.
+unsafe extern "C" fn at_application_finalize(
+    _comm: ffi::Handle,
+    _keyval: c_int,
+    _attr: *mut std::ffi::c_void,
+    _extra: *mut std::ffi::c_void,
+) -> c_int {
+    at_exit();
+    0
+}
+
+/// Once per process: a program that initialised MPI below
+/// `MPI_THREAD_SERIALIZED` may only call MPI from one thread (or from its
+/// main thread), while the runtime calls it from whichever thread offloads.
+fn check_thread_level(t: &Transport) {
+    if t.thread_level >= ffi::THREAD_SERIALIZED {
+        return;
+    }
+    let level = match t.thread_level {
+        ffi::THREAD_SINGLE => "MPI_THREAD_SINGLE",
+        ffi::THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
+        _ => "an unknown level",
+    };
+    let line = format!(
+        "offload warning: the program initialised MPI at {level}; the MPI plugin calls MPI from every thread that offloads (nowait regions, other threads): offload from the main thread only, or initialise with MPI_Init_thread(..., MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE, ...)\n"
+    );
+    // One write, so that the line stays whole among other ranks' output.
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// At exit: tell every serving rank we are done, then finalize MPI if we
@@ -129,13 +200,10 @@ impl Plugin for MpiPlugin {
     }
 
     fn init(&self) -> Result<Vec<Arc<dyn plugin::Device>>> {
-        if std::env::var_os(SERVING_ENV).is_some() {
-            // A runtime inside a serving rank (a loaded image linking the
-            // drop-in library): that rank's MPI belongs to the server.
-            return Ok(Vec::new());
-        }
-        if !self.named && !launched_with_ranks(|k| std::env::var(k).ok()) {
-            // Not under an MPI launcher: load nothing.
+        if !would_start(&self.config) {
+            // In a serving rank (a loaded image linking the drop-in
+            // library: that rank's MPI belongs to the server), or not under
+            // an MPI launcher: load nothing.
             return Ok(Vec::new());
         }
         let t = match TRANSPORT.get() {
@@ -143,6 +211,12 @@ impl Plugin for MpiPlugin {
             None => {
                 let t = Arc::new(Transport::start(Role::Client)?);
                 let t = TRANSPORT.get_or_init(|| t).clone();
+                if t.initialized_by_application() {
+                    // The program's MPI_Finalize comes before our exit
+                    // handler: say goodbye at its start.
+                    t.close_before_finalize(at_application_finalize)?;
+                    check_thread_level(&t);
+                }
                 // SAFETY: registering a plain `extern "C" fn()` with the C runtime.
                 unsafe { libc::atexit(at_exit) };
                 t
@@ -176,7 +250,7 @@ impl Plugin for MpiPlugin {
     }
 
     fn register_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
-        let Some(t) = TRANSPORT.get() else {
+        let Some(t) = TRANSPORT.get().filter(|t| !t.is_closed()) else {
             return Ok(());
         };
         let servers = self
@@ -222,7 +296,10 @@ impl Plugin for MpiPlugin {
     }
 
     fn unregister_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
-        let Some(t) = TRANSPORT.get() else {
+        // Once the transport is closed (goodbye said, at the program's
+        // MPI_Finalize or at exit) the serving ranks dropped the session
+        // and everything in it.
+        let Some(t) = TRANSPORT.get().filter(|t| !t.is_closed()) else {
             return Ok(());
         };
         let servers = self

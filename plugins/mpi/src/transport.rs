@@ -130,6 +130,8 @@ pub struct Transport {
     pub roles: Vec<Role>,
     /// Whether this process called MPI_Init (then it also finalizes).
     initialized_here: bool,
+    /// The thread level MPI runs at (`MPI_Query_thread`).
+    pub thread_level: c_int,
     state: Mutex<State>,
 }
 
@@ -141,11 +143,10 @@ impl Transport {
         if mpi.is_finalized() {
             return Err(Error::backend("MPI was already finalized"));
         }
-        let initialized_here = if mpi.is_initialized() {
-            false
+        let (initialized_here, thread_level) = if mpi.is_initialized() {
+            (false, mpi.thread_level()?)
         } else {
-            mpi.init_thread(ffi::THREAD_SERIALIZED)?;
-            true
+            (true, mpi.init_thread(ffi::THREAD_SERIALIZED)?)
         };
         let comm = mpi.dup_returning_errors(mpi.comm_world)?;
         let (rank, size) = mpi.rank_and_size(comm)?;
@@ -161,8 +162,27 @@ impl Transport {
             rank,
             roles,
             initialized_here,
+            thread_level,
             state: Mutex::new(State { closed: false }),
         })
+    }
+
+    /// Whether the application initialised MPI itself (then it also
+    /// finalizes it; see [`Transport::close_before_finalize`]).
+    pub fn initialized_by_application(&self) -> bool {
+        !self.initialized_here
+    }
+
+    /// Have `on_finalize` run at the start of the application's
+    /// `MPI_Finalize`, while MPI still works (the application's own
+    /// finalize comes before any exit handler of ours).
+    pub fn close_before_finalize(&self, on_finalize: ffi::DeleteAttrFn) -> Result<()> {
+        self.mpi.call_at_finalize(on_finalize)
+    }
+
+    /// Whether [`Transport::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).closed
     }
 
     pub fn ranks_with(&self, role: Role) -> Vec<c_int> {
