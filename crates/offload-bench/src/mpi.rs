@@ -6,8 +6,10 @@
 //! ```
 //!
 //! * launch round trip of an empty kernel on the first serving rank's device
-//!   (launch + synchronise) vs a bare MPI ping-pong of 8 bytes with the same
-//!   rank (goal: at most 1.5x);
+//!   (a synchronous launch, as a target region makes) vs a bare MPI
+//!   ping-pong of 8 bytes with the same rank (goal: at most 1.5x); also a
+//!   launch on a queue plus its synchronize, and an empty request (the
+//!   protocol's floor), for reference;
 //! * copy bandwidth to and from that device vs bare MPI sends and receives
 //!   of the same size between the same two ranks (blocking, osu-style
 //!   loop; goal: at least 0.8x);
@@ -55,8 +57,16 @@ pub fn run(args: &[String]) {
     let kernel = program.kernel("empty").unwrap();
     let queue = offload_core::Queue::new(Some(&dev)).unwrap();
     let mut small = [0u8; 8];
-    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    let (mut ours, mut queued, mut base, mut floor) = (vec![], vec![], vec![], vec![]);
     for r in 0..reps + 1 {
+        // A synchronous launch: what an OpenMP target region does.
+        let s = Instant::now();
+        for _ in 0..iters {
+            dev.launch(&kernel, KernelArgs::Packed(&[]), &LaunchConfig::default())
+                .unwrap();
+        }
+        let launch_us = s.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        // On a queue, then a synchronize (ol* and Rust API queues).
         let s = Instant::now();
         for _ in 0..iters {
             queue
@@ -64,17 +74,25 @@ pub fn run(args: &[String]) {
                 .unwrap();
             queue.synchronize().unwrap();
         }
-        let launch_us = s.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        let queued_us = s.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        let s = Instant::now();
+        for _ in 0..iters {
+            offload_plugin_mpi::ping(&t, rank).unwrap();
+        }
+        let ping_request_us = s.elapsed().as_secs_f64() * 1e6 / iters as f64;
         let ping_us = offload_plugin_mpi::raw_loop(&t, rank, 1, iters as u64, &mut small).unwrap()
             * 1e6
             / iters as f64;
         if r > 0 {
             // The first round warms both up.
             ours.push(launch_us);
+            queued.push(queued_us);
             base.push(ping_us);
+            floor.push(ping_request_us);
         }
     }
-    let (launch, ping) = (median(ours), median(base));
+    let (launch, queued, ping, request) =
+        (median(ours), median(queued), median(base), median(floor));
 
     // Bandwidth vs bare MPI between the same ranks.
     let bytes: usize = if quick { 16 << 20 } else { 64 << 20 };
@@ -116,6 +134,24 @@ pub fn run(args: &[String]) {
             baseline_name: "MPI ping-pong 8 B",
             goal: "<= 1.5x",
             ok: launch <= 1.5 * ping,
+        },
+        Row {
+            case: "MPI queue launch + synchronize",
+            ours: queued,
+            baseline: ping,
+            unit: "us",
+            baseline_name: "MPI ping-pong 8 B",
+            goal: "(queues)",
+            ok: true,
+        },
+        Row {
+            case: "MPI empty request round trip",
+            ours: request,
+            baseline: ping,
+            unit: "us",
+            baseline_name: "MPI ping-pong 8 B",
+            goal: "(protocol floor)",
+            ok: true,
         },
         Row {
             case: "MPI copy host->device",

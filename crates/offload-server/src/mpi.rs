@@ -7,7 +7,6 @@
 //! code run in this process: isolation between the ranks of one job is not
 //! a goal (they are one application).
 
-use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::Arc;
 
@@ -52,7 +51,8 @@ pub fn serve(runtime: Arc<Runtime>) -> Result<()> {
         "serving over MPI"
     );
     let server = format!("{} rank {}", crate::service::server_name(), t.rank);
-    let mut sessions: HashMap<c_int, Arc<Session>> = HashMap::new();
+    // By client rank (ranks are small numbers).
+    let mut sessions: Vec<Option<Session>> = Vec::new();
     let mut done = 0usize;
     let result = (|| {
         while done < clients.len() {
@@ -66,22 +66,25 @@ pub fn serve(runtime: Arc<Runtime>) -> Result<()> {
                 )?;
                 continue;
             };
+            let Ok(slot) = usize::try_from(from) else {
+                continue;
+            };
+            if sessions.len() <= slot {
+                sessions.resize_with(slot + 1, || None);
+            }
             if op == Op::Bye {
-                if let Some(s) = sessions.remove(&from) {
+                if let Some(s) = sessions[slot].take() {
                     let (freed, programs) = s.release();
                     info!(client = from, freed, programs, "session closed");
                 }
                 done += 1;
                 continue;
             }
-            let s = sessions
-                .entry(from)
-                .or_insert_with(|| {
-                    info!(client = from, "session opened");
-                    Arc::new(Session::new(format!("MPI rank {from}"), runtime.clone()))
-                })
-                .clone();
-            handle(&link, &s, &runtime, &server, from, op, &body)?;
+            let s = sessions[slot].get_or_insert_with(|| {
+                info!(client = from, "session opened");
+                Session::new(format!("MPI rank {from}"), runtime.clone())
+            });
+            handle(&link, s, &runtime, &server, from, op, &body)?;
         }
         Ok(())
     })();

@@ -55,7 +55,8 @@ struct State {
     /// client binary id -> its image ids.
     binaries: HashMap<u64, Vec<u64>>,
     programs: BTreeMap<u64, LoadedProgram>,
-    kernels: HashMap<u64, (u32, u64, Arc<offload_core::Kernel>)>,
+    /// Looked up on every launch; ids are handed out here, sequentially.
+    kernels: HashMap<u64, (u32, u64, Arc<offload_core::Kernel>), offload_core::hash::AddrHash>,
 }
 
 /// What names a session: the public id, the secret completing the call

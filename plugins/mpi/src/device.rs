@@ -401,8 +401,10 @@ impl plugin::Queue for MpiQueue {
             words,
             packed: packed.into(),
             use_words,
-            num_groups: config.num_groups.to_vec(),
-            group_size: config.group_size.to_vec(),
+            // Omitted when all ones (what the serving side assumes):
+            // two vectors less to build and decode per launch.
+            num_groups: dims(config.num_groups),
+            group_size: dims(config.group_size),
             dyn_group_memory: config.dyn_group_memory,
             tripcount: config.tripcount,
         }))
@@ -432,6 +434,15 @@ impl plugin::Queue for MpiQueue {
 
     fn completes_inline(&self) -> bool {
         true
+    }
+}
+
+/// A launch dimension for the wire: empty for `[1, 1, 1]`.
+fn dims(d: [u32; 3]) -> Vec<u32> {
+    if d == [1, 1, 1] {
+        Vec::new()
+    } else {
+        d.to_vec()
     }
 }
 

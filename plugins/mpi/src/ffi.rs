@@ -49,7 +49,6 @@ type FnSetErrhandler = unsafe extern "C" fn(Handle, Handle) -> c_int;
 type FnSend = unsafe extern "C" fn(*const c_void, c_int, Handle, c_int, c_int, Handle) -> c_int;
 type FnRecv =
     unsafe extern "C" fn(*mut c_void, c_int, Handle, c_int, c_int, Handle, *mut Status) -> c_int;
-type FnProbe = unsafe extern "C" fn(c_int, c_int, Handle, *mut Status) -> c_int;
 type FnGetCount = unsafe extern "C" fn(*const Status, Handle, *mut c_int) -> c_int;
 type FnAllgather =
     unsafe extern "C" fn(*const c_void, c_int, Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
@@ -78,7 +77,6 @@ pub struct Mpi {
     set_errhandler: FnSetErrhandler,
     send: FnSend,
     recv: FnRecv,
-    probe: FnProbe,
     get_count: FnGetCount,
     allgather: FnAllgather,
     abort: FnAbort,
@@ -183,7 +181,6 @@ impl Mpi {
             set_errhandler: sym(&lib, "MPI_Comm_set_errhandler")?,
             send: sym(&lib, "MPI_Send")?,
             recv: sym(&lib, "MPI_Recv")?,
-            probe: sym(&lib, "MPI_Probe")?,
             get_count: sym(&lib, "MPI_Get_count")?,
             allgather: sym(&lib, "MPI_Allgather")?,
             abort: sym(&lib, "MPI_Abort")?,
@@ -379,31 +376,44 @@ impl Mpi {
         self.check("MPI_Recv", rc)
     }
 
-    /// Wait for a message with `tag` from `source` (or any source) and
-    /// receive it whole: (source rank, bytes).
-    pub fn recv_any_len(
+    /// Receive one message with `tag` from `source` (or any source) into
+    /// `buf`: (source rank, its length). A longer message is an error
+    /// (`MPI_ERR_TRUNCATE`).
+    pub fn recv_into(
         &self,
         comm: Handle,
         source: c_int,
         tag: c_int,
-    ) -> Result<(c_int, Vec<u8>)> {
+        buf: &mut [u8],
+    ) -> Result<(c_int, usize)> {
+        let capacity = c_int::try_from(buf.len()).unwrap_or(c_int::MAX);
         let mut st = Status::default();
-        // SAFETY: plain out-parameter.
-        self.check("MPI_Probe", unsafe {
-            (self.probe)(source, tag, comm, &mut st)
-        })?;
+        // SAFETY: `buf` is writable for `capacity` bytes.
+        let rc = unsafe {
+            (self.recv)(
+                buf.as_mut_ptr().cast(),
+                capacity,
+                self.byte,
+                source,
+                tag,
+                comm,
+                &mut st,
+            )
+        };
+        self.check("MPI_Recv", rc)?;
         let mut count: c_int = 0;
-        // SAFETY: `st` was filled by MPI_Probe.
+        // SAFETY: `st` was filled by MPI_Recv.
         self.check("MPI_Get_count", unsafe {
             (self.get_count)(&st, self.byte, &mut count)
         })?;
-        let from = match self.abi {
+        Ok((self.source_of(&st), count.max(0) as usize))
+    }
+
+    fn source_of(&self, st: &Status) -> c_int {
+        match self.abi {
             Abi::OpenMpi => st.words[0],
             Abi::Mpich => st.words[2],
-        };
-        let mut buf = vec![0u8; count.max(0) as usize];
-        self.recv_raw(comm, from, tag, buf.as_mut_ptr(), buf.len())?;
-        Ok((from, buf))
+        }
     }
 
     /// `MPI_ANY_SOURCE` of this ABI.

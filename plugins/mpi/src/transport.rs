@@ -27,6 +27,21 @@ pub const TAG_REQUEST: c_int = 0x0f10;
 pub const TAG_REPLY: c_int = 0x0f11;
 pub const TAG_DATA: c_int = 0x0f12;
 pub const TAG_PEER: c_int = 0x0f13;
+/// The whole of a request too long for [`INLINE_MAX`] (announced on
+/// [`TAG_REQUEST`] by a [`LARGE`] frame).
+pub const TAG_REQUEST_LARGE: c_int = 0x0f14;
+/// The same for replies.
+pub const TAG_REPLY_LARGE: c_int = 0x0f15;
+
+/// Longest request or reply sent as one message (frame byte included):
+/// the receiver posts one receive of this size, so no `MPI_Probe` precedes
+/// a request or reply. Inline copies (below [`BULK_MIN`]) fit.
+pub const INLINE_MAX: usize = BULK_MIN + 4096;
+/// First byte of a frame announcing a longer message: 8 bytes of its
+/// length follow, the message itself comes on the `..._LARGE` tag.
+const LARGE: u8 = 0xff;
+/// First byte of an inline reply.
+const REPLY: u8 = 0;
 
 /// Copies at least this large move as raw messages, not inside the request.
 pub const BULK_MIN: usize = 64 << 10;
@@ -119,6 +134,10 @@ pub fn launched_with_ranks(lookup: impl Fn(&str) -> Option<String>) -> bool {
 
 struct State {
     closed: bool,
+    /// The one receive buffer (INLINE_MAX bytes once used).
+    rx: std::cell::RefCell<Vec<u8>>,
+    /// The send buffer, reused (its capacity kept).
+    tx: std::cell::RefCell<Vec<u8>>,
 }
 
 /// The process's MPI connection.
@@ -163,7 +182,11 @@ impl Transport {
             roles,
             initialized_here,
             thread_level,
-            state: Mutex::new(State { closed: false }),
+            state: Mutex::new(State {
+                closed: false,
+                rx: Default::default(),
+                tx: Default::default(),
+            }),
         })
     }
 
@@ -246,43 +269,38 @@ impl Link<'_> {
 
     /// A request: `op` then `body`.
     pub fn send_request(&self, rank: c_int, op: Op, body: &impl Message) -> Result<()> {
-        let mut buf = Vec::with_capacity(1 + body.encoded_len());
-        buf.push(op as u8);
-        body.encode(&mut buf)
-            .map_err(|e| Error::backend(e.to_string()))?;
-        self.mpi()
-            .send(self.t.comm, rank, TAG_REQUEST, &buf)
-            .map_err(|e| rank_error(rank, e))
+        self.send_framed(rank, op as u8, body, TAG_REQUEST, TAG_REQUEST_LARGE)
     }
 
     /// The next request from any rank: (rank, op byte, body).
     pub fn recv_request(&self) -> Result<(c_int, u8, Vec<u8>)> {
-        let (from, mut buf) =
-            self.mpi()
-                .recv_any_len(self.t.comm, self.mpi().any_source(), TAG_REQUEST)?;
-        if buf.is_empty() {
-            return Err(Error::invalid_argument(format!(
-                "empty request from rank {from}"
-            )));
-        }
-        let op = buf.remove(0);
-        Ok((from, op, buf))
+        let any = self.mpi().any_source();
+        self.recv_framed(any, TAG_REQUEST, TAG_REQUEST_LARGE, |from, msg| {
+            match msg.split_first() {
+                Some((&op, body)) => Ok((from, op, body.to_vec())),
+                None => Err(Error::invalid_argument(format!(
+                    "empty request from rank {from}"
+                ))),
+            }
+        })
     }
 
     pub fn send_reply(&self, rank: c_int, reply: &QueueCompletion) -> Result<()> {
-        self.mpi()
-            .send(self.t.comm, rank, TAG_REPLY, &reply.encode_to_vec())
-            .map_err(|e| rank_error(rank, e))
+        self.send_framed(rank, REPLY, reply, TAG_REPLY, TAG_REPLY_LARGE)
     }
 
     /// The reply from `rank`: its data, or the error it carries.
     pub fn recv_reply(&self, rank: c_int) -> Result<Vec<u8>> {
-        let (_, buf) = self
-            .mpi()
-            .recv_any_len(self.t.comm, rank, TAG_REPLY)
+        let c = self
+            .recv_framed(rank, TAG_REPLY, TAG_REPLY_LARGE, |_, msg| {
+                match msg.split_first() {
+                    Some((&REPLY, body)) => QueueCompletion::decode(body).map_err(|e| {
+                        Error::backend(format!("bad reply from MPI rank {rank}: {e}"))
+                    }),
+                    _ => Err(Error::backend(format!("bad reply from MPI rank {rank}"))),
+                }
+            })
             .map_err(|e| rank_error(rank, e))?;
-        let c = QueueCompletion::decode(buf.as_slice())
-            .map_err(|e| Error::backend(format!("bad reply from MPI rank {rank}: {e}")))?;
         if c.code != 0 {
             return Err(Error::new(
                 ErrorCode::from_raw(c.code).unwrap_or(ErrorCode::Unknown),
@@ -290,6 +308,75 @@ impl Link<'_> {
             ));
         }
         Ok(c.data.to_vec())
+    }
+
+    /// `first` then `body` as one message on `tag`, or, when longer than
+    /// [`INLINE_MAX`], a [`LARGE`] frame on `tag` and the message on
+    /// `large_tag` (MPI keeps the order of two messages between the same
+    /// ranks).
+    fn send_framed(
+        &self,
+        rank: c_int,
+        first: u8,
+        body: &impl Message,
+        tag: c_int,
+        large_tag: c_int,
+    ) -> Result<()> {
+        let mut buf = self._g.tx.borrow_mut();
+        buf.clear();
+        buf.reserve(1 + body.encoded_len());
+        buf.push(first);
+        body.encode(&mut *buf)
+            .map_err(|e| Error::backend(e.to_string()))?;
+        let send = |tag, data: &[u8]| {
+            self.mpi()
+                .send(self.t.comm, rank, tag, data)
+                .map_err(|e| rank_error(rank, e))
+        };
+        if buf.len() <= INLINE_MAX {
+            return send(tag, &buf);
+        }
+        let mut frame = [0u8; 9];
+        frame[0] = LARGE;
+        frame[1..].copy_from_slice(&(buf.len() as u64).to_le_bytes());
+        send(tag, &frame)?;
+        send(large_tag, &buf)
+    }
+
+    /// One framed message (see [`Link::send_framed`]) from `source`,
+    /// handed to `read` with its sender (frame byte first) where it was
+    /// received: no copy for inline messages.
+    fn recv_framed<R>(
+        &self,
+        source: c_int,
+        tag: c_int,
+        large_tag: c_int,
+        read: impl FnOnce(c_int, &[u8]) -> Result<R>,
+    ) -> Result<R> {
+        let mut rx = self._g.rx.borrow_mut();
+        if rx.len() < INLINE_MAX {
+            rx.resize(INLINE_MAX, 0);
+        }
+        let (from, n) = self.mpi().recv_into(self.t.comm, source, tag, &mut rx)?;
+        let msg = &rx[..n];
+        if msg.first() != Some(&LARGE) {
+            return read(from, msg);
+        }
+        let len = msg
+            .get(1..9)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| Error::backend(format!("bad frame from MPI rank {from}")))?;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l > INLINE_MAX && l <= MAX_PIECE)
+            .ok_or_else(|| {
+                Error::backend(format!("MPI rank {from} announced a {len}-byte message"))
+            })?;
+        let mut whole = vec![0u8; len];
+        self.mpi()
+            .recv_raw(self.t.comm, from, large_tag, whole.as_mut_ptr(), len)?;
+        read(from, &whole)
     }
 
     /// Send `len` bytes at `ptr` in pieces.
