@@ -13,7 +13,10 @@
 #      mpicc) that initialises and finalizes MPI itself, with two
 #      application ranks talking over MPI: MPI is not initialised twice,
 #      the goodbye reaches the serving ranks before its MPI_Finalize, and a
-#      thread level below MPI_THREAD_SERIALIZED gets one warning per rank.
+#      thread level below MPI_THREAD_SERIALIZED gets one warning per rank;
+#   6. the same programs under MPICH (its hydra `mpiexec.mpich`, its
+#      libmpich, `OFFLOAD_PLUGINS=host,mpi` since hydra does not say how
+#      many programs it started).
 # Without mpirun or clang-22 the script skips with a note, except under
 # CI=true, where that is a failure. Expects a built workspace (target/debug).
 set -euo pipefail
@@ -21,7 +24,7 @@ cd "$(dirname "$0")/.."
 
 OFFLOAD=$PWD/target/debug/offload
 [ -x "$OFFLOAD" ] || { echo "mpi-tests: build the workspace first" >&2; exit 1; }
-for tool in mpirun mpicc clang-22; do
+for tool in mpirun mpicc mpiexec.mpich mpicc.mpich clang-22; do
   if ! command -v "$tool" >/dev/null; then
     if [ "${CI:-}" = true ]; then
       echo "mpi-tests: CI=true: $tool not installed; not skipping" >&2
@@ -79,13 +82,13 @@ OFFLOAD_LOG=offload_server::mpi=debug timeout 120 "${MPIRUN[@]}" -np 1 "$WORK/pe
 }
 cat "$WORK/peer.out"
 # Device 0 is the application's own host device, 1 and 2 the ranks'.
-expected="devices: 3
+peer_expected="devices: 3
 device 0: sum 499500
 device 1: sum 499500
 device 2: sum 499500
 rank-to-rank copies of 4096 bytes: ok
 rank-to-rank copies of 3145728 bytes: ok"
-[ "$(cat "$WORK/peer.out")" = "$expected" ] || { echo "mpi-tests: unexpected output" >&2; cat "$WORK/peer.err" >&2; exit 1; }
+[ "$(cat "$WORK/peer.out")" = "$peer_expected" ] || { echo "mpi-tests: unexpected output" >&2; cat "$WORK/peer.err" >&2; exit 1; }
 # Each copy: one rank logs sending straight to the other, which logs receiving.
 sent=$(grep -c "peer copy sent" "$WORK/peer.err" || true)
 received=$(grep -c "peer copy received" "$WORK/peer.err" || true)
@@ -150,6 +153,43 @@ for variant in serialized single; do
   }
   echo "   $variant: $expected; both ranks finalized, 4 sessions closed, $warnings warnings"
 done
+
+echo "== MPICH: the same programs under hydra"
+MPICH_CC=clang-22 mpicc.mpich -fopenmp -fopenmp-targets=x86_64-unknown-linux-gnu -O1 \
+  plugins/mpi/tests/c/mpi_app.c -o "$WORK/mpi_app_mpich"
+MPIEXEC=(env OFFLOAD_PLUGINS=host,mpi timeout 120 mpiexec.mpich)
+"${MPIEXEC[@]}" -n 1 "$WORK/peer_copy" : -n 2 "$OFFLOAD" serve --mpi \
+  >"$WORK/mpich-peer.out" 2>"$WORK/mpich-peer.err" || {
+  cat "$WORK/mpich-peer.out" "$WORK/mpich-peer.err" >&2
+  exit 1
+}
+[ "$(cat "$WORK/mpich-peer.out")" = "$peer_expected" ] || {
+  echo "mpi-tests: MPICH: unexpected peer_copy output" >&2
+  cat "$WORK/mpich-peer.out" "$WORK/mpich-peer.err" >&2
+  exit 1
+}
+"${MPIEXEC[@]}" -n 2 "$WORK/mpi_app_mpich" : -n 2 "$OFFLOAD" serve --mpi \
+  >"$WORK/mpich-app.out" 2>"$WORK/mpich-app.err" || {
+  cat "$WORK/mpich-app.out" "$WORK/mpich-app.err" >&2
+  exit 1
+}
+if ! grep -qx "devices 3, sums 499500 500500, on host 0" "$WORK/mpich-app.out" ||
+  [ "$(grep -c finalized "$WORK/mpich-app.out")" != 2 ]; then
+  echo "mpi-tests: MPICH: unexpected mpi_app output" >&2
+  cat "$WORK/mpich-app.out" "$WORK/mpich-app.err" >&2
+  exit 1
+fi
+set +e
+"${MPIEXEC[@]}" -n 1 "$WORK/killed_rank" : -n 2 "$OFFLOAD" serve --mpi \
+  >"$WORK/mpich-kill.out" 2>"$WORK/mpich-kill.err"
+rc=$?
+set -e
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -qi "signal 9\|killed" "$WORK/mpich-kill.out" "$WORK/mpich-kill.err"; then
+  echo "mpi-tests: MPICH: killed rank: exit $rc (0: not noticed, 124: hung)" >&2
+  cat "$WORK/mpich-kill.out" "$WORK/mpich-kill.err" >&2
+  exit 1
+fi
+echo "   peer copies, the MPI+OpenMP program and a killed rank (exit $rc) under MPICH"
 
 echo "== OpenMP programs on 2 serving ranks"
 unset OFFLOAD_HOST_DEVICES LD_LIBRARY_PATH

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(clang-22 lld-22 llvm-22 llvm-22-tools libomp-22-dev liboffload-22-dev iproute2 openmpi-bin libopenmpi-dev python3-venv)
+PACKAGES=(clang-22 lld-22 llvm-22 llvm-22-tools libomp-22-dev liboffload-22-dev iproute2 openmpi-bin libopenmpi-dev mpich python3-venv)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -98,15 +98,36 @@ pub const THREAD_FUNNELED: c_int = 1;
 pub const THREAD_SERIALIZED: c_int = 2;
 pub const THREAD_MULTIPLE: c_int = 3;
 
-/// Library names tried in order when `OFFLOAD_MPI_LIBRARY` is not set.
-const CANDIDATES: &[&str] = &["libmpi.so.40", "libmpi.so.12", "libmpi.so"];
+/// Library names tried in order when `OFFLOAD_MPI_LIBRARY` is not set and
+/// the launcher does not say which MPI started us (see [`candidates`]).
+const CANDIDATES: &[&str] = &[
+    "libmpi.so.40",
+    "libmpich.so.12",
+    "libmpi.so.12",
+    "libmpi.so",
+];
+
+/// The library names to try: Open MPI's first under Open MPI's launcher
+/// (`OMPI_*` variables), MPICH's first under a PMI launcher (MPICH's
+/// hydra `mpiexec`, Slurm's `srun` with PMI: `PMI_RANK`), which cannot run
+/// the other's library. `lookup` reads the environment.
+pub fn candidates(lookup: impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
+    let mut names = CANDIDATES.to_vec();
+    if lookup("OMPI_COMM_WORLD_SIZE").is_none() && lookup("PMI_RANK").is_some() {
+        names.sort_by_key(|n| !n.ends_with(".so.12"));
+    }
+    names
+}
 
 impl Mpi {
     /// Load libmpi: `OFFLOAD_MPI_LIBRARY` if set, else the usual sonames.
     pub fn load() -> Result<Mpi> {
         let names: Vec<String> = match std::env::var("OFFLOAD_MPI_LIBRARY") {
             Ok(v) if !v.is_empty() => vec![v],
-            _ => CANDIDATES.iter().map(|s| s.to_string()).collect(),
+            _ => candidates(|k| std::env::var(k).ok())
+                .into_iter()
+                .map(String::from)
+                .collect(),
         };
         let mut errors = Vec::new();
         for name in &names {

@@ -377,6 +377,34 @@ mod tests {
     }
 
     #[test]
+    fn the_launcher_picks_the_library_tried_first() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(ffi::candidates(env(&[]))[0], "libmpi.so.40");
+        assert_eq!(
+            ffi::candidates(env(&[("OMPI_COMM_WORLD_SIZE", "3"), ("PMI_RANK", "0")]))[0],
+            "libmpi.so.40"
+        );
+        // MPICH's hydra (or srun with PMI): MPICH's sonames first.
+        let hydra = ffi::candidates(env(&[("PMI_RANK", "0"), ("PMI_SIZE", "3")]));
+        assert_eq!(
+            hydra,
+            [
+                "libmpich.so.12",
+                "libmpi.so.12",
+                "libmpi.so.40",
+                "libmpi.so"
+            ]
+        );
+    }
+
+    #[test]
     fn ops_round_trip() {
         for b in 0..=255u8 {
             if let Some(op) = Op::from_u8(b) {
