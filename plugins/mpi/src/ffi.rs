@@ -112,8 +112,9 @@ const CANDIDATES: &[&str] = &[
 /// hydra `mpiexec`, Slurm's `srun` with PMI: `PMI_RANK`), which cannot run
 /// the other's library. `lookup` reads the environment.
 pub fn candidates(lookup: impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
+    let var = |k: &str| lookup(k);
     let mut names = CANDIDATES.to_vec();
-    if lookup("OMPI_COMM_WORLD_SIZE").is_none() && lookup("PMI_RANK").is_some() {
+    if var("OMPI_COMM_WORLD_SIZE").is_none() && var("PMI_RANK").is_some() {
         names.sort_by_key(|n| !n.ends_with(".so.12"));
     }
     names
