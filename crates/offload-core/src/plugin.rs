@@ -148,7 +148,11 @@ pub struct DeviceInfo {
 /// Grid geometry and extras of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchConfig {
+    /// Groups (teams, blocks) per dimension. From the OpenMP face, 0 in x
+    /// means `num_teams` was left unset: the plugin chooses.
     pub num_groups: [u32; 3],
+    /// Work items (threads) per group. From the OpenMP face, 0 in x means
+    /// `thread_limit` was left unset: the plugin chooses.
     pub group_size: [u32; 3],
     /// Bytes of dynamic group ("shared") memory per group.
     pub dyn_group_memory: u32,

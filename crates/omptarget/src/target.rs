@@ -1196,14 +1196,15 @@ fn pack_firstprivates(
 }
 
 /// The launch geometry the program asked for: teams become groups, the
-/// thread limit the group size (0 = "the plugin's default": one), plus the
-/// dynamic group memory and loop trip count. The host plugin runs OpenMP
-/// kernels with one call (libomp fans out); GPU plugins use all of it.
+/// thread limit the group size, plus the dynamic group memory and loop trip
+/// count. A clause the program left unset stays 0 in the x dimension: the
+/// plugin picks (the CUDA plugin as LLVM's does; the host plugin runs
+/// OpenMP kernels with one call and libomp fans out).
 fn launch_config(ka: &KernelArgsTy) -> LaunchConfig {
-    let at_least_one = |v: [u32; 3]| v.map(|n| n.max(1));
+    let x_as_given = |v: [u32; 3]| [v[0], v[1].max(1), v[2].max(1)];
     LaunchConfig {
-        num_groups: at_least_one(ka.num_teams),
-        group_size: at_least_one(ka.thread_limit),
+        num_groups: x_as_given(ka.num_teams),
+        group_size: x_as_given(ka.thread_limit),
         dyn_group_memory: ka.dyn_cgroup_mem,
         tripcount: ka.tripcount,
     }

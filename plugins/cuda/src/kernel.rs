@@ -7,6 +7,7 @@ use offload_core::plugin;
 use offload_core::Result;
 
 use crate::image::Module;
+use crate::launch::{ExecMode, OpenMpKernel, MAX_TEAMS, MAX_THREADS};
 use crate::sys;
 
 /// Group size used when the driver's occupancy calculator fails.
@@ -23,6 +24,8 @@ pub struct CudaKernel {
     pub(crate) max_threads: u32,
     /// The dynamic shared memory this kernel was opted in to (above 48 KiB).
     pub(crate) dyn_shared_optin: AtomicU32,
+    /// For an OpenMP kernel: how its launch sizes are chosen.
+    pub(crate) openmp: Option<OpenMpKernel>,
 }
 
 impl CudaKernel {
@@ -40,12 +43,15 @@ impl CudaKernel {
                 function,
             )
         })?;
+        let max_threads = max.max(1) as u32;
+        let openmp = openmp_kernel(&module, name, max_threads)?;
         Ok(CudaKernel {
             name: name.to_string(),
             function: function as usize,
             module,
-            max_threads: max.max(1) as u32,
+            max_threads,
             dyn_shared_optin: AtomicU32::new(DEFAULT_DYNAMIC_SHARED),
+            openmp,
         })
     }
 
@@ -101,4 +107,50 @@ impl plugin::Kernel for CudaKernel {
             _ => DEFAULT_GROUP_SIZE.min(self.max_threads),
         }
     }
+}
+
+/// An OpenMP kernel's launch rules: clang emits `<name>_kernel_environment`
+/// for every target region, its third byte the execution mode. `None` for
+/// other kernels (no such global), which launch with the sizes given.
+fn openmp_kernel(module: &Module, name: &str, max_threads: u32) -> Result<Option<OpenMpKernel>> {
+    let Ok(global) = std::ffi::CString::new(format!("{name}_kernel_environment")) else {
+        return Ok(None);
+    };
+    let gpu = &module.gpu;
+    let (mut ptr, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    let raw = module.raw();
+    // SAFETY: a loaded module and a NUL-terminated name.
+    let found = gpu.call("cuModuleGetGlobal", |d| unsafe {
+        (d.cuModuleGetGlobal)(&mut ptr, &mut size, raw, global.as_ptr())
+    });
+    if found.is_err() || size < 3 {
+        return Ok(None);
+    }
+    let mut head = [0u8; 3];
+    // SAFETY: `head` holds 3 bytes; the global holds at least 3.
+    gpu.call("cuMemcpyDtoHAsync", |d| unsafe {
+        (d.cuMemcpyDtoHAsync)(head.as_mut_ptr().cast(), ptr, 3, std::ptr::null_mut())
+    })?;
+    // SAFETY: waits for the legacy default stream the copy went to.
+    gpu.call("cuStreamSynchronize", |d| unsafe {
+        (d.cuStreamSynchronize)(std::ptr::null_mut())
+    })?;
+    let Some(mode) = ExecMode::from_flags(head[2]) else {
+        return Ok(None);
+    };
+    let attr = |a| -> Result<u32> {
+        let mut v = 0;
+        // SAFETY: writes one int for a valid device.
+        gpu.call("cuDeviceGetAttribute", |d| unsafe {
+            (d.cuDeviceGetAttribute)(&mut v, a, gpu.ordinal)
+        })?;
+        Ok(v.max(1) as u32)
+    };
+    Ok(Some(OpenMpKernel {
+        mode,
+        max_threads: max_threads
+            .min(attr(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?)
+            .min(MAX_THREADS),
+        max_blocks: attr(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?.min(MAX_TEAMS),
+    }))
 }

@@ -31,6 +31,7 @@ pub mod device;
 pub mod driver;
 pub mod image;
 pub mod kernel;
+pub mod launch;
 pub mod locate;
 pub mod memory;
 pub mod queue;

@@ -299,6 +299,87 @@ fn saxpy_args(n: i32, a: f32, x: DevicePtr, y: DevicePtr) -> Vec<u8> {
     b
 }
 
+/// OpenMP kernels (with a `<name>_kernel_environment` global) get LLVM's
+/// launch sizes for what the program left unset (0 from the OpenMP face)
+/// and a warp for a generic kernel's main thread; other kernels keep the
+/// sizes they are given, and a 0 there is an error.
+#[test]
+fn openmp_kernels_get_llvms_launch_sizes() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let mut omp_ptx = ptx.clone();
+    omp_ptx.extend_from_slice(b"\n.global .align 8 .b8 saxpy_kernel_environment[48];\n");
+    let d = &rt.devices()[1];
+    let n = 1000usize;
+    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let zeros = vec![0u8; n * 4];
+    // SAFETY: `zeros` outlives the synchronous copies.
+    unsafe {
+        d.copy_to_device(x, zeros.as_ptr(), n * 4).unwrap();
+        d.copy_to_device(y, zeros.as_ptr(), n * 4).unwrap();
+    }
+    let args = saxpy_args(n as i32, 2.0, x, y);
+    let unset = |tripcount| LaunchConfig {
+        num_groups: [0, 1, 1],
+        group_size: [0, 1, 1],
+        dyn_group_memory: 0,
+        tripcount,
+    };
+    // The kernel environment's third byte: 2 SPMD, 1 generic.
+    let openmp = |mode: u8| {
+        let program = d.load_program(&omp_ptx).unwrap();
+        let (env, size) = program.global("saxpy_kernel_environment").unwrap();
+        assert_eq!(size, 48);
+        // SAFETY: three bytes into the 48-byte global.
+        unsafe { d.copy_to_device(env, [0u8, 0, mode].as_ptr(), 3).unwrap() };
+        (program.kernel("saxpy").unwrap(), program)
+    };
+
+    let (spmd, _p) = openmp(2);
+    // 1000 iterations: too few for 3200 teams, so a warp per team.
+    d.launch(&spmd, KernelArgs::Packed(&args), &unset(1000))
+        .unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([32, 1, 1], [32, 1, 1]));
+    // No trip count: the default 3200 teams of 128 threads.
+    d.launch(&spmd, KernelArgs::Packed(&args), &unset(0))
+        .unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([3200, 1, 1], [128, 1, 1]));
+    // Clauses given are kept.
+    d.launch(
+        &spmd,
+        KernelArgs::Packed(&args),
+        &LaunchConfig::linear(4, 64),
+    )
+    .unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([4, 1, 1], [64, 1, 1]));
+
+    let (generic, _q) = openmp(1);
+    d.launch(
+        &generic,
+        KernelArgs::Packed(&args),
+        &LaunchConfig::linear(4, 64),
+    )
+    .unwrap();
+    assert_eq!(fake.last_launch().block, [96, 1, 1]);
+    d.launch(&generic, KernelArgs::Packed(&args), &unset(10))
+        .unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([10, 1, 1], [128, 1, 1]));
+
+    // Not an OpenMP kernel: sizes as given, and no zero.
+    let bare = d.load_program(&ptx).unwrap().kernel("saxpy").unwrap();
+    let e = d
+        .launch(&bare, KernelArgs::Packed(&args), &unset(1000))
+        .unwrap_err();
+    assert!(e.message().contains("zero dimension"), "{e}");
+}
+
 #[test]
 fn ptx_kernels_launch_with_the_packed_buffer_grid_and_shared_memory() {
     let Some((_g, fake, rt)) = setup() else {
