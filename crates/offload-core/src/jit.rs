@@ -4,7 +4,8 @@
 //! triple, a processor and the kind of output its loader takes); the core
 //! compiles a bitcode image for it with an LLVM 22 compiler found at run
 //! time (no libLLVM in the runtime, so programs without bitcode images do
-//! not pay for it) and loads the result like any native image. The image's
+//! not pay for it) and loads the result like any native image: a shared
+//! object for host devices, PTX text for CUDA devices. The image's
 //! `1OMP` `CompileOptions` and `LinkOptions` reach the compiler.
 //!
 //! Results are cached on disk, keyed by the image bytes, the target, the
@@ -32,6 +33,20 @@ use crate::error::{Error, ErrorCode, Result};
 pub enum JitOutput {
     /// A position-independent shared object (the host plugin's images).
     SharedObject,
+    /// PTX text for NVIDIA GPUs (the CUDA plugin's driver compiles it),
+    /// at least the given PTX ISA version (`78`: 7.8, the first with
+    /// `sm_90`).
+    Ptx { isa: u32 },
+}
+
+impl JitOutput {
+    /// File extension of a compiled image (and its cache entry).
+    fn extension(&self) -> &'static str {
+        match self {
+            JitOutput::SharedObject => "so",
+            JitOutput::Ptx { .. } => "ptx",
+        }
+    }
 }
 
 /// What bitcode is compiled to for one device.
@@ -59,7 +74,7 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     let options = options(image);
     let key = cache_key(image.bytes, target, &options, &compiler.version);
     let dir = cache_dir();
-    let entry = dir.join(format!("{key}.so"));
+    let entry = dir.join(format!("{key}.{}", target.output.extension()));
     if let Ok(bytes) = std::fs::read(&entry) {
         tracing::debug!(entry = %entry.display(), "JIT cache hit");
         return Ok(bytes);
@@ -76,7 +91,7 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let stem = dir.join(format!(".{key}.{}.{n}", std::process::id()));
     let input = stem.with_extension("bc");
-    let output = stem.with_extension("so");
+    let output = stem.with_extension(target.output.extension());
     let io =
         |what: &str, e: std::io::Error| Error::new(ErrorCode::HostIo, format!("JIT: {what}: {e}"));
     std::fs::write(&input, image.bytes).map_err(|e| io("writing the bitcode", e))?;
@@ -111,17 +126,28 @@ fn arguments(target: &JitTarget, options: &Options, input: &Path, output: &Path)
     if let Some(cpu) = &target.cpu {
         args.push(format!("-march={cpu}"));
     }
-    match target.output {
+    let links = match target.output {
         JitOutput::SharedObject => {
             args.extend(["-fPIC", "-shared", "-nostdlib"].map(String::from));
+            true
         }
-    }
+        JitOutput::Ptx { isa } => {
+            // Assembly only: the driver compiles PTX; no CUDA installation
+            // or device library is needed (or looked for).
+            args.extend(["-S", "-nogpulib"].map(String::from));
+            args.extend(["-Xclang", "-target-feature", "-Xclang"].map(String::from));
+            args.push(format!("+ptx{isa}"));
+            false
+        }
+    };
     // The image's own options win over the default optimisation level.
     if !options.compile.iter().any(|o| o.starts_with("-O")) {
         args.push("-O2".into());
     }
     args.extend(options.compile.iter().cloned());
-    args.extend(options.link.iter().map(|o| format!("-Wl,{o}")));
+    if links {
+        args.extend(options.link.iter().map(|o| format!("-Wl,{o}")));
+    }
     args.extend(["-x".into(), "ir".into()]);
     args.push(input.display().to_string());
     args.extend(["-o".into(), output.display().to_string()]);
@@ -303,5 +329,41 @@ mod tests {
         assert!(!args.contains(&"-O2".to_string()), "{args:?}");
         assert!(args.contains(&"-Wl,--no-undefined".to_string()));
         assert_eq!(args.last().map(String::as_str), Some("out.so"));
+    }
+
+    #[test]
+    fn ptx_is_assembled_not_linked() {
+        let ptx = JitTarget {
+            triple: "nvptx64-nvidia-cuda".into(),
+            cpu: Some("sm_90".into()),
+            output: JitOutput::Ptx { isa: 78 },
+        };
+        let args = arguments(
+            &ptx,
+            &Options {
+                compile: vec![],
+                link: vec!["--no-undefined".into()],
+            },
+            Path::new("in.bc"),
+            Path::new("out.ptx"),
+        );
+        for want in [
+            "--target=nvptx64-nvidia-cuda",
+            "-march=sm_90",
+            "-S",
+            "+ptx78",
+            "-O2",
+        ] {
+            assert!(args.contains(&want.to_string()), "{want} in {args:?}");
+        }
+        assert!(
+            !args.iter().any(|a| a.starts_with("-Wl,") || a == "-shared"),
+            "{args:?}"
+        );
+        assert_ne!(
+            cache_key(b"BC", &ptx, &Options::default(), "c"),
+            cache_key(b"BC", &target(), &Options::default(), "c")
+        );
+        assert_eq!(ptx.output.extension(), "ptx");
     }
 }

@@ -156,6 +156,19 @@ impl plugin::Device for CudaDevice {
         memory::unregister_host(&self.gpu, ptr)
     }
 
+    /// LLVM bitcode becomes PTX for this compute capability (the driver
+    /// then compiles it like any PTX image).
+    fn jit_target(&self) -> Option<offload_core::jit::JitTarget> {
+        Some(offload_core::jit::JitTarget {
+            triple: TARGET_TRIPLE.to_string(),
+            cpu: Some(self.sm.to_string()),
+            // PTX 7.8 is the first with sm_90; sm_100 and later need 8.6.
+            output: offload_core::jit::JitOutput::Ptx {
+                isa: if self.sm.major >= 10 { 86 } else { 78 },
+            },
+        })
+    }
+
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
         if !self.can_run(image) {
             return Err(Error::invalid_binary(format!(

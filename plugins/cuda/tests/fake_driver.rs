@@ -94,6 +94,8 @@ fn setup() -> Option<(MutexGuard<'static, ()>, &'static Fake, &'static Runtime)>
         // SAFETY: set once, before any runtime of this process reads it,
         // while the other tests wait on the lock above.
         unsafe { std::env::set_var(offload_plugin_cuda::DRIVER_ENV, &path) };
+        // SAFETY: as above. Bitcode images compile afresh in each run.
+        unsafe { std::env::set_var("OFFLOAD_JIT_CACHE", common::scratch().join("jit")) };
         // SAFETY: the test controls of the same library the plugin loads.
         let lib = unsafe { libloading::Library::new(&path) }.unwrap();
         let config = Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "cuda".to_string()));
@@ -297,6 +299,52 @@ fn saxpy_args(n: i32, a: f32, x: DevicePtr, y: DevicePtr) -> Vec<u8> {
     b.extend_from_slice(&x.0.to_ne_bytes());
     b.extend_from_slice(&y.0.to_ne_bytes());
     b
+}
+
+/// LLVM bitcode for NVPTX is compiled to PTX by the core's JIT (clang-22
+/// at run time) and loaded by the driver like any PTX image.
+#[test]
+fn nvptx_bitcode_is_compiled_to_ptx_and_runs() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let Some(bc) = common::bitcode(common::KERNELS_C, "sm_80") else {
+        return;
+    };
+    assert_eq!(&bc[..4], b"BC\xc0\xde");
+    let d = &rt.devices()[0];
+    let program = d.load_program(&bc).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 256usize;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+    // SAFETY: host buffers outlive the synchronous copies.
+    unsafe {
+        d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap();
+        d.copy_to_device(y, xs.as_ptr().cast(), n * 4).unwrap();
+    }
+    let args = saxpy_args(n as i32, 3.0, x, y);
+    d.launch(
+        &saxpy,
+        KernelArgs::Packed(&args),
+        &LaunchConfig::linear(2, 128),
+    )
+    .unwrap();
+    let mut out = vec![0f32; n];
+    // SAFETY: `out` outlives the copy.
+    unsafe {
+        d.copy_from_device(out.as_mut_ptr().cast(), y, n * 4)
+            .unwrap()
+    };
+    for (i, v) in out.iter().enumerate() {
+        assert_eq!(*v, 4.0 * i as f32);
+    }
+    // The JIT's output, PTX, is in its cache.
+    assert!(std::fs::read_dir(common::scratch().join("jit"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().ends_with(".ptx")));
 }
 
 /// OpenMP kernels (with a `<name>_kernel_environment` global) get LLVM's

@@ -66,8 +66,18 @@ pub fn fake_driver() -> Option<PathBuf> {
     .clone()
 }
 
-/// PTX for `sm` compiled by clang-22 from C source.
+/// `source` compiled by clang-22 for `sm` as PTX text.
 pub fn ptx(source: &str, sm: &str) -> Option<Vec<u8>> {
+    nvptx(source, sm, "k.ptx", &["-S"])
+}
+
+/// `source` compiled by clang-22 for `sm` as LLVM bitcode (what the
+/// runtime's JIT turns into PTX).
+pub fn bitcode(source: &str, sm: &str) -> Option<Vec<u8>> {
+    nvptx(source, sm, "k.bc", &["-emit-llvm", "-c"])
+}
+
+fn nvptx(source: &str, sm: &str, out_name: &str, emit: &[&str]) -> Option<Vec<u8>> {
     let clang = clang()?;
     let n = {
         use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,7 +88,7 @@ pub fn ptx(source: &str, sm: &str) -> Option<Vec<u8>> {
     std::fs::create_dir_all(&dir).unwrap();
     let c = dir.join("k.c");
     std::fs::write(&c, source).unwrap();
-    let out = dir.join("k.ptx");
+    let out = dir.join(out_name);
     let o = Command::new(clang)
         .args([
             "--target=nvptx64-nvidia-cuda",
@@ -94,9 +104,9 @@ pub fn ptx(source: &str, sm: &str) -> Option<Vec<u8>> {
             "-nogpulib",
             "-ffreestanding",
             "-O2",
-            "-S",
-            "-o",
         ])
+        .args(emit)
+        .arg("-o")
         .arg(&out)
         .arg(&c)
         .output()
