@@ -252,6 +252,33 @@ struct Row {
     ok: bool,
 }
 
+/// The human-readable table of `rows`. A goal in parentheses is for
+/// reference only: its row has no verdict.
+fn print_rows(rows: &[Row]) {
+    println!(
+        "{:<32} {:>12} {:>12}  {:<20} {:>7}  {:<17} verdict",
+        "case", "ours", "baseline", "baseline is", "ratio", "goal"
+    );
+    for r in rows {
+        let verdict = match (r.goal.starts_with('('), r.ok) {
+            (true, _) => "-",
+            (false, true) => "met",
+            (false, false) => "MISSED",
+        };
+        println!(
+            "{:<32} {:>9.2} {:<4} {:>9.2} {:<4}  {:<20} {:>7.2}  {:<17} {verdict}",
+            r.case,
+            r.ours,
+            r.unit,
+            r.baseline,
+            r.unit,
+            r.baseline_name,
+            r.ours / r.baseline,
+            r.goal,
+        );
+    }
+}
+
 fn remote(json: bool, quick: bool) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("serve-side")
@@ -495,23 +522,6 @@ fn remote(json: bool, quick: bool) {
         }
         return;
     }
-    println!(
-        "{:<32} {:>12} {:>12}  {:<18} {:>7}  {:<9} verdict",
-        "case", "ours", "baseline", "baseline is", "ratio", "goal"
-    );
-    for r in &rows {
-        println!(
-            "{:<32} {:>9.2} {:<2} {:>9.2} {:<2}  {:<18} {:>7.2}  {:<9} {}",
-            r.case,
-            r.ours,
-            r.unit,
-            r.baseline,
-            r.unit,
-            r.baseline_name,
-            r.ours / r.baseline,
-            r.goal,
-            if r.ok { "met" } else { "MISSED" }
-        );
-    }
+    print_rows(&rows);
     let _ = Duration::ZERO;
 }

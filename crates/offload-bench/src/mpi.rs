@@ -222,22 +222,5 @@ pub fn run(args: &[String]) {
         return;
     }
     println!("serving ranks: {servers} ({} bytes per copy)", bytes);
-    println!(
-        "{:<32} {:>12} {:>12}  {:<20} {:>7}  {:<9} verdict",
-        "case", "ours", "baseline", "baseline is", "ratio", "goal"
-    );
-    for r in &rows {
-        println!(
-            "{:<32} {:>9.2} {:<4} {:>9.2} {:<4}  {:<20} {:>7.2}  {:<9} {}",
-            r.case,
-            r.ours,
-            r.unit,
-            r.baseline,
-            r.unit,
-            r.baseline_name,
-            r.ours / r.baseline,
-            r.goal,
-            if r.ok { "met" } else { "MISSED" }
-        );
-    }
+    crate::print_rows(&rows);
 }

@@ -194,6 +194,16 @@ extern "C" fn at_exit() {
     });
 }
 
+impl MpiPlugin {
+    /// The serving ranks found at init.
+    fn servers(&self) -> Vec<c_int> {
+        self.servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
 impl Plugin for MpiPlugin {
     fn name(&self) -> &'static str {
         "mpi"
@@ -253,11 +263,7 @@ impl Plugin for MpiPlugin {
         let Some(t) = TRANSPORT.get().filter(|t| !t.is_closed()) else {
             return Ok(());
         };
-        let servers = self
-            .servers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let servers = self.servers();
         let mut failures = Vec::new();
         for rank in servers {
             let req = RegisterBinaryRequest {
@@ -302,11 +308,7 @@ impl Plugin for MpiPlugin {
         let Some(t) = TRANSPORT.get().filter(|t| !t.is_closed()) else {
             return Ok(());
         };
-        let servers = self
-            .servers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let servers = self.servers();
         let mut failures = Vec::new();
         for &rank in servers.iter().rev() {
             let keys = self

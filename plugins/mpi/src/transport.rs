@@ -390,15 +390,11 @@ impl Link<'_> {
         ptr: *const u8,
         len: usize,
     ) -> Result<()> {
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(MAX_PIECE);
+        in_pieces(len, |at, n| {
             self.mpi()
-                .send_raw(self.t.comm, rank, tag, ptr.add(done), n)
-                .map_err(|e| rank_error(rank, e))?;
-            done += n;
-        }
-        Ok(())
+                .send_raw(self.t.comm, rank, tag, ptr.add(at), n)
+                .map_err(|e| rank_error(rank, e))
+        })
     }
 
     /// Receive `len` bytes into `ptr`, in the pieces [`Link::send_bulk`] sent.
@@ -412,14 +408,22 @@ impl Link<'_> {
         ptr: *mut u8,
         len: usize,
     ) -> Result<()> {
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(MAX_PIECE);
+        in_pieces(len, |at, n| {
             self.mpi()
-                .recv_raw(self.t.comm, rank, tag, ptr.add(done), n)
-                .map_err(|e| rank_error(rank, e))?;
-            done += n;
-        }
-        Ok(())
+                .recv_raw(self.t.comm, rank, tag, ptr.add(at), n)
+                .map_err(|e| rank_error(rank, e))
+        })
     }
+}
+
+/// `len` bytes as pieces of at most [`MAX_PIECE`]: `piece(offset, size)`
+/// for each, in order (an MPI count is an `int`).
+fn in_pieces(len: usize, mut piece: impl FnMut(usize, usize) -> Result<()>) -> Result<()> {
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(MAX_PIECE);
+        piece(done, n)?;
+        done += n;
+    }
+    Ok(())
 }
