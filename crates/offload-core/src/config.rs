@@ -4,6 +4,8 @@
 //! what LLVM has no variable for.
 
 use std::path::PathBuf;
+
+use crate::launch::LaunchTuning;
 use std::sync::OnceLock;
 
 /// LLVM's default caching-allocator threshold (bytes).
@@ -45,6 +47,17 @@ pub struct Config {
     /// `OFFLOAD_REMOTE_CHUNK_SIZE` (bytes, default 1 MiB): size of the pieces
     /// large copies are streamed in.
     pub remote_chunk_size: usize,
+    /// OpenMP launch tuning: `OMP_NUM_TEAMS`, `OMP_TEAMS_THREAD_LIMIT`,
+    /// `LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT`,
+    /// `LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT`,
+    /// `LIBOMPTARGET_SHARED_MEMORY_SIZE` ([`crate::launch`]).
+    pub launch: LaunchTuning,
+    /// `LIBOMPTARGET_STACK_SIZE`: stack bytes per GPU thread, set on each
+    /// GPU when it is first used (plugins without one ignore it).
+    pub device_stack_size: Option<u64>,
+    /// `LIBOMPTARGET_HEAP_SIZE`: bytes of each GPU's device-side `malloc`
+    /// heap, set when it is first used.
+    pub device_heap_size: Option<u64>,
 }
 
 impl Default for Config {
@@ -62,6 +75,9 @@ impl Default for Config {
             remote_timeout_secs: 10,
             remote_tls_ca: None,
             remote_chunk_size: 1 << 20,
+            launch: LaunchTuning::default(),
+            device_stack_size: None,
+            device_heap_size: None,
         }
     }
 }
@@ -135,6 +151,10 @@ impl Config {
         {
             c.remote_chunk_size = n.clamp(4096, 64 << 20);
         }
+        c.launch = launch_tuning(&lookup);
+        let bytes = |name: &str| lookup(name).and_then(|v| v.trim().parse::<u64>().ok());
+        c.device_stack_size = bytes("LIBOMPTARGET_STACK_SIZE");
+        c.device_heap_size = bytes("LIBOMPTARGET_HEAP_SIZE");
         c
     }
 
@@ -151,6 +171,47 @@ impl Config {
             None => true,
             Some(list) => list.iter().any(|p| p == name),
         }
+    }
+}
+
+/// The launch tuning variables, parsed as LLVM's plugins parse them: a
+/// value that does not parse leaves the default; counts must be positive.
+fn launch_tuning(lookup: &impl Fn(&str) -> Option<String>) -> LaunchTuning {
+    let positive = |name: &str| {
+        lookup(name)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .filter(|&n| n > 0)
+            .map(|n| n.min(i64::from(u32::MAX)) as u32)
+    };
+    let mut t = LaunchTuning {
+        max_teams: positive("OMP_NUM_TEAMS"),
+        max_threads: positive("OMP_TEAMS_THREAD_LIMIT"),
+        ..LaunchTuning::default()
+    };
+    if let Some(n) = lookup("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT")
+        .and_then(|v| v.trim().parse::<u32>().ok())
+    {
+        t.min_threads_low_trip_count = n;
+    }
+    if let Some(b) =
+        lookup("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT").and_then(|v| parse_bool(&v))
+    {
+        t.reuse_blocks_high_trip_count = b;
+    }
+    if let Some(n) =
+        lookup("LIBOMPTARGET_SHARED_MEMORY_SIZE").and_then(|v| v.trim().parse::<u32>().ok())
+    {
+        t.min_dyn_group_memory = n;
+    }
+    t
+}
+
+/// LLVM's boolean variables: true/yes/on/1 and false/no/off/0, any case.
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Some(true),
+        "false" | "no" | "off" | "0" => Some(false),
+        _ => None,
     }
 }
 
@@ -193,6 +254,33 @@ mod tests {
         assert_eq!(c.memory_manager_threshold, 8192);
         assert_eq!(c.host_devices, 4);
         assert!(c.plugin_enabled("host"));
+    }
+
+    #[test]
+    fn launch_tuning_variables() {
+        assert_eq!(cfg(&[]).launch, LaunchTuning::default());
+        let t = cfg(&[
+            ("OMP_NUM_TEAMS", "12"),
+            ("OMP_TEAMS_THREAD_LIMIT", "64"),
+            ("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT", "8"),
+            ("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", "Off"),
+            ("LIBOMPTARGET_SHARED_MEMORY_SIZE", "4096"),
+        ])
+        .launch;
+        assert_eq!(t.max_teams, Some(12));
+        assert_eq!(t.max_threads, Some(64));
+        assert_eq!(t.min_threads_low_trip_count, 8);
+        assert!(!t.reuse_blocks_high_trip_count);
+        assert_eq!(t.min_dyn_group_memory, 4096);
+        // Non-positive or junk values keep the defaults.
+        let t = cfg(&[
+            ("OMP_NUM_TEAMS", "0"),
+            ("OMP_TEAMS_THREAD_LIMIT", "-4"),
+            ("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", "maybe"),
+            ("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT", "x"),
+        ])
+        .launch;
+        assert_eq!(t, LaunchTuning::default());
     }
 
     #[test]

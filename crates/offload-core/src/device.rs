@@ -14,7 +14,9 @@ use std::sync::{Arc, OnceLock};
 use offload_image::DeviceImage;
 use tracing::debug_span;
 
+use crate::config::Config;
 use crate::error::{Error, ErrorCode, Result};
+use crate::launch::LaunchTuning;
 use crate::memory::{Allocation, AllocationIndex, MemoryPool, Origin, Owner};
 use crate::plugin::{self, AllocKind, DeviceInfo, DevicePtr, KernelArgs, LaunchConfig};
 use crate::program::{Kernel, Program};
@@ -33,6 +35,8 @@ pub struct Device {
     inline_queue: OnceLock<Option<Arc<dyn plugin::Queue>>>,
     stats: Stats,
     label: String,
+    /// The user's OpenMP launch tuning ([`crate::launch`]).
+    launch_tuning: LaunchTuning,
 }
 
 thread_local! {
@@ -46,7 +50,7 @@ impl Device {
         id: usize,
         plugin: &'static str,
         raw: Arc<dyn plugin::Device>,
-        pool_threshold: usize,
+        config: &Config,
     ) -> Self {
         static SERIALS: AtomicU64 = AtomicU64::new(1);
         let label = format!("device {id} ({plugin} {})", raw.info().uid);
@@ -55,12 +59,18 @@ impl Device {
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             plugin,
             raw,
-            pool: MemoryPool::new(pool_threshold),
+            pool: MemoryPool::new(config.memory_manager_threshold),
             index: AllocationIndex::default(),
             inline_queue: OnceLock::new(),
             stats: Stats::default(),
             label,
+            launch_tuning: config.launch,
         }
+    }
+
+    /// The OpenMP launch tuning variables this device's launches follow.
+    pub fn launch_tuning(&self) -> &LaunchTuning {
+        &self.launch_tuning
     }
 
     /// Index of this device among all devices of the runtime.
@@ -589,12 +599,14 @@ impl Device {
         let _s = debug_span!("launch", device = self.id, kernel = kernel.name()).entered();
         self.check_kernel(kernel)?;
         self.stats.count_launch();
+        let sizes = kernel.resolve(config);
         if let Some(rec) = crate::record::active().filter(|r| r.wants(kernel.name())) {
+            // The request is recorded: a replay resolves it again.
             return rec.record(self, kernel, args, config, || {
-                self.with_sync_queue(|q| q.launch(kernel.raw(), args, config))
+                self.with_sync_queue(|q| q.launch(kernel.raw(), args, &sizes))
             });
         }
-        self.with_sync_queue(|q| q.launch(kernel.raw(), args, config))
+        self.with_sync_queue(|q| q.launch(kernel.raw(), args, &sizes))
     }
 
     /// Every live range of the index (allocations, globals, registrations).

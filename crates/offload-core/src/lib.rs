@@ -36,6 +36,7 @@ pub mod hash;
 pub mod image;
 pub mod index;
 pub mod jit;
+pub mod launch;
 pub mod memory;
 pub mod plugin;
 pub mod profile;

@@ -317,6 +317,13 @@ pub trait Kernel: Send + Sync + AsAny {
     fn preferred_group_size(&self, _dyn_group_memory: usize) -> u32 {
         1
     }
+    /// For an OpenMP target region whose launch sizes the runtime picks
+    /// (a GPU's): its execution mode and the device's grid values. The
+    /// core then resolves every launch before the plugin sees it
+    /// ([`crate::launch`]). `None`: launches keep the sizes given.
+    fn openmp(&self) -> Option<crate::launch::OpenMpKernel> {
+        None
+    }
 }
 
 /// An in-order queue: the one operation set every data movement and launch

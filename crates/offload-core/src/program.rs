@@ -9,8 +9,9 @@ use tracing::debug_span;
 
 use crate::device::Device;
 use crate::error::Result;
+use crate::launch::{ExecMode, OpenMpKernel};
 use crate::memory::Owner;
-use crate::plugin::{self, DevicePtr};
+use crate::plugin::{self, DevicePtr, LaunchConfig};
 
 pub struct Program {
     device: Arc<Device>,
@@ -61,9 +62,11 @@ impl Program {
     pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Arc<Kernel>> {
         let _s = debug_span!("get_kernel", device = self.device.id(), name).entered();
         let raw = self.raw.kernel(name)?;
+        let openmp = raw.openmp();
         Ok(Arc::new(Kernel {
             program: self.clone(),
             raw,
+            openmp,
         }))
     }
 
@@ -90,6 +93,8 @@ impl Drop for Program {
 pub struct Kernel {
     program: Arc<Program>,
     raw: Arc<dyn plugin::Kernel>,
+    /// The plugin's launch rules of an OpenMP kernel, asked once.
+    openmp: Option<OpenMpKernel>,
 }
 
 impl Kernel {
@@ -106,6 +111,22 @@ impl Kernel {
     /// A group size that fills the device well for this kernel.
     pub fn preferred_group_size(&self, dyn_group_memory: usize) -> u32 {
         self.raw.preferred_group_size(dyn_group_memory)
+    }
+    /// The grid a launch asking for `config` gets: for an OpenMP kernel
+    /// of a GPU-like plugin, LLVM's choice for unset `num_teams` /
+    /// `thread_limit` under the user's tuning variables, with the
+    /// kernel's execution mode; `None` for kernels launched as given.
+    pub fn launch_plan(&self, config: &LaunchConfig) -> Option<(LaunchConfig, ExecMode)> {
+        let omp = self.openmp.as_ref()?;
+        Some((omp.resolve(self.device().launch_tuning(), config), omp.mode))
+    }
+    /// What the plugin launches for `config` (see [`Kernel::launch_plan`]).
+    #[inline]
+    pub(crate) fn resolve(&self, config: &LaunchConfig) -> LaunchConfig {
+        match &self.openmp {
+            None => *config,
+            Some(omp) => omp.resolve(self.device().launch_tuning(), config),
+        }
     }
     #[inline]
     pub(crate) fn raw(&self) -> &dyn plugin::Kernel {

@@ -179,19 +179,21 @@ impl Queue {
             // Recorded launches run in order, now: earlier work first, so
             // the snapshot sees what the kernel will.
             self.synchronize()?;
+            let sizes = kernel.resolve(config);
             return rec.record(device, kernel, args, config, || {
-                device.with_sync_queue(|q| q.launch(kernel.raw(), args, config))
+                device.with_sync_queue(|q| q.launch(kernel.raw(), args, &sizes))
             });
         }
+        let config = kernel.resolve(config);
         if self.worker.is_none() {
             // The plugin queue copies what it needs before returning.
             let raw = self
                 .raw
                 .as_ref()
                 .expect("device queues have a plugin queue");
-            return raw.launch(kernel.raw(), args, config);
+            return raw.launch(kernel.raw(), args, &config);
         }
-        let (kernel, config) = (kernel.clone(), *config);
+        let kernel = kernel.clone();
         match args {
             KernelArgs::Words(w) => {
                 let words = w.to_vec();

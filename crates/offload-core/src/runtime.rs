@@ -78,12 +78,7 @@ impl Runtime {
                     let first = devices.len();
                     for raw in raw_devices {
                         let id = devices.len();
-                        devices.push(Arc::new(Device::new(
-                            id,
-                            entry.name,
-                            raw,
-                            config.memory_manager_threshold,
-                        )));
+                        devices.push(Arc::new(Device::new(id, entry.name, raw, &config)));
                     }
                     plugins.push(LoadedPlugin {
                         plugin,

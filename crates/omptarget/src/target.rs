@@ -1396,14 +1396,10 @@ pub fn target_kernel(
     };
     // SAFETY: kernel pointers live as long as the device's loaded programs.
     let k = unsafe { &*kernel.0 };
-    if info & msg::INFO_PLUGIN_KERNEL != 0 {
-        msg::eprint_line(&format!(
-            "\"PluginInterface\" device {} info: Launching kernel {} with [1,1,1] blocks and [1,1,1] threads in Generic mode",
-            d.id,
-            k.name()
-        ));
-    }
     let config = launch_config(ka);
+    if info & msg::INFO_PLUGIN_KERNEL != 0 {
+        print_launch(d.id, k, &config);
+    }
     let launched = match d.dev.launch(k, KernelArgs::Words(words), &config) {
         Ok(()) => true,
         Err(e) => {
@@ -1429,4 +1425,25 @@ pub fn target_kernel(
         after_block(&Loc::from_ident(loc));
     }
     0
+}
+
+/// LLVM's INFO line for a launch: the grid an OpenMP kernel of a GPU-like
+/// plugin really gets and its mode; host kernels print what LLVM's host
+/// plugin prints (one team of one thread, generic).
+#[cold]
+fn print_launch(device: usize, k: &offload_core::Kernel, config: &LaunchConfig) {
+    let (blocks, threads, mode) = match k.launch_plan(config) {
+        Some((c, m)) => (c.num_groups, c.group_size, m.llvm_name()),
+        None => ([1, 1, 1], [1, 1, 1], "Generic"),
+    };
+    msg::eprint_line(&format!(
+        "\"PluginInterface\" device {device} info: Launching kernel {} with [{},{},{}] blocks and [{},{},{}] threads in {mode} mode",
+        k.name(),
+        blocks[0],
+        blocks[1],
+        blocks[2],
+        threads[0],
+        threads[1],
+        threads[2]
+    ));
 }

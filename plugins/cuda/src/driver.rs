@@ -86,20 +86,33 @@ pub struct Gpu {
     pub ordinal: CUdevice,
     /// Label for messages (`cuda device 0`).
     pub label: String,
+    /// Limits set on the context when it is retained.
+    limits: ContextLimits,
     ctx: OnceLock<std::result::Result<usize, Error>>,
 }
 
+/// Context limits the user asked for (`LIBOMPTARGET_STACK_SIZE`,
+/// `LIBOMPTARGET_HEAP_SIZE`), as LLVM's plugin sets them at device start.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ContextLimits {
+    pub stack_size: Option<u64>,
+    pub heap_size: Option<u64>,
+}
+
 impl Gpu {
-    pub fn new(driver: Arc<Driver>, ordinal: CUdevice) -> Gpu {
+    pub fn new(driver: Arc<Driver>, ordinal: CUdevice, limits: ContextLimits) -> Gpu {
         Gpu {
             driver,
             ordinal,
             label: format!("CUDA device {ordinal}"),
+            limits,
             ctx: OnceLock::new(),
         }
     }
 
     /// The primary context, retained once (every host thread shares it).
+    /// A limit the driver refuses makes the GPU unusable, with that error
+    /// (as a failed device start in LLVM's plugin).
     pub fn context(&self) -> Result<CUcontext> {
         self.ctx
             .get_or_init(|| {
@@ -110,11 +123,49 @@ impl Gpu {
                     &self.driver,
                     r,
                     format_args!("{}: cuDevicePrimaryCtxRetain", self.label),
-                )
-                .map(|()| ctx as usize)
+                )?;
+                if let Err(e) = self.set_limits(ctx) {
+                    // SAFETY: balances the retain above.
+                    unsafe { (self.driver.cuDevicePrimaryCtxRelease)(self.ordinal) };
+                    return Err(e);
+                }
+                Ok(ctx as usize)
             })
             .clone()
             .map(|c| c as CUcontext)
+    }
+
+    fn set_limits(&self, ctx: CUcontext) -> Result<()> {
+        let limits = [
+            (
+                sys::CU_LIMIT_STACK_SIZE,
+                "LIBOMPTARGET_STACK_SIZE",
+                self.limits.stack_size,
+            ),
+            (
+                sys::CU_LIMIT_MALLOC_HEAP_SIZE,
+                "LIBOMPTARGET_HEAP_SIZE",
+                self.limits.heap_size,
+            ),
+        ];
+        for (limit, var, value) in limits {
+            let Some(value) = value else { continue };
+            // SAFETY: `ctx` was just retained for this device.
+            let r = unsafe { (self.driver.cuCtxSetCurrent)(ctx) };
+            check(
+                &self.driver,
+                r,
+                format_args!("{}: cuCtxSetCurrent", self.label),
+            )?;
+            // SAFETY: sets one limit of the current context.
+            let r = unsafe { (self.driver.cuCtxSetLimit)(limit, value as usize) };
+            check(
+                &self.driver,
+                r,
+                format_args!("{}: cuCtxSetLimit({var}={value})", self.label),
+            )?;
+        }
+        Ok(())
     }
 
     /// Whether the primary context was retained (and must be released).

@@ -3,11 +3,11 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use offload_core::launch::{ExecMode, GridValues, OpenMpKernel};
 use offload_core::plugin;
 use offload_core::Result;
 
 use crate::image::Module;
-use crate::launch::{ExecMode, OpenMpKernel, MAX_TEAMS, MAX_THREADS};
 use crate::sys;
 
 /// Group size used when the driver's occupancy calculator fails.
@@ -24,8 +24,9 @@ pub struct CudaKernel {
     pub(crate) max_threads: u32,
     /// The dynamic shared memory this kernel was opted in to (above 48 KiB).
     pub(crate) dyn_shared_optin: AtomicU32,
-    /// For an OpenMP kernel: how its launch sizes are chosen.
-    pub(crate) openmp: Option<OpenMpKernel>,
+    /// For an OpenMP kernel: its mode and this GPU's grid values, from
+    /// which the core picks launch sizes.
+    openmp: Option<OpenMpKernel>,
 }
 
 impl CudaKernel {
@@ -107,11 +108,17 @@ impl plugin::Kernel for CudaKernel {
             _ => DEFAULT_GROUP_SIZE.min(self.max_threads),
         }
     }
+
+    fn openmp(&self) -> Option<OpenMpKernel> {
+        self.openmp
+    }
 }
 
 /// An OpenMP kernel's launch rules: clang emits `<name>_kernel_environment`
-/// for every target region, its third byte the execution mode. `None` for
-/// other kernels (no such global), which launch with the sizes given.
+/// for every target region, its third byte the execution mode; the grid
+/// values are LLVM's for NVPTX within this kernel's and GPU's limits.
+/// `None` for other kernels (no such global), which launch with the sizes
+/// given.
 fn openmp_kernel(module: &Module, name: &str, max_threads: u32) -> Result<Option<OpenMpKernel>> {
     let Ok(global) = std::ffi::CString::new(format!("{name}_kernel_environment")) else {
         return Ok(None);
@@ -146,11 +153,15 @@ fn openmp_kernel(module: &Module, name: &str, max_threads: u32) -> Result<Option
         })?;
         Ok(v.max(1) as u32)
     };
+    let nvptx = GridValues::NVPTX;
     Ok(Some(OpenMpKernel {
         mode,
-        max_threads: max_threads
-            .min(attr(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?)
-            .min(MAX_THREADS),
-        max_blocks: attr(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?.min(MAX_TEAMS),
+        grid: GridValues {
+            max_threads: max_threads
+                .min(attr(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?)
+                .min(nvptx.max_threads),
+            max_teams: attr(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?.min(nvptx.max_teams),
+            ..nvptx
+        },
     }))
 }

@@ -16,7 +16,9 @@
 //!   image matching by compute capability), [`memory`] (device, pinned
 //!   host and managed allocations), [`queue`] (streams and events, copies
 //!   in every direction, host functions, launches), [`image`] (PTX JIT
-//!   options, cubins and fatbinaries), [`kernel`].
+//!   options, cubins and fatbinaries), [`kernel`] (occupancy; an OpenMP
+//!   kernel's execution mode and NVPTX grid values, from which the core
+//!   picks launch sizes: `offload_core::launch`).
 //!
 //! Without a driver (or without GPUs) the plugin has no devices and one
 //! reason: when `OFFLOAD_PLUGINS` names `cuda` the reason is an init error
@@ -31,7 +33,6 @@ pub mod device;
 pub mod driver;
 pub mod image;
 pub mod kernel;
-pub mod launch;
 pub mod locate;
 pub mod memory;
 pub mod queue;
@@ -65,6 +66,10 @@ fn create(config: &Config) -> Result<Box<dyn Plugin>> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from),
         gpus: Mutex::new(Vec::new()),
+        limits: driver::ContextLimits {
+            stack_size: config.device_stack_size,
+            heap_size: config.device_heap_size,
+        },
     }))
 }
 
@@ -73,6 +78,8 @@ pub struct CudaPlugin {
     explicit: bool,
     driver_path: Option<PathBuf>,
     gpus: Mutex<Vec<Arc<driver::Gpu>>>,
+    /// `LIBOMPTARGET_STACK_SIZE` / `LIBOMPTARGET_HEAP_SIZE`.
+    limits: driver::ContextLimits,
 }
 
 impl CudaPlugin {
@@ -110,7 +117,7 @@ impl CudaPlugin {
             // SAFETY: writes one device handle for ordinal `i` < count.
             let r = unsafe { (driver.cuDeviceGet)(&mut ordinal, i) };
             driver::check(&driver, r, format_args!("cuDeviceGet({i})"))?;
-            let gpu = Arc::new(driver::Gpu::new(driver.clone(), ordinal));
+            let gpu = Arc::new(driver::Gpu::new(driver.clone(), ordinal, self.limits));
             let dev = CudaDevice::new(gpu.clone(), version)?;
             gpus.push(gpu);
             devices.push(Arc::new(dev) as Arc<dyn plugin::Device>);

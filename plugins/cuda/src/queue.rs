@@ -246,10 +246,8 @@ impl plugin::Queue for CudaQueue {
                 k.name, k.module.gpu.label, self.gpu.label
             )));
         }
-        // OpenMP kernels: the sizes LLVM's plugin would pick for what the
-        // program left unset, and a warp for a generic kernel's main thread.
-        let resolved = k.openmp.map(|omp| omp.resolve(config));
-        let config = resolved.as_ref().unwrap_or(config);
+        // OpenMP kernels arrive with the sizes the core picked
+        // (`offload_core::launch`).
         check_dims(config, k)?;
         k.opt_in_shared(config.dyn_group_memory)?;
         // OpenMP passes one 64-bit word per parameter, the ol* API one

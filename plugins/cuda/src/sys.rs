@@ -24,6 +24,8 @@ pub type CUfunction = *mut c_void;
 pub type CUstream = *mut c_void;
 pub type CUevent = *mut c_void;
 pub type CUdevice_attribute = c_int;
+/// `CUlimit`: a context limit (`cuCtxSetLimit`).
+pub type CUlimit = c_int;
 pub type CUfunction_attribute = c_int;
 pub type CUjit_option = c_int;
 pub type CUhostFn = unsafe extern "C" fn(user_data: *mut c_void);
@@ -100,6 +102,10 @@ pub const CU_LAUNCH_PARAM_BUFFER_POINTER: *mut c_void = std::ptr::without_proven
 pub const CU_LAUNCH_PARAM_BUFFER_SIZE: *mut c_void = std::ptr::without_provenance_mut(2);
 
 pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+/// Stack bytes per GPU thread.
+pub const CU_LIMIT_STACK_SIZE: CUlimit = 0x00;
+/// Bytes of the heap device-side `malloc` draws from.
+pub const CU_LIMIT_MALLOC_HEAP_SIZE: CUlimit = 0x02;
 pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub const CU_MEM_ATTACH_GLOBAL: c_uint = 0x1;
 pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
@@ -163,6 +169,7 @@ driver_table! {
     cuDevicePrimaryCtxRetain = "cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
     cuDevicePrimaryCtxRelease = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
     cuCtxSetCurrent = "cuCtxSetCurrent": fn(CUcontext);
+    cuCtxSetLimit = "cuCtxSetLimit": fn(CUlimit, usize);
     cuCtxEnablePeerAccess = "cuCtxEnablePeerAccess": fn(CUcontext, c_uint);
     cuMemAlloc = "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize);
     cuMemFree = "cuMemFree_v2": fn(CUdeviceptr);

@@ -351,6 +351,16 @@ fn nvptx_bitcode_is_compiled_to_ptx_and_runs() {
 /// launch sizes for what the program left unset (0 from the OpenMP face)
 /// and a warp for a generic kernel's main thread; other kernels keep the
 /// sizes they are given, and a 0 there is an error.
+/// An OpenMP launch request with `num_teams` and `thread_limit` unset.
+fn unset(tripcount: u64) -> LaunchConfig {
+    LaunchConfig {
+        num_groups: [0, 1, 1],
+        group_size: [0, 1, 1],
+        dyn_group_memory: 0,
+        tripcount,
+    }
+}
+
 #[test]
 fn openmp_kernels_get_llvms_launch_sizes() {
     let Some((_g, fake, rt)) = setup() else {
@@ -370,12 +380,6 @@ fn openmp_kernels_get_llvms_launch_sizes() {
         d.copy_to_device(y, zeros.as_ptr(), n * 4).unwrap();
     }
     let args = saxpy_args(n as i32, 2.0, x, y);
-    let unset = |tripcount| LaunchConfig {
-        num_groups: [0, 1, 1],
-        group_size: [0, 1, 1],
-        dyn_group_memory: 0,
-        tripcount,
-    };
     // The kernel environment's third byte: 2 SPMD, 1 generic.
     let openmp = |mode: u8| {
         let program = d.load_program(&omp_ptx).unwrap();
@@ -392,6 +396,19 @@ fn openmp_kernels_get_llvms_launch_sizes() {
         .unwrap();
     let l = fake.last_launch();
     assert_eq!((l.grid, l.block), ([32, 1, 1], [32, 1, 1]));
+    // What the OpenMP face prints for LIBOMPTARGET_INFO is what launched.
+    let (plan, mode) = spmd.launch_plan(&unset(1000)).unwrap();
+    assert_eq!(
+        (plan.num_groups, plan.group_size, mode.llvm_name()),
+        (l.grid, l.block, "SPMD")
+    );
+    // Queued launches are resolved the same way.
+    let q = Queue::new(Some(d)).unwrap();
+    q.launch(&spmd, KernelArgs::Packed(&args), &unset(128))
+        .unwrap();
+    q.synchronize().unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([4, 1, 1], [32, 1, 1]));
     // No trip count: the default 3200 teams of 128 threads.
     d.launch(&spmd, KernelArgs::Packed(&args), &unset(0))
         .unwrap();
@@ -422,10 +439,50 @@ fn openmp_kernels_get_llvms_launch_sizes() {
 
     // Not an OpenMP kernel: sizes as given, and no zero.
     let bare = d.load_program(&ptx).unwrap().kernel("saxpy").unwrap();
+    assert_eq!(bare.launch_plan(&unset(1000)), None);
     let e = d
         .launch(&bare, KernelArgs::Packed(&args), &unset(1000))
         .unwrap_err();
     assert!(e.message().contains("zero dimension"), "{e}");
+}
+
+#[test]
+fn launch_tuning_variables_reach_the_driver() {
+    let Some((_g, fake, _rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let mut omp_ptx = ptx;
+    omp_ptx.extend_from_slice(b"\n.global .align 8 .b8 saxpy_kernel_environment[48];\n");
+    // A runtime of its own, as a program started with these variables.
+    let rt = runtime_with(&[
+        ("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT", "8"),
+        ("OMP_TEAMS_THREAD_LIMIT", "64"),
+        ("OMP_NUM_TEAMS", "1000"),
+        ("LIBOMPTARGET_SHARED_MEMORY_SIZE", "256"),
+    ]);
+    let d = &rt.devices()[0];
+    let program = d.load_program(&omp_ptx).unwrap();
+    let (env, _) = program.global("saxpy_kernel_environment").unwrap();
+    // SAFETY: three bytes into the 48-byte global; SPMD mode.
+    unsafe { d.copy_to_device(env, [0u8, 0, 2].as_ptr(), 3).unwrap() };
+    let k = program.kernel("saxpy").unwrap();
+    let n = 128usize;
+    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let args = saxpy_args(n as i32, 1.0, x, x);
+    // 128 iterations with at least 8 threads a team: [16] x [8] (LLVM's
+    // lit test for the variable expects the same).
+    d.launch(&k, KernelArgs::Packed(&args), &unset(128))
+        .unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block, l.shared), ([16, 1, 1], [8, 1, 1], 256));
+    // No loop: teams capped by OMP_NUM_TEAMS, threads by the thread limit.
+    d.launch(&k, KernelArgs::Packed(&args), &unset(0)).unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([1000, 1, 1], [64, 1, 1]));
+    d.free(x).unwrap();
+    drop((k, program));
+    rt.shutdown();
 }
 
 #[test]
@@ -672,12 +729,12 @@ fn threads_share_the_primary_contexts() {
         return;
     };
     let Some(ptx) = kernels_ptx() else { return };
-    let retains = fake.calls("cuDevicePrimaryCtxRetain");
     let programs: Vec<_> = rt
         .devices()
         .iter()
         .map(|d| d.load_program(&ptx).unwrap())
         .collect();
+    let retains = fake.calls("cuDevicePrimaryCtxRetain");
     std::thread::scope(|s| {
         for t in 0..8usize {
             let programs = &programs;
@@ -712,5 +769,62 @@ fn threads_share_the_primary_contexts() {
     });
     // Each device's primary context was retained once, whatever the threads.
     assert!(fake.calls("cuDevicePrimaryCtxRetain") - retains <= 0);
-    assert!(fake.calls("cuDevicePrimaryCtxRetain") <= 2);
+    // Every retain is one runtime's first use of a device (other tests'
+    // runtimes release theirs when dropped).
+    let held = fake.calls("cuDevicePrimaryCtxRetain") - fake.calls("cuDevicePrimaryCtxRelease_v2");
+    assert!(held <= 2, "{held} primary contexts held");
+}
+
+/// A runtime of its own over the fake driver, configured by `env`.
+fn runtime_with(env: &[(&str, &str)]) -> Runtime {
+    let config = Config::from_lookup(|k| {
+        std::iter::once(("OFFLOAD_PLUGINS", "cuda"))
+            .chain(env.iter().copied())
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| v.to_string())
+    });
+    Runtime::new(config, &[offload_plugin_cuda::ENTRY])
+}
+
+#[test]
+fn stack_and_heap_sizes_are_set_on_the_context() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let limit = |device: c_int, which: c_int| -> usize {
+        // SAFETY: a test control function of the fake driver.
+        unsafe {
+            let f = fake
+                .lib
+                .get::<unsafe extern "C" fn(c_int, c_int) -> usize>(b"fake_cuda_limit\0")
+                .unwrap();
+            f(device, which)
+        }
+    };
+    let sized = runtime_with(&[
+        ("LIBOMPTARGET_STACK_SIZE", "8192"),
+        ("LIBOMPTARGET_HEAP_SIZE", "16777216"),
+    ]);
+    let p = sized.devices()[1].alloc(64, AllocKind::Device).unwrap();
+    assert_eq!((limit(1, 0), limit(1, 2)), (8192, 16 << 20));
+    sized.devices()[1].free(p).unwrap();
+    sized.shutdown();
+
+    // A stack the driver refuses: the GPU reports why on every use, as a
+    // device that failed to start; other runtimes are unaffected.
+    let refused = runtime_with(&[("LIBOMPTARGET_STACK_SIZE", "1048576")]);
+    for _ in 0..2 {
+        let e = refused.devices()[0]
+            .alloc(64, AllocKind::Device)
+            .unwrap_err();
+        assert!(
+            e.message()
+                .contains("cuCtxSetLimit(LIBOMPTARGET_STACK_SIZE=1048576)")
+                && e.message().contains("CUDA_ERROR_INVALID_VALUE"),
+            "{e}"
+        );
+    }
+    refused.shutdown();
+    let p = rt.devices()[0].alloc(64, AllocKind::Device).unwrap();
+    rt.devices()[0].free(p).unwrap();
 }

@@ -63,6 +63,7 @@ enum {
 struct ctx {
   int device;
   int retained;
+  size_t limits[3]; /* CU_LIMIT_STACK_SIZE, _PRINTF_FIFO_SIZE, _MALLOC_HEAP_SIZE */
 };
 
 struct stream {
@@ -475,6 +476,24 @@ CUresult cuCtxSetCurrent(void *ctx) {
   NEED_INIT();
   current = ctx;
   return CUDA_SUCCESS;
+}
+
+/* Context limits: stack (0), printf FIFO (1) and malloc heap (2) sizes.
+ * A stack above 512 KiB per thread is refused, as on real GPUs. */
+CUresult cuCtxSetLimit(int limit, size_t value) {
+  ENTER("cuCtxSetLimit");
+  NEED_CTX();
+  if (limit < 0 || limit > 2 || (limit == 0 && value > 512 * 1024))
+    return CUDA_ERROR_INVALID_VALUE;
+  current->limits[limit] = value;
+  return CUDA_SUCCESS;
+}
+
+/* Test control: a limit of device `d`'s primary context. */
+size_t fake_cuda_limit(int d, int limit) {
+  if (d < 0 || d >= MAX_DEVICES || limit < 0 || limit > 2)
+    return 0;
+  return contexts[d].limits[limit];
 }
 
 CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags) {

@@ -1,0 +1,333 @@
+//! Launch sizes of OpenMP kernels, chosen once for every plugin as LLVM's
+//! generic plugin layer chooses them.
+//!
+//! The OpenMP face passes the program's `num_teams` and `thread_limit` as
+//! they are, 0 in x where a clause was left unset. A plugin whose kernels
+//! are OpenMP target regions with launch rules (a GPU: clang emits a
+//! `<name>_kernel_environment` global for each) describes them with
+//! [`OpenMpKernel`]: the execution mode and the device's grid values. The
+//! core's `launch` then turns the request into the grid the plugin
+//! launches ([`OpenMpKernel::resolve`]), with the user's tuning variables
+//! ([`LaunchTuning`]), so every GPU plugin gets the same rules, the
+//! `LIBOMPTARGET_INFO` launch line shows what actually launched, and a
+//! plugin only ever sees final sizes. Kernels without a description (host,
+//! ol* programs, `nvcc` code) launch with exactly the sizes they are given.
+
+use crate::plugin::LaunchConfig;
+
+/// How an OpenMP kernel runs (its kernel environment's `ExecMode` byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecMode {
+    /// A main thread drives worker threads (`target teams` + nested
+    /// `parallel`): one more warp than the thread limit.
+    Generic,
+    /// Every thread runs the region (`target teams distribute parallel for`).
+    Spmd,
+    /// Generic code the compiler turned into SPMD.
+    GenericSpmd,
+}
+
+impl ExecMode {
+    /// From the `OMPTgtExecModeFlags` byte; `None` for bare kernels.
+    pub fn from_flags(flags: u8) -> Option<ExecMode> {
+        match flags {
+            1 => Some(ExecMode::Generic),
+            2 => Some(ExecMode::Spmd),
+            3 => Some(ExecMode::GenericSpmd),
+            _ => None,
+        }
+    }
+
+    /// The name LLVM's `LIBOMPTARGET_INFO` launch line uses.
+    pub fn llvm_name(self) -> &'static str {
+        match self {
+            ExecMode::Generic => "Generic",
+            ExecMode::Spmd => "SPMD",
+            ExecMode::GenericSpmd => "Generic-SPMD",
+        }
+    }
+}
+
+/// A device's launch geometry for OpenMP kernels (LLVM's "grid values").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridValues {
+    /// Threads of a warp (wavefront).
+    pub warp_size: u32,
+    /// Threads per team when `thread_limit` is unset.
+    pub default_threads: u32,
+    /// Teams when `num_teams` is unset and the trip count does not say more.
+    pub default_teams: u32,
+    /// Most threads per team: the device's, and the kernel's own limit.
+    pub max_threads: u32,
+    /// Most teams in one launch.
+    pub max_teams: u32,
+}
+
+impl GridValues {
+    /// NVIDIA GPUs, as LLVM's NVPTX grid values (before the device's and
+    /// the kernel's own limits lower `max_threads`/`max_teams`).
+    pub const NVPTX: GridValues = GridValues {
+        warp_size: 32,
+        default_threads: 128,
+        default_teams: 3200,
+        max_threads: 1024,
+        max_teams: 1 << 16,
+    };
+}
+
+/// What a plugin says about one OpenMP kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenMpKernel {
+    pub mode: ExecMode,
+    pub grid: GridValues,
+}
+
+/// The user's launch tuning variables, read once ([`crate::Config`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchTuning {
+    /// `OMP_NUM_TEAMS`: most teams of any launch (> 0).
+    pub max_teams: Option<u32>,
+    /// `OMP_TEAMS_THREAD_LIMIT`: most threads of any team (> 0).
+    pub max_threads: Option<u32>,
+    /// `LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT` (default 32): fewest
+    /// threads per team a short SPMD loop is given.
+    pub min_threads_low_trip_count: u32,
+    /// `LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT` (default true): a
+    /// long loop reuses the default number of teams rather than starting
+    /// one per chunk of iterations.
+    pub reuse_blocks_high_trip_count: bool,
+    /// `LIBOMPTARGET_SHARED_MEMORY_SIZE` (default 0): dynamic shared memory
+    /// every OpenMP kernel launch gets at least.
+    pub min_dyn_group_memory: u32,
+}
+
+impl Default for LaunchTuning {
+    fn default() -> Self {
+        LaunchTuning {
+            max_teams: None,
+            max_threads: None,
+            min_threads_low_trip_count: 32,
+            reuse_blocks_high_trip_count: true,
+            min_dyn_group_memory: 0,
+        }
+    }
+}
+
+impl OpenMpKernel {
+    /// The grid for a launch the OpenMP face asked for: `num_groups[0]`
+    /// is `num_teams` and `group_size[0]` `thread_limit` (0: unset).
+    pub fn resolve(&self, tuning: &LaunchTuning, config: &LaunchConfig) -> LaunchConfig {
+        let g = &self.grid;
+        let max_threads = g.max_threads.min(tuning.max_threads.unwrap_or(u32::MAX));
+        let max_teams = g.max_teams.min(tuning.max_teams.unwrap_or(u32::MAX));
+        let user_threads = config.group_size[0];
+        let mut threads = match user_threads {
+            0 => g.default_threads,
+            n if self.mode == ExecMode::Generic => n.saturating_add(g.warp_size),
+            n => n,
+        }
+        .min(max_threads)
+        .max(1);
+        let teams = config.num_groups[0];
+        let blocks = if teams > 0 {
+            teams.min(max_teams)
+        } else {
+            self.default_blocks(tuning, config.tripcount, &mut threads, user_threads > 0)
+                .min(max_teams)
+        };
+        LaunchConfig {
+            num_groups: [blocks.max(1), 1, 1],
+            group_size: [threads, 1, 1],
+            dyn_group_memory: config.dyn_group_memory.max(tuning.min_dyn_group_memory),
+            ..*config
+        }
+    }
+
+    /// Teams for an unset `num_teams`: from the trip count, at most the
+    /// default (unless long loops may start more); an SPMD loop too short
+    /// to fill them gets fewer threads per team instead (never more than
+    /// `threads`).
+    fn default_blocks(
+        &self,
+        tuning: &LaunchTuning,
+        tripcount: u64,
+        threads: &mut u32,
+        threads_from_user: bool,
+    ) -> u32 {
+        let default = u64::from(self.grid.default_teams);
+        let mut from_trip_count = u64::MAX;
+        if tripcount > 0 {
+            if self.mode == ExecMode::Spmd {
+                let min_threads = tuning.min_threads_low_trip_count.clamp(1, *threads);
+                if threads_from_user || tripcount >= default * u64::from(*threads) {
+                    // Enough parallelism for teams and threads.
+                } else if tripcount >= default * u64::from(min_threads) {
+                    // Enough for the teams: full warps, fewer threads.
+                    let per_team = tripcount.div_ceil(default).next_power_of_two();
+                    *threads = (*threads).min(per_team as u32);
+                } else {
+                    *threads = (*threads).min(min_threads);
+                }
+                from_trip_count = tripcount.div_ceil(u64::from(*threads));
+            } else {
+                // One team per iteration of a `distribute` loop.
+                from_trip_count = tripcount;
+            }
+        }
+        // Long loops reuse teams rather than start more (as LLVM, without
+        // reuse and without a trip count this is the team limit).
+        let preferred = if tuning.reuse_blocks_high_trip_count {
+            from_trip_count.min(default)
+        } else {
+            from_trip_count
+        };
+        preferred.min(u64::from(u32::MAX)) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEFAULT_TEAMS: u32 = GridValues::NVPTX.default_teams;
+    const DEFAULT_THREADS: u32 = GridValues::NVPTX.default_threads;
+    const MAX_TEAMS: u32 = GridValues::NVPTX.max_teams;
+
+    fn kernel(mode: ExecMode) -> OpenMpKernel {
+        OpenMpKernel {
+            mode,
+            grid: GridValues::NVPTX,
+        }
+    }
+
+    fn omp(teams: u32, threads: u32, tripcount: u64) -> LaunchConfig {
+        LaunchConfig {
+            num_groups: [teams, 1, 1],
+            group_size: [threads, 1, 1],
+            dyn_group_memory: 16,
+            tripcount,
+        }
+    }
+
+    fn grid_with(k: OpenMpKernel, tuning: &LaunchTuning, c: LaunchConfig) -> (u32, u32) {
+        let r = k.resolve(tuning, &c);
+        assert_eq!(
+            (&r.num_groups[1..], &r.group_size[1..]),
+            (&[1, 1][..], &[1, 1][..])
+        );
+        assert_eq!(r.tripcount, c.tripcount);
+        (r.num_groups[0], r.group_size[0])
+    }
+
+    fn grid(k: OpenMpKernel, c: LaunchConfig) -> (u32, u32) {
+        grid_with(k, &LaunchTuning::default(), c)
+    }
+
+    #[test]
+    fn clauses_are_honoured_within_the_limits() {
+        let spmd = kernel(ExecMode::Spmd);
+        assert_eq!(grid(spmd, omp(8, 64, 0)), (8, 64));
+        assert_eq!(grid(spmd, omp(1 << 20, 4096, 0)), (MAX_TEAMS, 1024));
+        // A generic kernel's main thread gets a warp of its own.
+        assert_eq!(grid(kernel(ExecMode::Generic), omp(4, 64, 0)), (4, 96));
+        assert_eq!(grid(kernel(ExecMode::GenericSpmd), omp(4, 64, 0)), (4, 64));
+        // The kernel's own limit.
+        let small = OpenMpKernel {
+            grid: GridValues {
+                max_threads: 256,
+                max_teams: 100,
+                ..GridValues::NVPTX
+            },
+            ..spmd
+        };
+        assert_eq!(grid(small, omp(0, 0, 0)), (100, 128));
+        assert_eq!(grid(small, omp(0, 1000, 0)), (100, 256));
+    }
+
+    #[test]
+    fn unset_sizes_follow_the_trip_count() {
+        let spmd = kernel(ExecMode::Spmd);
+        // No loop: the default teams and threads.
+        assert_eq!(grid(spmd, omp(0, 0, 0)), (DEFAULT_TEAMS, DEFAULT_THREADS));
+        // A long loop: 128 threads, teams capped at the default (reused).
+        assert_eq!(grid(spmd, omp(0, 0, 10_000_000)), (DEFAULT_TEAMS, 128));
+        // 409 600 iterations fill 3200 teams of 128 exactly.
+        assert_eq!(grid(spmd, omp(0, 0, 409_600)), (3200, 128));
+        // Fewer: teams stay near the default, threads shrink to a power of
+        // two of at least a warp.
+        assert_eq!(grid(spmd, omp(0, 0, 200_000)), (3125, 64));
+        assert_eq!(grid(spmd, omp(0, 0, 150_000)), (2344, 64));
+        // Too short for the teams: a warp per team (LLVM's lit test
+        // `kernel_launch_low_trip_count`: 128 iterations, [4,1,1] x [32,1,1]).
+        assert_eq!(grid(spmd, omp(0, 0, 128)), (4, 32));
+        assert_eq!(grid(spmd, omp(0, 0, 129)), (5, 32));
+        assert_eq!(grid(spmd, omp(0, 0, 1000)), (32, 32));
+        assert_eq!(grid(spmd, omp(0, 0, 1)), (1, 32));
+        // A user thread limit is kept.
+        assert_eq!(grid(spmd, omp(0, 256, 1000)), (4, 256));
+        // Generic kernels: a team per distribute iteration.
+        let generic = kernel(ExecMode::Generic);
+        assert_eq!(grid(generic, omp(0, 0, 10)), (10, DEFAULT_THREADS));
+        assert_eq!(grid(generic, omp(0, 0, 100_000)), (DEFAULT_TEAMS, 128));
+    }
+
+    #[test]
+    fn tuning_variables_change_the_grid_as_llvms_do() {
+        let spmd = kernel(ExecMode::Spmd);
+        // LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT=8 (LLVM's lit test:
+        // 128 iterations become [16,1,1] x [8,1,1]).
+        let eight = LaunchTuning {
+            min_threads_low_trip_count: 8,
+            ..Default::default()
+        };
+        assert_eq!(grid_with(spmd, &eight, omp(0, 0, 128)), (16, 8));
+        assert_eq!(grid_with(spmd, &eight, omp(0, 0, 129)), (17, 8));
+        // OMP_TEAMS_THREAD_LIMIT lowers defaults and clauses alike.
+        let limit = LaunchTuning {
+            max_threads: Some(64),
+            ..Default::default()
+        };
+        assert_eq!(grid_with(spmd, &limit, omp(0, 0, 0)), (DEFAULT_TEAMS, 64));
+        assert_eq!(grid_with(spmd, &limit, omp(2, 512, 0)), (2, 64));
+        // OMP_NUM_TEAMS caps teams, asked for or not.
+        let teams = LaunchTuning {
+            max_teams: Some(10),
+            ..Default::default()
+        };
+        assert_eq!(grid_with(spmd, &teams, omp(0, 0, 0)), (10, 128));
+        assert_eq!(grid_with(spmd, &teams, omp(50, 0, 0)), (10, 128));
+        // Without block reuse a long loop gets a team per 128 iterations.
+        let no_reuse = LaunchTuning {
+            reuse_blocks_high_trip_count: false,
+            ..Default::default()
+        };
+        assert_eq!(
+            grid_with(spmd, &no_reuse, omp(0, 0, 1_280_000)),
+            (10_000, 128)
+        );
+        assert_eq!(grid(spmd, omp(0, 0, 1_280_000)), (DEFAULT_TEAMS, 128));
+        assert_eq!(grid_with(spmd, &no_reuse, omp(0, 0, 0)), (MAX_TEAMS, 128));
+        // LIBOMPTARGET_SHARED_MEMORY_SIZE is a floor for dynamic memory.
+        let shared = LaunchTuning {
+            min_dyn_group_memory: 1024,
+            ..Default::default()
+        };
+        assert_eq!(spmd.resolve(&shared, &omp(1, 1, 0)).dyn_group_memory, 1024);
+        assert_eq!(
+            spmd.resolve(&LaunchTuning::default(), &omp(1, 1, 0))
+                .dyn_group_memory,
+            16
+        );
+    }
+
+    #[test]
+    fn exec_mode_flags_and_names() {
+        assert_eq!(ExecMode::from_flags(1), Some(ExecMode::Generic));
+        assert_eq!(ExecMode::from_flags(2), Some(ExecMode::Spmd));
+        assert_eq!(ExecMode::from_flags(3), Some(ExecMode::GenericSpmd));
+        assert_eq!(ExecMode::from_flags(0), None);
+        assert_eq!(ExecMode::from_flags(9), None);
+        assert_eq!(ExecMode::GenericSpmd.llvm_name(), "Generic-SPMD");
+        assert_eq!(ExecMode::Spmd.llvm_name(), "SPMD");
+    }
+}
