@@ -206,6 +206,11 @@ impl Device {
     pub fn free_for(&self, ptr: DevicePtr, owner: Option<Owner>) -> Result<()> {
         let label = &self.label;
         let accept = |a: &Allocation| {
+            if a.owner.is_queue() {
+                return Err(Error::invalid_argument(format!(
+                    "pointer {ptr} was allocated on a queue of {label}: free it on a queue"
+                )));
+            }
             if !matches!(a.origin, Origin::Alloc(_))
                 || owner.is_some_and(|o| o != a.owner)
                 || a.owner == Owner::OWNED_BLOCKS
@@ -246,6 +251,40 @@ impl Device {
         let _s = debug_span!("free", device = self.id, ptr = %ptr).entered();
         self.index.forget(&slot);
         self.raw.free(ptr, a.kind)
+    }
+
+    /// File memory of [`crate::Queue::alloc`] (`owner` says how it was
+    /// allocated); on failure the memory is released at once.
+    pub(crate) fn file_queue_alloc(&self, ptr: DevicePtr, size: usize, owner: Owner) -> Result<()> {
+        let a = Allocation {
+            base: ptr,
+            size,
+            kind: AllocKind::Device,
+            origin: Origin::Alloc(AllocKind::Device),
+            owner,
+        };
+        if let Err(e) = self.index.insert(a) {
+            let _ = self.raw.free(ptr, AllocKind::Device);
+            return Err(Error::backend(format!("{}: {}", self.label, e.message())));
+        }
+        Ok(())
+    }
+
+    /// End the live range of queue memory at `ptr`, returning how it was
+    /// allocated. Other pointers are an `InvalidArgument` error.
+    pub(crate) fn retire_queue_alloc(&self, ptr: DevicePtr) -> Result<Owner> {
+        let label = &self.label;
+        let (a, slot) = self.index.retire(ptr, label, |a| {
+            if a.owner.is_queue() {
+                Ok(())
+            } else {
+                Err(Error::invalid_argument(format!(
+                    "pointer {ptr} was not allocated on a queue of {label}"
+                )))
+            }
+        })?;
+        self.index.forget(&slot);
+        Ok(a.owner)
     }
 
     /// Device memory for a face's own runtime data (OpenMP's mapped blocks

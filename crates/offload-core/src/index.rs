@@ -38,6 +38,19 @@ impl Owner {
     /// Blocks a face manages itself ([`crate::Device::alloc_owned_block`]):
     /// only [`crate::Device::free_owned_block`] releases them.
     pub const OWNED_BLOCKS: Owner = Owner(u64::MAX);
+    /// Stream-ordered memory of a queue ([`crate::Queue::alloc`]) that the
+    /// plugin allocated in order (`cuMemAllocAsync`): only
+    /// [`crate::Queue::free`] releases it, in order.
+    pub const QUEUE_ORDERED: Owner = Owner(u64::MAX - 1);
+    /// Memory of [`crate::Queue::alloc`] on a plugin without ordered
+    /// allocation: a plain allocation, released by [`crate::Queue::free`]
+    /// once the queue's earlier work is done.
+    pub const QUEUE_DEFERRED: Owner = Owner(u64::MAX - 2);
+
+    /// Whether this is one of the queue allocation owners.
+    pub fn is_queue(self) -> bool {
+        self == Owner::QUEUE_ORDERED || self == Owner::QUEUE_DEFERRED
+    }
 }
 
 /// Where a range of device memory came from.

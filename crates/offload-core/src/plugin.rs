@@ -16,7 +16,7 @@ use std::sync::Arc;
 use offload_image::DeviceImage;
 
 use crate::binary::BinaryDescriptor;
-use crate::error::Result;
+use crate::error::{Error, ErrorCode, Result};
 
 /// An address in a device's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -365,6 +365,20 @@ pub trait Queue: Send + Sync + AsAny {
     ) -> Result<()>;
     /// Run `f` on the host once everything before it finished.
     fn host_function(&self, f: Box<dyn FnOnce() + Send>) -> Result<()>;
+    /// Stream-ordered allocation (`cuMemAllocAsync`): `size` bytes of
+    /// device memory that work enqueued after this call may use. `Ok(None)`:
+    /// this queue has none, and the core allocates plainly instead.
+    fn alloc_ordered(&self, _size: usize) -> Result<Option<DevicePtr>> {
+        Ok(None)
+    }
+    /// Release memory of [`Queue::alloc_ordered`] (of any queue of this
+    /// device) once the work enqueued here before has finished.
+    fn free_ordered(&self, ptr: DevicePtr) -> Result<()> {
+        Err(Error::new(
+            ErrorCode::Unsupported,
+            format!("{ptr} is not stream-ordered memory of this plugin"),
+        ))
+    }
     /// An event that completes when everything enqueued so far has.
     fn record_event(&self) -> Result<Arc<dyn Event>>;
     /// Make later work wait for `event` (which may come from another queue).

@@ -19,7 +19,8 @@ use tracing::debug_span;
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, Result};
 use crate::executor::{self, Worker};
-use crate::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
+use crate::index::Owner;
+use crate::plugin::{self, AllocKind, DevicePtr, KernelArgs, LaunchConfig};
 use crate::program::Kernel;
 
 pub struct Queue {
@@ -206,6 +207,76 @@ impl Queue {
                 })
             }
         }
+    }
+
+    /// `size` bytes of device memory for the work of this queue
+    /// (stream-ordered allocation, as `cuMemAllocAsync`): work enqueued
+    /// here from now on may use it at once; other queues and synchronous
+    /// calls only after this queue's work so far has finished (sync, or
+    /// wait for an event recorded after this call). Plugins without
+    /// ordered allocation allocate plainly (usable everywhere at once).
+    /// Release it with [`Queue::free`] (of any queue of the device), not
+    /// `Device::free`.
+    pub fn alloc(&self, size: usize) -> Result<DevicePtr> {
+        let device = self.device_or_unsupported()?;
+        if size == 0 {
+            return Err(Error::invalid_size(format!(
+                "cannot allocate 0 bytes on {}",
+                device.label()
+            )));
+        }
+        let _s = debug_span!("queue_alloc", device = device.id(), size).entered();
+        device.stats().count_alloc(size);
+        let ordered = match (&self.worker, &self.raw) {
+            (None, Some(raw)) => raw.alloc_ordered(size)?,
+            _ => None,
+        };
+        let (ptr, owner) = match ordered {
+            Some(ptr) => (ptr, Owner::QUEUE_ORDERED),
+            None => (
+                device.raw().alloc(size, AllocKind::Device)?,
+                Owner::QUEUE_DEFERRED,
+            ),
+        };
+        if ptr.is_null() {
+            return Err(Error::out_of_resources(format!(
+                "{} returned no memory for {size} bytes",
+                device.label()
+            )));
+        }
+        device.file_queue_alloc(ptr, size, owner)?;
+        Ok(ptr)
+    }
+
+    /// Release memory of [`Queue::alloc`] once the work enqueued here so
+    /// far has finished; the pointer is invalid for new work at once.
+    /// Without ordered allocation in the plugin, a queue driven by the
+    /// core's executor frees it in its turn and a plugin queue is
+    /// synchronised first. Other pointers are an `InvalidArgument` error.
+    pub fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let device = self.device_or_unsupported()?;
+        let _s = debug_span!("queue_free", device = device.id(), ptr = %ptr).entered();
+        let owner = device.retire_queue_alloc(ptr)?;
+        match (&self.worker, &self.raw) {
+            (None, Some(raw)) if owner == Owner::QUEUE_ORDERED => raw.free_ordered(ptr),
+            (Some(_), _) => {
+                let device = device.clone();
+                self.submit_host(move || device.raw().free(ptr, AllocKind::Device))
+            }
+            _ => {
+                self.synchronize()?;
+                device.raw().free(ptr, AllocKind::Device)
+            }
+        }
+    }
+
+    fn device_or_unsupported(&self) -> Result<&Arc<Device>> {
+        self.device.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorCode::Unsupported,
+                "the host device has no queue-ordered memory",
+            )
+        })
     }
 
     /// Run `f` on the host once everything enqueued before it has finished.

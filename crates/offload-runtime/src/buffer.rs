@@ -3,11 +3,13 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use bytemuck::Pod;
 use offload_core::{AllocKind, DevicePtr, Error, Location, Result};
 
-use crate::Device;
+use crate::queue::Shared;
+use crate::{Device, Queue};
 
 /// `len` values of `T` in a device's memory, freed on drop.
 ///
@@ -25,6 +27,9 @@ pub struct DeviceBuffer<T: Pod> {
     ptr: DevicePtr,
     len: usize,
     kind: AllocKind,
+    /// For memory of [`Queue::alloc_zeros`]: the queue in whose order it
+    /// is freed.
+    ordered_on: Option<Arc<Shared>>,
     _values: PhantomData<T>,
 }
 
@@ -50,8 +55,29 @@ impl<T: Pod> DeviceBuffer<T> {
             ptr,
             len,
             kind,
+            ordered_on: None,
             _values: PhantomData,
         })
+    }
+
+    /// Device memory allocated and zeroed in `queue`'s order, freed in its
+    /// order on drop ([`Queue::alloc_zeros`]).
+    pub(crate) fn new_on_queue(queue: &Queue, len: usize) -> Result<Self> {
+        let bytes = bytes_of::<T>(len)?.max(1);
+        let core = queue.core();
+        let ptr = core.alloc(bytes)?;
+        let buf = DeviceBuffer {
+            device: queue.device().clone(),
+            ptr,
+            len,
+            kind: AllocKind::Device,
+            ordered_on: Some(queue.shared.clone()),
+            _values: PhantomData,
+        };
+        // Zeroed before any later work of the queue sees it; `T: Pod`
+        // makes all-zero bytes a valid `T`.
+        core.fill(ptr, &[0], bytes)?;
+        Ok(buf)
     }
 
     /// Allocate and set every byte to zero.
@@ -171,7 +197,10 @@ impl<T: Pod> DeviceBuffer<T> {
 
 impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        let _ = self.device.inner.free(self.ptr);
+        let _ = match &self.ordered_on {
+            Some(queue) => queue.core.free(self.ptr),
+            None => self.device.inner.free(self.ptr),
+        };
     }
 }
 

@@ -28,7 +28,10 @@
 //!   and structs with padding are refused at compile time.
 //! * Buffers start initialised ([`Device::alloc_zeros`],
 //!   [`Device::buffer_from`], [`Device::alloc_filled`]); uninitialised
-//!   memory takes the `unsafe` [`Device::alloc_uninit`].
+//!   memory takes the `unsafe` [`Device::alloc_uninit`]. A queue's own
+//!   temporaries come from [`Queue::alloc_zeros`]: allocated, zeroed and
+//!   freed in the queue's order (stream-ordered allocation where the
+//!   plugin has it).
 //! * Asynchronous copies borrow their host and device memory inside a
 //!   [`Queue::scope`], which waits for the queue before it returns: the
 //!   memory cannot be touched by the host, moved or freed while the queue

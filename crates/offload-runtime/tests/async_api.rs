@@ -87,6 +87,50 @@ fn alloc_zeros_is_zero_even_on_reused_memory() {
 }
 
 #[test]
+fn queue_ordered_buffers_are_zeroed_on_the_queue_and_freed_in_its_order() {
+    let dev = Device::host().unwrap();
+    let core = dev.core().clone();
+    let q = dev.create_queue().unwrap();
+    let live = core.live_allocations();
+    // Garbage in memory the next allocation may reuse (above the caching
+    // allocator's threshold, so it goes back to the plugin).
+    let n = 16 * 1024;
+    drop(dev.alloc_filled::<u32>(n, 0xABAB_ABAB).unwrap());
+    let gate = hold_queue(&q);
+    let b = q.alloc_zeros::<u32>(n).unwrap();
+    assert_eq!(core.live_allocations(), live + 1);
+    let ptr = b.device_ptr();
+    // Not the device's to free: only a queue frees queue memory.
+    let e = core.free(ptr).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    assert!(e.message().contains("free it on a queue"), "{e}");
+    // The zeroing waits for the queue's earlier work.
+    assert!(!q.is_idle().unwrap());
+    gate.store(true, Ordering::SeqCst);
+    q.synchronize().unwrap();
+    assert!(b.to_vec().unwrap().iter().all(|&v| v == 0));
+
+    // Dropped while the queue is busy: gone for new work at once, its
+    // memory released in the queue's turn.
+    let gate = hold_queue(&q);
+    drop(b);
+    assert_eq!(core.live_allocations(), live);
+    assert!(core.allocation(ptr).is_none());
+    assert!(!q.is_idle().unwrap());
+    gate.store(true, Ordering::SeqCst);
+    q.synchronize().unwrap();
+
+    // Double frees and foreign pointers are errors that change nothing.
+    let e = q.core().free(ptr).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    let plain = dev.alloc_zeros::<u8>(64).unwrap();
+    let e = q.core().free(plain.device_ptr()).unwrap_err();
+    assert!(e.message().contains("not allocated on a queue"), "{e}");
+    assert_eq!(plain.to_vec().unwrap(), vec![0; 64]);
+    assert_eq!(q.alloc_zeros::<u64>(0).unwrap().len(), 0);
+}
+
+#[test]
 fn slices_address_elements_at_their_offsets() {
     let dev = Device::host().unwrap();
     let mut b = dev.alloc_zeros::<u32>(10).unwrap();

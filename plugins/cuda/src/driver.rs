@@ -89,6 +89,8 @@ pub struct Gpu {
     /// Limits set on the context when it is retained.
     limits: ContextLimits,
     ctx: OnceLock<std::result::Result<usize, Error>>,
+    /// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`, asked once.
+    memory_pools: OnceLock<bool>,
 }
 
 /// Context limits the user asked for (`LIBOMPTARGET_STACK_SIZE`,
@@ -107,6 +109,7 @@ impl Gpu {
             label: format!("CUDA device {ordinal}"),
             limits,
             ctx: OnceLock::new(),
+            memory_pools: OnceLock::new(),
         }
     }
 
@@ -166,6 +169,14 @@ impl Gpu {
             )?;
         }
         Ok(())
+    }
+
+    /// Whether stream-ordered allocation (`cuMemAllocAsync`) works here.
+    pub fn has_memory_pools(&self) -> bool {
+        *self.memory_pools.get_or_init(|| {
+            self.attribute(sys::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+                .is_ok_and(|v| v != 0)
+        })
     }
 
     /// Whether the primary context was retained (and must be released).

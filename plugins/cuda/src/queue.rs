@@ -301,6 +301,30 @@ impl plugin::Queue for CudaQueue {
             .map_err(|e| e.context(format_args!("launching '{}'", k.name)))
     }
 
+    /// `cuMemAllocAsync` on this stream, where the GPU has memory pools.
+    fn alloc_ordered(&self, size: usize) -> Result<Option<DevicePtr>> {
+        if !self.gpu.has_memory_pools() {
+            return Ok(None);
+        }
+        let mut p: sys::CUdeviceptr = 0;
+        let s = self.raw();
+        // SAFETY: writes one device pointer; the stream is this queue's.
+        self.gpu.call("cuMemAllocAsync", |d| unsafe {
+            (d.cuMemAllocAsync)(&mut p, size, s)
+        })?;
+        Ok(Some(DevicePtr(p)))
+    }
+
+    /// `cuMemFreeAsync` on this stream.
+    fn free_ordered(&self, ptr: DevicePtr) -> Result<()> {
+        let s = self.raw();
+        // SAFETY: `ptr` came from `cuMemAllocAsync` on this device (the
+        // core files which memory is stream-ordered) and is freed once.
+        self.gpu.call("cuMemFreeAsync", |d| unsafe {
+            (d.cuMemFreeAsync)(ptr.0, s)
+        })
+    }
+
     fn host_function(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
         let data = Box::into_raw(Box::new(HostFn(f))).cast::<c_void>();
         let s = self.raw();

@@ -79,6 +79,8 @@ pub const CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: CUdevice_attribute = 50;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: CUdevice_attribute = 75;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CUdevice_attribute = 76;
 pub const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: CUdevice_attribute = 97;
+/// Whether `cuMemAllocAsync` / `cuMemFreeAsync` (memory pools) work.
+pub const CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: CUdevice_attribute = 115;
 
 // CUfunction_attribute values.
 pub const CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: CUfunction_attribute = 0;
@@ -173,6 +175,8 @@ driver_table! {
     cuCtxEnablePeerAccess = "cuCtxEnablePeerAccess": fn(CUcontext, c_uint);
     cuMemAlloc = "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize);
     cuMemFree = "cuMemFree_v2": fn(CUdeviceptr);
+    cuMemAllocAsync = "cuMemAllocAsync": fn(*mut CUdeviceptr, usize, CUstream);
+    cuMemFreeAsync = "cuMemFreeAsync": fn(CUdeviceptr, CUstream);
     cuMemAllocHost = "cuMemAllocHost_v2": fn(*mut *mut c_void, usize);
     cuMemFreeHost = "cuMemFreeHost": fn(*mut c_void);
     cuMemAllocManaged = "cuMemAllocManaged": fn(*mut CUdeviceptr, usize, c_uint);

@@ -828,3 +828,74 @@ fn stack_and_heap_sizes_are_set_on_the_context() {
     let p = rt.devices()[0].alloc(64, AllocKind::Device).unwrap();
     rt.devices()[0].free(p).unwrap();
 }
+
+#[test]
+fn queue_memory_is_stream_ordered_with_memory_pools() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let q = Queue::new(Some(d)).unwrap();
+    let (allocs, frees, plain) = (
+        fake.calls("cuMemAllocAsync"),
+        fake.calls("cuMemFreeAsync"),
+        fake.calls("cuMemAlloc_v2"),
+    );
+    let p = q.alloc(4096).unwrap();
+    assert_eq!(fake.calls("cuMemAllocAsync"), allocs + 1);
+    assert_eq!(fake.calls("cuMemAlloc_v2"), plain);
+    // Usable by the queue's work, and a live range for the range checks.
+    q.fill(p, &7u32.to_ne_bytes(), 4096).unwrap();
+    q.synchronize().unwrap();
+    let mut out = vec![0u32; 1024];
+    // SAFETY: `out` outlives the synchronous copy.
+    unsafe {
+        d.copy_from_device(out.as_mut_ptr().cast(), p, 4096)
+            .unwrap()
+    };
+    assert!(out.iter().all(|&v| v == 7));
+    assert_eq!(d.allocation(p).map(|a| a.size), Some(4096));
+    let e = d.free(p).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    // Freed in stream order, without a synchronisation.
+    let syncs = fake.calls("cuStreamSynchronize");
+    q.free(p).unwrap();
+    assert_eq!(fake.calls("cuMemFreeAsync"), frees + 1);
+    assert_eq!(fake.calls("cuStreamSynchronize"), syncs);
+    assert!(d.allocation(p).is_none());
+    assert_eq!(q.free(p).unwrap_err().code(), ErrorCode::InvalidArgument);
+    // A driver failure is the driver's error, and nothing is filed.
+    fake.fail("cuMemAllocAsync", 2, 1);
+    let e = q.alloc(64).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::OutOfResources);
+    assert!(e.message().contains("cuMemAllocAsync"), "{e}");
+}
+
+#[test]
+fn queue_memory_without_memory_pools_is_freed_after_a_sync() {
+    let Some((_g, fake, _rt)) = setup() else {
+        return;
+    };
+    // SAFETY: read by the fake's attribute query; the tests of this file
+    // run one at a time and the variable is removed before the lock goes.
+    unsafe { std::env::set_var("FAKE_CUDA_NO_POOLS", "1") };
+    let rt = runtime_with(&[]);
+    let d = &rt.devices()[0];
+    let q = Queue::new(Some(d)).unwrap();
+    let (ordered, plain, syncs) = (
+        fake.calls("cuMemAllocAsync"),
+        fake.calls("cuMemAlloc_v2"),
+        fake.calls("cuStreamSynchronize"),
+    );
+    let p = q.alloc(256).unwrap();
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FAKE_CUDA_NO_POOLS") };
+    assert_eq!(fake.calls("cuMemAllocAsync"), ordered);
+    assert_eq!(fake.calls("cuMemAlloc_v2"), plain + 1);
+    q.fill(p, &[1], 256).unwrap();
+    q.free(p).unwrap();
+    assert!(fake.calls("cuStreamSynchronize") > syncs);
+    assert!(d.allocation(p).is_none());
+    drop(q);
+    rt.shutdown();
+}

@@ -414,6 +414,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   case 75: *v = cc / 10; break;        /* compute capability major */
   case 76: *v = cc % 10; break;        /* compute capability minor */
   case 97: *v = 232448; break;         /* shared memory per block, opt-in */
+  case 115: *v = !env_int("FAKE_CUDA_NO_POOLS", 0); break; /* memory pools */
   default: return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -522,6 +523,20 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
 CUresult cuMemFree_v2(CUdeviceptr p) {
   ENTER("cuMemFree_v2");
   NEED_CTX();
+  free((void *)(uintptr_t)p);
+  return CUDA_SUCCESS;
+}
+
+/* Stream-ordered allocation: the fake runs streams in order at once. */
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, void *s) {
+  ENTER("cuMemAllocAsync");
+  NEED_STREAM(s);
+  return alloc((void **)p, size);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) {
+  ENTER("cuMemFreeAsync");
+  NEED_STREAM(s);
   free((void *)(uintptr_t)p);
   return CUDA_SUCCESS;
 }
