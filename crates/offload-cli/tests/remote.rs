@@ -1728,3 +1728,113 @@ int main(void) {
     );
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
 }
+
+/// The CUDA plugin's fake driver (`plugins/cuda/tests/fake_cuda`) built
+/// as `libcuda.so.1`, and the GPU test kernels as PTX for sm_80.
+fn fake_cuda(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/cuda/tests");
+    let driver = dir.join("libcuda.so.1");
+    let ok = Command::new("clang-22")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&driver)
+        .arg(root.join("fake_cuda/fake_cuda.c"))
+        .arg("-lpthread")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "building the fake CUDA driver");
+    let ptx = dir.join("kernels.ptx");
+    let ok = Command::new("clang-22")
+        .args(["--target=nvptx64-nvidia-cuda", "-march=sm_80"])
+        .args(["-Xclang", "-target-feature", "-Xclang", "+ptx78"])
+        .args(["-nogpulib", "-ffreestanding", "-O2", "-S", "-o"])
+        .arg(&ptx)
+        .arg(root.join("gpu/kernels.c"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "compiling the PTX kernels");
+    (driver, std::fs::read(ptx).unwrap())
+}
+
+#[test]
+fn a_servers_cuda_device_is_served_to_remote_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let (driver, ptx) = fake_cuda(dir.path());
+    let server = Server::start_env(
+        Some("gpu"),
+        &[],
+        0,
+        &[
+            ("OFFLOAD_PLUGINS", Path::new("cuda")),
+            ("OFFLOAD_CUDA_DRIVER", &driver),
+        ],
+    );
+    let rt = client(&server.addr, Some("gpu"));
+    assert!(rt.failed_plugins().is_empty(), "{:?}", rt.failed_plugins());
+    assert_eq!(rt.devices().len(), 2, "the server's two GPUs");
+    let dev = &rt.devices()[1];
+    let info = dev.info();
+    assert!(
+        info.name.starts_with("Fake NVIDIA GPU 1 @ "),
+        "{}",
+        info.name
+    );
+    // The platform is the remote plugin; the device is the server's GPU.
+    assert_eq!(info.backend, offload_core::Backend::Remote);
+    assert_eq!(info.device_type, offload_core::DeviceType::Gpu);
+    assert_eq!(
+        (info.triple.as_str(), info.arch.as_str()),
+        ("nvptx64-nvidia-cuda", "sm_90")
+    );
+
+    // sm_80 PTX runs on the sm_90 GPU: the server's plugin decides.
+    assert!(dev.is_compatible(&ptx));
+    let program = dev.load_program(&ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 4096usize;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let dx = dev.alloc(n * 4, AllocKind::Device).unwrap();
+    let dy = dev.alloc(n * 4, AllocKind::Device).unwrap();
+    unsafe { dev.copy_to_device(dx, x.as_ptr().cast(), n * 4).unwrap() };
+    dev.fill(dy, &1f32.to_ne_bytes(), n * 4).unwrap();
+    #[repr(C)]
+    struct Saxpy {
+        n: i32,
+        a: f32,
+        x: u64,
+        y: u64,
+    }
+    let args = Saxpy {
+        n: n as i32,
+        a: 2.0,
+        x: dx.0,
+        y: dy.0,
+    };
+    dev.launch(
+        &saxpy,
+        KernelArgs::Packed(packed(&args)),
+        &LaunchConfig::linear((n / 128) as u32, 128),
+    )
+    .unwrap();
+    let mut y = vec![0f32; n];
+    unsafe {
+        dev.copy_from_device(y.as_mut_ptr().cast(), dy, n * 4)
+            .unwrap()
+    };
+    assert!(y
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == 2.0 * i as f32 + 1.0));
+    // A driver error comes back as the driver's error.
+    let e = dev
+        .launch(
+            &saxpy,
+            KernelArgs::Packed(packed(&args)),
+            &LaunchConfig::linear(1, 4096),
+        )
+        .unwrap_err();
+    assert!(e.message().contains("block"), "{e}");
+    dev.free(dx).unwrap();
+    dev.free(dy).unwrap();
+}

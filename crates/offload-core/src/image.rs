@@ -1,6 +1,6 @@
 //! Matching images to devices.
 
-use offload_image::DeviceImage;
+use offload_image::{cuda, DeviceImage};
 
 use crate::plugin::DeviceInfo;
 
@@ -27,6 +27,11 @@ pub fn triples_compatible(a: &str, b: &str) -> bool {
 /// image and the device name an architecture, the same one. An image
 /// without a triple is judged by the plugin alone, so it does not match here.
 pub fn triple_and_arch_match(info: &DeviceInfo, image: &DeviceImage<'_>) -> bool {
+    // An NVIDIA GPU, also behind a proxy (a remote server's, an MPI
+    // rank's): compute-capability rules, as its own plugin applies them.
+    if let Some(device) = cuda_device_sm(info) {
+        return cuda_image_runs_on(image, device);
+    }
     let Some(triple) = image.triple.as_deref() else {
         return false;
     };
@@ -41,9 +46,87 @@ pub fn triple_and_arch_match(info: &DeviceInfo, image: &DeviceImage<'_>) -> bool
     }
 }
 
+/// The compute capability of an NVIDIA GPU device (`nvptx64` triple,
+/// `sm_XX` architecture).
+fn cuda_device_sm(info: &DeviceInfo) -> Option<cuda::Sm> {
+    if !triples_compatible(&info.triple, cuda::TRIPLE) {
+        return None;
+    }
+    cuda::parse_arch(&info.arch).map(|t| t.sm)
+}
+
+/// Whether a GPU of compute capability `device` runs `image` (PTX text, a
+/// cubin or a fatbinary): PTX for this SM or an older one, a cubin of the
+/// same major with a minor no higher than the GPU's, arch-specific code
+/// only on exactly its SM, a fatbinary with any such entry. An image whose
+/// container names another triple never runs.
+pub fn cuda_image_runs_on(image: &DeviceImage<'_>, device: cuda::Sm) -> bool {
+    if image
+        .triple
+        .as_deref()
+        .is_some_and(|t| !triples_compatible(t, cuda::TRIPLE))
+    {
+        return false;
+    }
+    match cuda::detect(image.bytes) {
+        Some(cuda::Kind::Ptx) => cuda::ptx_info(image.bytes)
+            .and_then(|i| i.target)
+            .is_some_and(|t| cuda::ptx_runs_on(t, device)),
+        Some(cuda::Kind::Cubin) => {
+            cuda::cubin_target(image.bytes).is_some_and(|t| cuda::cubin_runs_on(t, device))
+        }
+        Some(cuda::Kind::Fatbin) => cuda::fatbin_runs_on(image.bytes, device),
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn device(triple: &str, arch: &str) -> DeviceInfo {
+        use crate::plugin::{Backend, DeviceType};
+        DeviceInfo {
+            name: String::new(),
+            vendor: String::new(),
+            product_name: String::new(),
+            device_type: DeviceType::Gpu,
+            backend: Backend::Remote,
+            triple: triple.into(),
+            arch: arch.into(),
+            uid: String::new(),
+            driver_version: String::new(),
+            global_memory_bytes: 0,
+            group_memory_bytes: 0,
+            compute_units: 0,
+            max_group_size: 0,
+            max_group_size_per_dim: [0; 3],
+            max_num_groups: [0; 3],
+            clock_mhz: 0,
+            address_bits: 64,
+        }
+    }
+
+    #[test]
+    fn nvidia_gpus_match_by_compute_capability_behind_any_plugin() {
+        let gpu = |arch: &str| device(cuda::TRIPLE, arch);
+        let ptx = |sm: &str| format!(".version 7.8\n.target {sm}\n.address_size 64\n");
+        let runs = |device: &DeviceInfo, code: &str| {
+            offload_image::unwrap(code.as_bytes())
+                .unwrap()
+                .iter()
+                .any(|i| triple_and_arch_match(device, i))
+        };
+        // What a remote server's sm_90 GPU runs: older PTX, not newer,
+        // arch-specific PTX only for exactly its SM.
+        assert!(runs(&gpu("sm_90"), &ptx("sm_80")));
+        assert!(runs(&gpu("sm_90"), &ptx("sm_90a")));
+        assert!(!runs(&gpu("sm_90"), &ptx("sm_100")));
+        assert!(!runs(&gpu("sm_89"), &ptx("sm_90a")));
+        // Not a GPU: PTX has no triple and matches nothing by default.
+        let host = device("x86_64-unknown-linux-gnu", "");
+        assert!(!runs(&host, &ptx("sm_80")));
+    }
 
     #[test]
     fn triples() {

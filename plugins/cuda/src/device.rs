@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use offload_core::plugin::{self, AllocKind, Backend, DeviceInfo, DevicePtr, DeviceType};
 use offload_core::{Error, Result};
-use offload_image::cuda::{self, Kind, Sm};
+use offload_image::cuda::Sm;
 use offload_image::DeviceImage;
 
 use crate::driver::{check, Gpu};
@@ -101,27 +101,9 @@ impl CudaDevice {
     }
 }
 
-/// Whether a device of compute capability `sm` runs `image` (PTX text, a
-/// cubin or a fatbinary); the image's triple, when known, must be NVPTX.
-pub fn image_runs_on(image: &DeviceImage<'_>, sm: Sm) -> bool {
-    if image
-        .triple
-        .as_deref()
-        .is_some_and(|t| !offload_core::image::triples_compatible(t, TARGET_TRIPLE))
-    {
-        return false;
-    }
-    match cuda::detect(image.bytes) {
-        Some(Kind::Ptx) => cuda::ptx_info(image.bytes)
-            .and_then(|i| i.target)
-            .is_some_and(|t| cuda::ptx_runs_on(t, sm)),
-        Some(Kind::Cubin) => {
-            cuda::cubin_target(image.bytes).is_some_and(|t| cuda::cubin_runs_on(t, sm))
-        }
-        Some(Kind::Fatbin) => cuda::fatbin_runs_on(image.bytes, sm),
-        None => false,
-    }
-}
+/// Whether a device of compute capability `sm` runs `image` (the core's
+/// rule, which proxies of a GPU such as the remote plugin apply too).
+pub use offload_core::image::cuda_image_runs_on as image_runs_on;
 
 impl plugin::Device for CudaDevice {
     fn info(&self) -> &DeviceInfo {
