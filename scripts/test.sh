@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --no-fail-fast
+# The GPU bundle (scripts/gpu-tests.sh) rehearsed against the fake CUDA
+# driver: built from the debug build above, then run as on a GPU machine
+# (no clang or cargo on PATH). Only its checks count; its timings mean nothing.
+./scripts/gpu-tests.sh rehearse
 # OpenMP programs against `offload serve` (loopback, then a network namespace).
 ./scripts/remote-tests.sh
 # The MPI plugin under mpirun: the OpenMP programs on 2 serving ranks,

@@ -1,13 +1,28 @@
-/* ol_saxpy.c - the ol* API (libLLVMOffload.so.22.1) on the first GPU:
- * load an image (PTX, cubin or fatbinary; argv[1]), run saxpy and a
- * reduction, check the results, and time N launches + syncs.
- * Usage: ol_saxpy IMAGE [N]   (exit 0: ok, 1: wrong result, 2: setup). */
+/* ol_saxpy.c - the ol* API (libLLVMOffload.so.22.1) on the first CUDA
+ * device: load an image (PTX, cubin or fatbinary; argv[1]), run saxpy and
+ * a reduction in dynamic shared memory, check the results; with --bench,
+ * time the cases raw_saxpy.c times straight on the driver, in the same
+ * shape (scripts/gpu-tests.sh compares the two):
+ *
+ *   launch_sync_us   one small launch + olSyncQueue per iteration
+ *                    (raw: cuLaunchKernel + cuStreamSynchronize)
+ *   launch_batch_us  ITERS small launches, one sync (per launch)
+ *   h2d_pinned_MBps  64 MiB from pinned host memory (olMemAlloc
+ *                    OL_ALLOC_TYPE_HOST) to device memory, olMemcpy on
+ *                    the queue + olSyncQueue per copy (raw: cuMemAllocHost
+ *                    memory, cuMemcpyHtoDAsync + cuStreamSynchronize)
+ *   d2h_pinned_MBps  the same, device to pinned host
+ *
+ * Output lines `bench CASE ol VALUE`. Each case is warmed up first.
+ * Usage: ol_saxpy IMAGE [--bench ITERS]
+ * Exit 0: ok, 1: wrong result, 2: setup or API failure. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <OffloadAPI.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define MUST(call)                                                             \
@@ -19,6 +34,8 @@
       exit(2);                                                                 \
     }                                                                          \
   } while (0)
+
+enum { COPY_BYTES = 64 << 20, COPIES = 16 };
 
 static ol_device_handle_t gpu, host;
 
@@ -40,12 +57,68 @@ static double now(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+struct saxpy_args { int n; float a; const float *x; float *y; };
+
+static void bench(ol_queue_handle_t q, ol_symbol_handle_t saxpy, float *dx, int iters) {
+  /* A 32-element saxpy, one block: the launch is all there is. */
+  struct saxpy_args sa = {32, 2.0f, dx, dx};
+  ol_kernel_launch_size_args_t l1 = {1, {1, 1, 1}, {32, 1, 1}, 0};
+  for (int i = 0; i < 100; i++) {
+    MUST(olLaunchKernel(q, gpu, saxpy, &sa, sizeof sa, &l1));
+    MUST(olSyncQueue(q));
+  }
+  double t0 = now();
+  for (int i = 0; i < iters; i++) {
+    MUST(olLaunchKernel(q, gpu, saxpy, &sa, sizeof sa, &l1));
+    MUST(olSyncQueue(q));
+  }
+  double t1 = now();
+  printf("bench launch_sync_us ol %.3f\n", (t1 - t0) * 1e6 / iters);
+  t0 = now();
+  for (int i = 0; i < iters; i++)
+    MUST(olLaunchKernel(q, gpu, saxpy, &sa, sizeof sa, &l1));
+  MUST(olSyncQueue(q));
+  t1 = now();
+  printf("bench launch_batch_us ol %.3f\n", (t1 - t0) * 1e6 / iters);
+
+  /* Pinned host memory both ways. */
+  unsigned char *h, *d;
+  MUST(olMemAlloc(gpu, OL_ALLOC_TYPE_HOST, COPY_BYTES, (void **)&h));
+  MUST(olMemAlloc(gpu, OL_ALLOC_TYPE_DEVICE, COPY_BYTES, (void **)&d));
+  for (size_t i = 0; i < COPY_BYTES; i++) h[i] = (unsigned char)(i * 7 + 3);
+  MUST(olMemcpy(q, d, gpu, h, host, COPY_BYTES));
+  MUST(olSyncQueue(q));
+  t0 = now();
+  for (int i = 0; i < COPIES; i++) {
+    MUST(olMemcpy(q, d, gpu, h, host, COPY_BYTES));
+    MUST(olSyncQueue(q));
+  }
+  t1 = now();
+  printf("bench h2d_pinned_MBps ol %.1f\n", (double)COPIES * COPY_BYTES / (t1 - t0) / 1e6);
+  memset(h, 0, COPY_BYTES);
+  MUST(olMemcpy(q, h, host, d, gpu, COPY_BYTES));
+  MUST(olSyncQueue(q));
+  t0 = now();
+  for (int i = 0; i < COPIES; i++) {
+    MUST(olMemcpy(q, h, host, d, gpu, COPY_BYTES));
+    MUST(olSyncQueue(q));
+  }
+  t1 = now();
+  printf("bench d2h_pinned_MBps ol %.1f\n", (double)COPIES * COPY_BYTES / (t1 - t0) / 1e6);
+  int bad = 0;
+  for (size_t i = 0; i < COPY_BYTES; i += 4093) bad += h[i] != (unsigned char)(i * 7 + 3);
+  printf("pinned copies: %s\n", bad ? "WRONG" : "ok");
+  MUST(olMemFree(h));
+  MUST(olMemFree(d));
+  if (bad) exit(1);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: ol_saxpy IMAGE [N]\n");
+    fprintf(stderr, "usage: ol_saxpy IMAGE [--bench ITERS]\n");
     return 2;
   }
-  int iters = argc > 2 ? atoi(argv[2]) : 1000;
+  int iters = argc > 3 && !strcmp(argv[2], "--bench") ? atoi(argv[3]) : 0;
   FILE *f = fopen(argv[1], "rb");
   if (!f) {
     perror(argv[1]);
@@ -86,7 +159,7 @@ int main(int argc, char **argv) {
   MUST(olMemAlloc(gpu, OL_ALLOC_TYPE_DEVICE, n * sizeof(float), (void **)&dy));
   MUST(olMemcpy(q, dx, gpu, hx, host, n * sizeof(float)));
   MUST(olMemcpy(q, dy, gpu, hy, host, n * sizeof(float)));
-  struct { int n; float a; const float *x; float *y; } sa = {n, 2.0f, dx, dy};
+  struct saxpy_args sa = {n, 2.0f, dx, dy};
   ol_kernel_launch_size_args_t ls = {1, {(uint32_t)(n / 256), 1, 1}, {256, 1, 1}, 0};
   MUST(olLaunchKernel(q, gpu, saxpy, &sa, sizeof sa, &ls));
   MUST(olMemcpy(q, hy, host, dy, gpu, n * sizeof(float)));
@@ -95,6 +168,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n; i++) bad += hy[i] != 2.0f * (float)i + 1.0f;
   printf("saxpy: %s\n", bad ? "WRONG" : "ok");
 
+  /* One block; each thread's partial sum in dynamic shared memory. */
   int m = 100000;
   int *hv = malloc(m * sizeof(int));
   for (int i = 0; i < m; i++) hv[i] = i + 1;
@@ -112,23 +186,7 @@ int main(int argc, char **argv) {
   bad += rbad;
   printf("reduce: %s (%lld)\n", rbad ? "WRONG" : "ok", sum);
 
-  /* Launch latency: N small launches, one sync. */
-  ol_kernel_launch_size_args_t l1 = {1, {1, 1, 1}, {32, 1, 1}, 0};
-  sa.n = 32;
-  double t0 = now();
-  for (int i = 0; i < iters; i++) MUST(olLaunchKernel(q, gpu, saxpy, &sa, sizeof sa, &l1));
-  MUST(olSyncQueue(q));
-  double t1 = now();
-  printf("bench ol launch+sync: %d launches, %.2f us/launch\n", iters, (t1 - t0) * 1e6 / iters);
-  /* Copy bandwidth: 4 MiB host->device and back. */
-  t0 = now();
-  for (int i = 0; i < 20; i++) {
-    MUST(olMemcpy(q, dx, gpu, hx, host, n * sizeof(float)));
-    MUST(olMemcpy(q, hx, host, dx, gpu, n * sizeof(float)));
-  }
-  MUST(olSyncQueue(q));
-  t1 = now();
-  printf("bench ol copies: %.1f MB/s (pageable, both ways)\n", 40.0 * n * sizeof(float) / (t1 - t0) / 1e6);
+  if (iters > 0 && !bad) bench(q, saxpy, dx, iters);
 
   MUST(olMemFree(dx));
   MUST(olMemFree(dy));
