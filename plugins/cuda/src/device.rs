@@ -88,8 +88,9 @@ impl CudaDevice {
                 u(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
                 u(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ],
-            // The attribute is in kHz.
-            clock_mhz: u(sys::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? / 1000,
+            // In kHz. Informational only, and CUDA 13 deprecates it: a
+            // driver that refuses it leaves 0 rather than losing the GPU.
+            clock_mhz: u(sys::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).unwrap_or(0) / 1000,
             address_bits: 64,
         };
         Ok(CudaDevice { gpu, info, sm })
