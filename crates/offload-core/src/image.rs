@@ -29,8 +29,12 @@ pub fn triples_compatible(a: &str, b: &str) -> bool {
 pub fn triple_and_arch_match(info: &DeviceInfo, image: &DeviceImage<'_>) -> bool {
     // An NVIDIA GPU, also behind a proxy (a remote server's, an MPI
     // rank's): compute-capability rules, as its own plugin applies them.
-    if let Some(device) = cuda_device_sm(info) {
-        return cuda_image_runs_on(image, device);
+    // Bitcode is not GPU code yet: it goes by triple and arch below (a
+    // proxy passes it on to a server that compiles it).
+    if image.format != offload_image::ImageFormat::Bitcode {
+        if let Some(device) = cuda_device_sm(info) {
+            return cuda_image_runs_on(image, device);
+        }
     }
     let Some(triple) = image.triple.as_deref() else {
         return false;
@@ -126,6 +130,17 @@ mod tests {
         // Not a GPU: PTX has no triple and matches nothing by default.
         let host = device("x86_64-unknown-linux-gnu", "");
         assert!(!runs(&host, &ptx("sm_80")));
+        // NVPTX bitcode for the GPU's arch still matches by triple and
+        // arch, for a server to compile.
+        let bitcode = DeviceImage {
+            bytes: b"BC\xc0\xde",
+            format: offload_image::ImageFormat::Bitcode,
+            triple: Some(cuda::TRIPLE.into()),
+            arch: Some("sm_90".into()),
+            ..offload_image::unwrap(ptx("sm_80").as_bytes()).unwrap()[0].clone()
+        };
+        assert!(triple_and_arch_match(&gpu("sm_90"), &bitcode));
+        assert!(!triple_and_arch_match(&gpu("sm_80"), &bitcode));
     }
 
     #[test]

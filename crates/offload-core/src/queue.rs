@@ -257,15 +257,29 @@ impl Queue {
         let device = self.device_or_unsupported()?;
         let _s = debug_span!("queue_free", device = device.id(), ptr = %ptr).entered();
         let owner = device.retire_queue_alloc(ptr)?;
+        // The pointer has left the index: if the ordered free cannot be
+        // queued, it is freed now rather than leaked (`cuMemFree` takes
+        // pool memory too).
+        let now = |e: Error| {
+            let synced = self.synchronize();
+            device.raw().free(ptr, AllocKind::Device)?;
+            synced.and(Err(e))
+        };
         match (&self.worker, &self.raw) {
-            (None, Some(raw)) if owner == Owner::QUEUE_ORDERED => raw.free_ordered(ptr),
+            (None, Some(raw)) if owner == Owner::QUEUE_ORDERED => {
+                raw.free_ordered(ptr).or_else(now)
+            }
             (Some(_), _) => {
-                let device = device.clone();
-                self.submit_host(move || device.raw().free(ptr, AllocKind::Device))
+                let d = device.clone();
+                self.submit_host(move || d.raw().free(ptr, AllocKind::Device))
+                    .or_else(now)
             }
             _ => {
-                self.synchronize()?;
-                device.raw().free(ptr, AllocKind::Device)
+                // Freed even when earlier work failed (the memory is no
+                // longer filed); the failure is still reported.
+                let synced = self.synchronize();
+                let freed = device.raw().free(ptr, AllocKind::Device);
+                synced.and(freed)
             }
         }
     }

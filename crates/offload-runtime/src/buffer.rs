@@ -74,9 +74,13 @@ impl<T: Pod> DeviceBuffer<T> {
             ordered_on: Some(queue.shared.clone()),
             _values: PhantomData,
         };
-        // Zeroed before any later work of the queue sees it; `T: Pod`
-        // makes all-zero bytes a valid `T`.
+        // Zeroed in the queue's order; `T: Pod` makes all-zero bytes a
+        // valid `T`. Handed out once the zeroing is done: from then on any
+        // queue and the buffer's own synchronous methods may use it (the
+        // allocation point is behind the host, as CUDA asks of other
+        // streams), while the free on drop stays in the queue's order.
         core.fill(ptr, &[0], bytes)?;
+        core.record_event()?.synchronize()?;
         Ok(buf)
     }
 

@@ -135,18 +135,16 @@ impl Queue {
         &self.device
     }
 
-    /// Device memory for `len` values of `T`, allocated in this queue's
-    /// order and zeroed on it; freed in its order when dropped (after the
-    /// work enqueued here before the drop), so temporary buffers of a
-    /// pipeline neither wait for nor stall other queues. This is
-    /// stream-ordered allocation where the plugin has it (CUDA memory
-    /// pools: `cuMemAllocAsync` / `cuMemFreeAsync`) and a plain allocation
-    /// elsewhere.
+    /// Device memory for `len` values of `T`, allocated and zeroed in this
+    /// queue's order, and freed in its order when dropped (after the work
+    /// enqueued here before the drop, without waiting for the device or
+    /// stalling other queues). This is stream-ordered allocation where the
+    /// plugin has it (CUDA memory pools: `cuMemAllocAsync` /
+    /// `cuMemFreeAsync`) and a plain allocation elsewhere.
     ///
-    /// Work enqueued on this queue may use the buffer at once. Anything
-    /// else (another queue, the buffer's own synchronous methods) must
-    /// first wait for this queue: [`Queue::synchronize`], or an
-    /// [`Event`] recorded after this call.
+    /// It returns once the zeroing has run (so after the work enqueued
+    /// here before it): the buffer is then usable anywhere, by any queue
+    /// and by its own synchronous methods.
     pub fn alloc_zeros<T: Pod>(&self, len: usize) -> Result<crate::DeviceBuffer<T>> {
         crate::DeviceBuffer::new_on_queue(self, len)
     }
