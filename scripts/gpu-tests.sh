@@ -106,6 +106,7 @@ build_bundle() { # build_bundle DIR PROFILE
     clang-22 -O2 -Wall -Werror "$src/raw_saxpy.c" -o "$out/raw_saxpy" -ldl
     # libomp first, as clang orders a -fopenmp-targets program's libraries.
     clang-22 -fopenmp -O1 -Wall -Werror -I"$root/include" -I"$llvm/include/offload" \
+        -I"$root/crates/omptarget/tests/interop" \
         "$src/omp_api.c" -o "$out/omp_api" -lomp "$out/lib/libomptarget.so.22.1" \
         -Wl,-rpath,'$ORIGIN/lib'
     cp "$here/gpu-tests.sh" "$out/gpu-tests.sh"
