@@ -218,6 +218,9 @@ fn fills_use_memset_or_staged_copies() {
     let d = &rt.devices()[0];
     let n = 3 * 4096;
     let p = d.alloc(n, AllocKind::Device).unwrap();
+    // The fake's counters are process-wide: count from here.
+    let [d8, d16, d32] =
+        ["cuMemsetD8Async", "cuMemsetD16Async", "cuMemsetD32Async"].map(|f| fake.calls(f));
     for pattern in [
         &[7u8][..],
         &[1, 2],
@@ -233,9 +236,9 @@ fn fills_use_memset_or_staged_copies() {
         let want: Vec<u8> = pattern.iter().copied().cycle().take(n).collect();
         assert_eq!(back, want, "pattern {pattern:?}");
     }
-    assert!(fake.calls("cuMemsetD8Async") >= 2);
-    assert_eq!(fake.calls("cuMemsetD16Async"), 1);
-    assert_eq!(fake.calls("cuMemsetD32Async"), 1);
+    assert!(fake.calls("cuMemsetD8Async") >= d8 + 2);
+    assert_eq!(fake.calls("cuMemsetD16Async"), d16 + 1);
+    assert_eq!(fake.calls("cuMemsetD32Async"), d32 + 1);
     d.free(p).unwrap();
     // Beyond 1 MiB an odd pattern is staged once, then doubled on the device.
     let n = 3 << 20;
@@ -773,6 +776,88 @@ fn threads_share_the_primary_contexts() {
     // runtimes release theirs when dropped).
     let held = fake.calls("cuDevicePrimaryCtxRetain") - fake.calls("cuDevicePrimaryCtxRelease_v2");
     assert!(held <= 2, "{held} primary contexts held");
+}
+
+/// The plugin sets a context only when the thread's current one differs,
+/// and asks the driver each time: a context switched by other code on the
+/// thread (the CUDA runtime through an interop object, say) between two
+/// of our calls is put right before the next.
+#[test]
+fn contexts_are_set_only_when_another_is_current() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 64usize;
+    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let q = Queue::new(Some(d)).unwrap();
+    let run = |a: f32| {
+        d.fill(y, &0f32.to_ne_bytes(), n * 4).unwrap();
+        d.fill(x, &1f32.to_ne_bytes(), n * 4).unwrap();
+        let args = saxpy_args(n as i32, a, x, y);
+        q.launch(
+            &saxpy,
+            KernelArgs::Packed(&args),
+            &LaunchConfig::linear(1, 64),
+        )
+        .unwrap();
+        q.synchronize().unwrap();
+        let mut out = vec![0f32; n];
+        // SAFETY: `out` outlives the synchronous copy.
+        unsafe {
+            d.copy_from_device(out.as_mut_ptr().cast(), y, n * 4)
+                .unwrap()
+        };
+        assert!(out.iter().all(|&v| v == a), "{out:?}");
+    };
+    run(1.0);
+    // Already current on this thread: no cuCtxSetCurrent at all.
+    let sets = fake.calls("cuCtxSetCurrent");
+    for _ in 0..10 {
+        run(2.0);
+    }
+    assert_eq!(fake.calls("cuCtxSetCurrent"), sets);
+    assert!(fake.calls("cuCtxGetCurrent") >= 10 * 5);
+
+    // SAFETY: the fake's own entry points, called as foreign code on this
+    // thread would: clear the current context, then make device 1's current.
+    let set_current = |ctx: *mut std::ffi::c_void| unsafe {
+        let f = fake
+            .lib
+            .get::<unsafe extern "C" fn(*mut std::ffi::c_void) -> c_int>(b"cuCtxSetCurrent\0")
+            .unwrap();
+        assert_eq!(f(ctx), 0);
+    };
+    set_current(std::ptr::null_mut());
+    run(3.0);
+    let mut other: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: as above; writes one context handle (device 1 exists).
+    unsafe {
+        let retain = fake
+            .lib
+            .get::<unsafe extern "C" fn(*mut *mut std::ffi::c_void, c_int) -> c_int>(
+                b"cuDevicePrimaryCtxRetain\0",
+            )
+            .unwrap();
+        assert_eq!(retain(&mut other, 1), 0);
+    }
+    set_current(other);
+    run(4.0);
+    // SAFETY: balances the retain above.
+    unsafe {
+        let release = fake
+            .lib
+            .get::<unsafe extern "C" fn(c_int) -> c_int>(b"cuDevicePrimaryCtxRelease_v2\0")
+            .unwrap();
+        assert_eq!(release(1), 0);
+    }
+    drop(q);
+    d.free(x).unwrap();
+    d.free(y).unwrap();
 }
 
 /// A runtime of its own over the fake driver, configured by `env`.

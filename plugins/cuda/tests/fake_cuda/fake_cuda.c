@@ -479,6 +479,15 @@ CUresult cuCtxSetCurrent(void *ctx) {
   return CUDA_SUCCESS;
 }
 
+CUresult cuCtxGetCurrent(void **ctx) {
+  ENTER("cuCtxGetCurrent");
+  NEED_INIT();
+  if (!ctx)
+    return CUDA_ERROR_INVALID_VALUE;
+  *ctx = current;
+  return CUDA_SUCCESS;
+}
+
 /* Context limits: stack (0), printf FIFO (1) and malloc heap (2) sizes.
  * A stack above 512 KiB per thread is refused, as on real GPUs. */
 CUresult cuCtxSetLimit(int limit, size_t value) {
