@@ -65,7 +65,7 @@ SYSTEM_LIBS+=" libpthread.so.0 libdl.so.2 librt.so.1 "
 # Newest glibc symbol version Ubuntu 24.04 provides.
 MAX_GLIBC=2.39
 # Tools `run` uses (the rehearsal runs it with only these on PATH).
-RUN_TOOLS="bash env awk grep sed date tee cat dirname uname timeout"
+RUN_TOOLS="bash env awk grep sed date tee cat dirname uname timeout sleep head"
 
 die() { echo "gpu-tests: $*" >&2; exit 2; }
 
@@ -276,6 +276,31 @@ fi
 
 check "OpenMP API on the CUDA device (omp_api: omp_target_*, interop table)" ./omp_api kernels.ptx
 
+# The GPU served to a remote client: `offload serve` on loopback with the
+# CUDA plugin, ol_saxpy through the remote plugin (its bench lines are
+# tagged `remote`: a reference, no goal).
+echo "== offload serve (CUDA plugin) on loopback" | tee -a "$log"
+token="gpu-tests-$$-$RANDOM"
+OFFLOAD_PLUGINS=cuda OFFLOAD_REMOTE_TOKEN=$token ./offload serve --listen 127.0.0.1:0 \
+    > serve.out 2> serve.err &
+serve_pid=$!
+addr=
+for ((i = 0; i < 100; i++)); do
+    addr=$(sed -n 's/.*listening on //p' serve.out | head -n 1)
+    [[ -n $addr ]] && break
+    sleep 0.1
+done
+if [[ -n $addr ]]; then
+    check "remote: a served CUDA device runs ol* saxpy + reduce (client: remote plugin only)" \
+        env OFFLOAD_PLUGINS=remote OFFLOAD_REMOTE="$addr" OFFLOAD_REMOTE_TOKEN="$token" \
+        bash -c 'set -o pipefail; ./ol_saxpy kernels.ptx --bench 2000 | sed "s/^\(bench [A-Za-z0-9_]*\) ol /\1 remote /"'
+else
+    failed "remote: offload serve did not start (serve.err in gpu-run.log)"
+fi
+kill "$serve_pid" 2> /dev/null || true
+wait "$serve_pid" 2> /dev/null || true
+cat serve.err >> "$log"
+
 # ---------------------------------------------------------------- benchmarks
 rounds=${GPU_BENCH_ROUNDS:-3}
 iters=${GPU_BENCH_ITERS:-20000}
@@ -350,6 +375,15 @@ table=$(awk '
     if [[ $fake == 1 ]]; then echo "(fake driver: timings meaningless)"; echo; fi
     echo "$table"
     echo
+    remote_rows=$(awk '$1 == "bench" && $3 == "remote" { printf "| %s | %s |\n", $2, $4 }' bench.txt)
+    if [[ -n $remote_rows ]]; then
+        echo "Through \`offload serve\` on loopback (remote plugin client; 2000 launches; a reference, no goal):"
+        echo
+        echo "| case | remote |"
+        echo "|---|---|"
+        echo "$remote_rows"
+        echo
+    fi
     echo "launch_sync_us: one small launch + queue sync per iteration (olLaunchKernel + olSyncQueue"
     echo "vs cuLaunchKernel + cuStreamSynchronize), $iters iterations; launch_batch_us: $iters launches,"
     echo "one sync (per launch, no goal); copies: 16 x 64 MiB each way between pinned host memory"

@@ -270,6 +270,49 @@ fn memory_programs_and_launches_over_the_wire() {
     assert!(log.contains("program loaded"), "{log}");
 }
 
+/// `AllocKind::Host` on a server's device is memory of the client (it
+/// must be touchable by the caller, as pinned memory is), copies move it
+/// like any host buffer; shared memory cannot span two machines.
+#[test]
+fn host_memory_of_a_remote_device_is_the_clients() {
+    let server = Server::start(Some("s3cret"));
+    let rt = client(&server.addr, Some("s3cret"));
+    let dev = &rt.devices()[1];
+    let n = 3 << 20;
+    let h = dev.alloc(n, AllocKind::Host).unwrap();
+    // SAFETY: n bytes of host memory, ours until freed below.
+    let hs = unsafe { std::slice::from_raw_parts_mut(h.0 as *mut u8, n) };
+    assert!(hs.iter().all(|&b| b == 0), "host memory comes zeroed");
+    for (i, b) in hs.iter_mut().enumerate() {
+        *b = (i % 253) as u8;
+    }
+    let d = dev.alloc(n, AllocKind::Device).unwrap();
+    let q = Queue::new(Some(dev)).unwrap();
+    unsafe {
+        rt.copy(
+            Location::Device(dev.id(), d),
+            Location::Host(h.0 as *const u8),
+            n,
+            Some(&q),
+        )
+        .unwrap();
+    }
+    q.synchronize().unwrap();
+    hs.fill(0);
+    unsafe { dev.copy_from_device(h.0 as *mut u8, d, n).unwrap() };
+    assert!(hs.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
+    dev.free(h).unwrap();
+    assert_eq!(dev.free(h).unwrap_err().code(), ErrorCode::InvalidArgument);
+    dev.free(d).unwrap();
+
+    let e = dev.alloc(64, AllocKind::Shared).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Unsupported);
+    assert!(e.message().contains("another machine"), "{}", e.message());
+    // Still usable, and no server-side allocation is left behind.
+    let d = dev.alloc(64, AllocKind::Device).unwrap();
+    dev.free(d).unwrap();
+}
+
 #[test]
 fn registered_binaries_ship_their_images_once() {
     let server = Server::start(None);

@@ -27,6 +27,7 @@
 //!   writes them as a Chrome trace-event profile.
 
 pub mod binary;
+pub mod client_host_memory;
 pub mod config;
 pub mod device;
 pub mod error;

@@ -611,6 +611,7 @@ c_tests! {
     memcpy_async_depend => "memcpy_async_depend.c",
     err_api_device => "err_api_device.c",
     usm_info => "usm_info.c",
+    shared_alloc => "shared_alloc.c",
     fp_info => "fp_info.c",
     abort_flush => "abort_flush.c",
     mandatory_no_device => "mandatory_no_device.c",

@@ -7,6 +7,7 @@
 use std::ffi::c_int;
 use std::sync::Arc;
 
+use offload_core::client_host_memory::{no_shared_memory, ClientHostMemory};
 use offload_core::plugin::{
     self, AllocKind, Backend, DeviceInfo, DevicePtr, DeviceType, KernelArgs, LaunchConfig,
 };
@@ -29,6 +30,9 @@ pub struct MpiDevice {
     remote_id: u32,
     info: DeviceInfo,
     shipped: Arc<ShippedImages>,
+    /// `AllocKind::Host` memory: in this process, where the caller can
+    /// touch it (`offload_core::client_host_memory`).
+    host_memory: ClientHostMemory,
 }
 
 fn dim3(v: &[u32]) -> [u32; 3] {
@@ -77,6 +81,7 @@ impl MpiDevice {
             remote_id: d.id,
             info,
             shipped,
+            host_memory: ClientHostMemory::default(),
         }
     }
 
@@ -122,6 +127,11 @@ impl plugin::Device for MpiDevice {
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {
+        match kind {
+            AllocKind::Host => return self.host_memory.alloc(size),
+            AllocKind::Shared => return Err(no_shared_memory(&self.info.name)),
+            AllocKind::Device => {}
+        }
         let req = AllocRequest {
             device: self.remote_id,
             size: size as u64,
@@ -131,7 +141,10 @@ impl plugin::Device for MpiDevice {
         Ok(DevicePtr(r.ptr))
     }
 
-    fn free(&self, ptr: DevicePtr, _kind: AllocKind) -> Result<()> {
+    fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
+        if kind == AllocKind::Host {
+            return self.host_memory.free(ptr);
+        }
         let req = offload_proto::FreeRequest {
             device: self.remote_id,
             ptr: ptr.0,

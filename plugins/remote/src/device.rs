@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use offload_core::client_host_memory::{no_shared_memory, ClientHostMemory};
 use offload_core::plugin::{self, AllocKind, Backend, DeviceInfo, DevicePtr, DeviceType};
 use offload_core::Result;
 use offload_image::DeviceImage;
@@ -21,6 +22,9 @@ pub struct RemoteDevice {
     pub(crate) remote_id: u32,
     info: DeviceInfo,
     shipped: Arc<ShippedImages>,
+    /// `AllocKind::Host` memory: in this process, where the caller can
+    /// touch it (`offload_core::client_host_memory`).
+    host_memory: ClientHostMemory,
 }
 
 fn dim3(v: &[u32]) -> [u32; 3] {
@@ -62,6 +66,7 @@ impl RemoteDevice {
             remote_id: d.id,
             info,
             shipped,
+            host_memory: ClientHostMemory::default(),
         }
     }
 }
@@ -107,6 +112,11 @@ impl plugin::Device for RemoteDevice {
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {
+        match kind {
+            AllocKind::Host => return self.host_memory.alloc(size),
+            AllocKind::Shared => return Err(no_shared_memory(&self.info.name)),
+            AllocKind::Device => {}
+        }
         let req = AllocRequest {
             device: self.remote_id,
             size: size as u64,
@@ -118,7 +128,10 @@ impl plugin::Device for RemoteDevice {
         Ok(DevicePtr(r.ptr))
     }
 
-    fn free(&self, ptr: DevicePtr, _kind: AllocKind) -> Result<()> {
+    fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
+        if kind == AllocKind::Host {
+            return self.host_memory.free(ptr);
+        }
         let req = FreeRequest {
             device: self.remote_id,
             ptr: ptr.0,

@@ -3,10 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 void *llvm_omp_target_alloc_host(size_t, int);
-void *llvm_omp_target_alloc_shared(size_t, int);
 void *llvm_omp_target_alloc_device(size_t, int);
 void llvm_omp_target_free_host(void *, int);
-void llvm_omp_target_free_shared(void *, int);
 void llvm_omp_target_free_device(void *, int);
 int main(void) {
   int dev = 0, host = omp_get_initial_device();
@@ -40,11 +38,16 @@ int main(void) {
   printf("accessible=%d\n", omp_target_is_accessible(h, sizeof h, dev));
   printf("uid0=%s uidhost=%s back=%d %d\n", omp_get_uid_from_device(0), omp_get_uid_from_device(host),
          omp_get_device_from_uid(omp_get_uid_from_device(2)), omp_get_device_from_uid("HOST"));
-  void *ph = llvm_omp_target_alloc_host(32, dev), *ps = llvm_omp_target_alloc_shared(32, dev),
-       *pd = llvm_omp_target_alloc_device(32, dev);
-  printf("llvm allocs ok=%d\n", ph && ps && pd);
+  // Host memory is the caller's to touch, on a server's device too
+  // (shared memory is not: shared_alloc.c).
+  unsigned char *ph = llvm_omp_target_alloc_host(32, dev), *pd = llvm_omp_target_alloc_device(32, dev);
+  printf("llvm allocs ok=%d\n", ph && pd);
+  for (int i = 0; i < 32; i++) ph[i] = (unsigned char)(i * 3);
+  int via = omp_target_memcpy(pd, ph, 32, 0, 0, dev, host);
+  memset(ph, 0, 32);
+  via |= omp_target_memcpy(ph, pd, 32, 0, 0, host, dev);
+  printf("host memory round trip=%d ph[31]=%d\n", via, ph[31]);
   llvm_omp_target_free_host(ph, dev);
-  llvm_omp_target_free_shared(ps, dev);
   llvm_omp_target_free_device(pd, dev);
   printf("async=%d\n", omp_target_memcpy_async(r, d, 8, 0, 0, host, dev, 0, NULL));
 #pragma omp taskwait

@@ -1,5 +1,5 @@
 /* ol_saxpy.c - the ol* API (libLLVMOffload.so.22.1) on the first CUDA
- * device: load an image (PTX, cubin or fatbinary; argv[1]), run saxpy and
+ * device (else the first GPU: a server's through the remote plugin): load an image (PTX, cubin or fatbinary; argv[1]), run saxpy and
  * a reduction in dynamic shared memory, check the results; with --bench,
  * time the cases raw_saxpy.c times straight on the driver, in the same
  * shape (scripts/gpu-tests.sh compares the two):
@@ -37,7 +37,7 @@
 
 enum { COPY_BYTES = 64 << 20, COPIES = 16 };
 
-static ol_device_handle_t gpu, host;
+static ol_device_handle_t gpu, host, any_gpu;
 
 static bool pick(ol_device_handle_t d, void *unused) {
   (void)unused;
@@ -48,6 +48,12 @@ static bool pick(ol_device_handle_t d, void *unused) {
     return true;
   if (b == OL_PLATFORM_BACKEND_HOST && !host) host = d;
   if (b == OL_PLATFORM_BACKEND_CUDA && !gpu) gpu = d;
+  /* A GPU of another platform (a server's CUDA device through the remote
+   * plugin) is the fallback. */
+  ol_device_type_t t;
+  if (!any_gpu && !olGetDeviceInfo(d, OL_DEVICE_INFO_TYPE, sizeof t, &t) &&
+      t == OL_DEVICE_TYPE_GPU)
+    any_gpu = d;
   return true;
 }
 
@@ -133,6 +139,7 @@ int main(int argc, char **argv) {
 
   MUST(olInit());
   MUST(olIterateDevices(pick, NULL));
+  if (!gpu) gpu = any_gpu;
   if (!gpu || !host) {
     fprintf(stderr, "no CUDA device\n");
     return 2;
