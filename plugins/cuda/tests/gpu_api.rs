@@ -2,7 +2,9 @@
 //! must show too (no fake-driver controls, no fake-only values): device
 //! info, allocation kinds and copies, fills, registered host memory, saxpy
 //! and a reduction in dynamic shared memory from PTX, queue/event/host
-//! function ordering, and the errors of bad pointers and sizes.
+//! function ordering, globals, stream-ordered queue memory, `1OMP`
+//! compile options as JIT options, context stack/heap limits, and the
+//! errors of bad pointers and sizes.
 //!
 //! It runs against whatever CUDA driver the plugin loads:
 //!
@@ -606,4 +608,155 @@ fn bad_pointers_and_sizes_are_errors() {
     )
     .unwrap();
     q.synchronize().unwrap();
+}
+
+/// Whether the driver is the CI fake (its globals start zeroed, not with
+/// their initialisers).
+fn on_fake(g: &Gpu) -> bool {
+    device(g).info().name.starts_with("Fake")
+}
+
+#[test]
+fn globals_are_found_read_and_written() {
+    let Some(g) = gpu() else { return };
+    let d = device(g);
+    let program = d.load_program(&g.ptx).unwrap();
+    let (p, size) = program.global("scale_table").unwrap();
+    assert_eq!(size, 16);
+    if !on_fake(g) {
+        let init: Vec<u8> = [1i32, 2, 3, 4]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        assert_eq!(download(d, p, 16), init, "the global's initialiser");
+    }
+    let v = pattern(16, 7);
+    upload(d, p, &v);
+    assert_eq!(download(d, p, 16), v);
+    assert_eq!(
+        program.global("no_such_global").unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+}
+
+/// `Queue::alloc`: stream-ordered memory (`cuMemAllocAsync` where the GPU
+/// has memory pools) used by copies and a launch on the same queue, freed
+/// in queue order.
+#[test]
+fn queue_memory_is_used_and_freed_in_queue_order() {
+    let Some(g) = gpu() else { return };
+    let d = device(g);
+    let program = d.load_program(&g.ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let q = Queue::new(Some(d)).unwrap();
+    let n = 1 << 18;
+    let xs: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+    let mut out = vec![0f32; n];
+    for round in 0..3 {
+        let x = q.alloc(n * 4).unwrap();
+        let y = q.alloc(n * 4).unwrap();
+        // Device::free refuses queue memory.
+        assert_eq!(d.free(x).unwrap_err().code(), ErrorCode::InvalidArgument);
+        let on_dev = |p| Location::Device(d.id(), p);
+        // SAFETY: `xs` and `out` outlive the queue's work (synchronised
+        // below before either is touched).
+        unsafe {
+            g.rt.copy(
+                on_dev(x),
+                Location::Host(xs.as_ptr().cast()),
+                n * 4,
+                Some(&q),
+            )
+            .unwrap();
+            g.rt.copy(
+                on_dev(y),
+                Location::Host(xs.as_ptr().cast()),
+                n * 4,
+                Some(&q),
+            )
+            .unwrap();
+        }
+        let args = saxpy_args(n as i32, round as f32, x, y);
+        q.launch(
+            &saxpy,
+            KernelArgs::Packed(&args),
+            &LaunchConfig::linear(n.div_ceil(256) as u32, 256),
+        )
+        .unwrap();
+        // SAFETY: as above.
+        unsafe {
+            g.rt.copy(
+                Location::Host(out.as_mut_ptr().cast_const().cast()),
+                on_dev(y),
+                n * 4,
+                Some(&q),
+            )
+            .unwrap();
+        }
+        q.free(x).unwrap();
+        q.free(y).unwrap();
+        q.synchronize().unwrap();
+        for (i, v) in out.iter().enumerate() {
+            assert_eq!(*v, (round as f32 + 1.0) * xs[i], "round {round}, y[{i}]");
+        }
+        assert_eq!(q.free(x).unwrap_err().code(), ErrorCode::InvalidArgument);
+    }
+}
+
+/// `1OMP` compile options become the driver's JIT options; the driver
+/// accepts them and the kernels still run.
+#[test]
+fn image_compile_options_are_accepted_by_the_jit() {
+    let Some(g) = gpu() else { return };
+    let d = device(g);
+    use offload_image::metadata::{self, Metadata};
+    let mut m = Metadata::new();
+    m.insert(metadata::COMPILE_OPTIONS, "-O2 -lineinfo --maxrregcount=40");
+    let program = d.load_program(&metadata::write(&m, &g.ptx)).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 4096;
+    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+    d.fill(x, &3f32.to_ne_bytes(), n * 4).unwrap();
+    d.fill(y, &1f32.to_ne_bytes(), n * 4).unwrap();
+    let args = saxpy_args(n as i32, 2.0, x, y);
+    d.launch(
+        &saxpy,
+        KernelArgs::Packed(&args),
+        &LaunchConfig::linear(16, 256),
+    )
+    .unwrap();
+    assert!(download_f32(d, y, n).iter().all(|&v| v == 7.0));
+    d.free(x).unwrap();
+    d.free(y).unwrap();
+}
+
+/// LIBOMPTARGET_STACK_SIZE / HEAP_SIZE are set on the primary context
+/// (`cuCtxSetLimit`) when a runtime first uses the device, and launches
+/// run under them.
+#[test]
+fn stack_and_heap_limits_are_accepted() {
+    let Some(g) = gpu() else { return };
+    let config = Config::from_lookup(|k| match k {
+        "OFFLOAD_PLUGINS" => Some("cuda".to_string()),
+        "LIBOMPTARGET_STACK_SIZE" => Some("4096".to_string()),
+        "LIBOMPTARGET_HEAP_SIZE" => Some((64 << 20).to_string()),
+        _ => None,
+    });
+    let rt = Runtime::new(config, &[offload_plugin_cuda::ENTRY]);
+    let d = &rt.devices()[0];
+    let program = d.load_program(&g.ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 256;
+    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+    d.fill(y, &5f32.to_ne_bytes(), n * 4).unwrap();
+    let args = saxpy_args(n as i32, 0.0, y, y);
+    d.launch(
+        &saxpy,
+        KernelArgs::Packed(&args),
+        &LaunchConfig::linear(1, 256),
+    )
+    .unwrap();
+    assert!(download_f32(d, y, n).iter().all(|&v| v == 5.0));
+    d.free(y).unwrap();
 }

@@ -22,3 +22,5 @@ __gpu_kernel void reduce(const int *in, int n, long long *out) {
     *out = total;
   }
 }
+/* A device global the tests find by name (cuModuleGetGlobal). */
+__gpu_global int scale_table[4] = {1, 2, 3, 4};
