@@ -3,8 +3,9 @@
 //! info, allocation kinds and copies, fills, registered host memory, saxpy
 //! and a reduction in dynamic shared memory from PTX, queue/event/host
 //! function ordering, globals, stream-ordered queue memory, `1OMP`
-//! compile options as JIT options, context stack/heap limits, and the
-//! errors of bad pointers and sizes.
+//! compile options as JIT options, context stack/heap limits, 8 host
+//! threads sharing the primary context, and the errors of bad pointers
+//! and sizes.
 //!
 //! It runs against whatever CUDA driver the plugin loads:
 //!
@@ -759,4 +760,43 @@ fn stack_and_heap_limits_are_accepted() {
     .unwrap();
     assert!(download_f32(d, y, n).iter().all(|&v| v == 5.0));
     d.free(y).unwrap();
+}
+
+/// Host threads share the device's primary context: each new thread's
+/// first call makes it current there, and work from 8 threads at once
+/// (each with its own queue) lands correctly.
+#[test]
+fn threads_share_the_primary_context() {
+    let Some(g) = gpu() else { return };
+    let d = device(g);
+    let program = d.load_program(&g.ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u32 {
+            let saxpy = &saxpy;
+            s.spawn(move || {
+                let q = Queue::new(Some(d)).unwrap();
+                let n = 10_000 + t as usize;
+                let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+                let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+                for round in 0..20u32 {
+                    d.fill(x, &1f32.to_ne_bytes(), n * 4).unwrap();
+                    d.fill(y, &0f32.to_ne_bytes(), n * 4).unwrap();
+                    let a = (t * 100 + round) as f32;
+                    let args = saxpy_args(n as i32, a, x, y);
+                    q.launch(
+                        saxpy,
+                        KernelArgs::Packed(&args),
+                        &LaunchConfig::linear(n.div_ceil(128) as u32, 128),
+                    )
+                    .unwrap();
+                    q.synchronize().unwrap();
+                    let out = download_f32(d, y, n);
+                    assert!(out.iter().all(|&v| v == a), "thread {t}, round {round}");
+                }
+                d.free(x).unwrap();
+                d.free(y).unwrap();
+            });
+        }
+    });
 }
