@@ -171,11 +171,15 @@ impl Gpu {
         Ok(())
     }
 
-    /// Whether stream-ordered allocation (`cuMemAllocAsync`) works here.
+    /// Whether stream-ordered allocation (`cuMemAllocAsync`) works here:
+    /// the driver has the entry points and the GPU memory pools.
     pub fn has_memory_pools(&self) -> bool {
         *self.memory_pools.get_or_init(|| {
-            self.attribute(sys::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
-                .is_ok_and(|v| v != 0)
+            self.driver.cuMemAllocAsync.is_some()
+                && self.driver.cuMemFreeAsync.is_some()
+                && self
+                    .attribute(sys::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+                    .is_ok_and(|v| v != 0)
         })
     }
 

@@ -303,26 +303,32 @@ impl plugin::Queue for CudaQueue {
 
     /// `cuMemAllocAsync` on this stream, where the GPU has memory pools.
     fn alloc_ordered(&self, size: usize) -> Result<Option<DevicePtr>> {
-        if !self.gpu.has_memory_pools() {
-            return Ok(None);
-        }
+        let alloc = match self.gpu.driver.cuMemAllocAsync {
+            Some(f) if self.gpu.has_memory_pools() => f,
+            _ => return Ok(None),
+        };
         let mut p: sys::CUdeviceptr = 0;
         let s = self.raw();
         // SAFETY: writes one device pointer; the stream is this queue's.
-        self.gpu.call("cuMemAllocAsync", |d| unsafe {
-            (d.cuMemAllocAsync)(&mut p, size, s)
-        })?;
+        self.gpu
+            .call("cuMemAllocAsync", |_| unsafe { alloc(&mut p, size, s) })?;
         Ok(Some(DevicePtr(p)))
     }
 
     /// `cuMemFreeAsync` on this stream.
     fn free_ordered(&self, ptr: DevicePtr) -> Result<()> {
+        // Only memory of `alloc_ordered` comes here, which needed both.
+        let free = self.gpu.driver.cuMemFreeAsync.ok_or_else(|| {
+            Error::unsupported(format!(
+                "{}: the driver has no cuMemFreeAsync",
+                self.gpu.label
+            ))
+        })?;
         let s = self.raw();
         // SAFETY: `ptr` came from `cuMemAllocAsync` on this device (the
         // core files which memory is stream-ordered) and is freed once.
-        self.gpu.call("cuMemFreeAsync", |d| unsafe {
-            (d.cuMemFreeAsync)(ptr.0, s)
-        })
+        self.gpu
+            .call("cuMemFreeAsync", |_| unsafe { free(ptr.0, s) })
     }
 
     fn host_function(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {

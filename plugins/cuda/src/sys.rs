@@ -124,11 +124,17 @@ pub struct CUuuid {
 pub const DEFAULT_DRIVER: &str = "libcuda.so.1";
 
 macro_rules! driver_table {
-    ($( $field:ident = $sym:literal : fn($($arg:ty),*); )*) => {
-        /// Every driver entry point the plugin calls, resolved once.
+    (
+        required { $( $field:ident = $sym:literal : fn($($arg:ty),*); )* }
+        optional { $( $ofield:ident = $osym:literal : fn($($oarg:ty),*); )* }
+    ) => {
+        /// Every driver entry point the plugin calls, resolved once. The
+        /// optional ones are newer than the oldest driver the plugin runs
+        /// on; their features are off where they are missing.
         #[allow(non_snake_case)]
         pub struct Driver {
             $( pub $field: unsafe extern "C" fn($($arg),*) -> CUresult, )*
+            $( pub $ofield: Option<unsafe extern "C" fn($($oarg),*) -> CUresult>, )*
             /// Where the library was loaded from.
             pub path: PathBuf,
             /// Keeps the function pointers valid.
@@ -150,13 +156,25 @@ macro_rules! driver_table {
                             })?
                     };
                 )*
-                Ok(Driver { $( $field, )* path, _library: library })
+                $(
+                    // SAFETY: as above, where the driver has the symbol.
+                    let $ofield = unsafe {
+                        library
+                            .get::<unsafe extern "C" fn($($oarg),*) -> CUresult>(
+                                concat!($osym, "\0").as_bytes(),
+                            )
+                            .ok()
+                            .map(|f| *f)
+                    };
+                )*
+                Ok(Driver { $( $field, )* $( $ofield, )* path, _library: library })
             }
         }
     };
 }
 
 driver_table! {
+    required {
     cuInit = "cuInit": fn(c_uint);
     cuDriverGetVersion = "cuDriverGetVersion": fn(*mut c_int);
     cuGetErrorName = "cuGetErrorName": fn(CUresult, *mut *const c_char);
@@ -176,8 +194,6 @@ driver_table! {
     cuCtxEnablePeerAccess = "cuCtxEnablePeerAccess": fn(CUcontext, c_uint);
     cuMemAlloc = "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize);
     cuMemFree = "cuMemFree_v2": fn(CUdeviceptr);
-    cuMemAllocAsync = "cuMemAllocAsync": fn(*mut CUdeviceptr, usize, CUstream);
-    cuMemFreeAsync = "cuMemFreeAsync": fn(CUdeviceptr, CUstream);
     cuMemAllocHost = "cuMemAllocHost_v2": fn(*mut *mut c_void, usize);
     cuMemFreeHost = "cuMemFreeHost": fn(*mut c_void);
     cuMemAllocManaged = "cuMemAllocManaged": fn(*mut CUdeviceptr, usize, c_uint);
@@ -209,6 +225,12 @@ driver_table! {
     cuFuncSetAttribute = "cuFuncSetAttribute": fn(CUfunction, CUfunction_attribute, c_int);
     cuOccupancyMaxPotentialBlockSize = "cuOccupancyMaxPotentialBlockSize": fn(*mut c_int, *mut c_int, CUfunction, CUoccupancyB2DSize, usize, c_int);
     cuLaunchKernel = "cuLaunchKernel": fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
+    }
+    optional {
+    // Stream-ordered allocation: CUDA 11.2 and later.
+    cuMemAllocAsync = "cuMemAllocAsync": fn(*mut CUdeviceptr, usize, CUstream);
+    cuMemFreeAsync = "cuMemFreeAsync": fn(CUdeviceptr, CUstream);
+    }
 }
 
 impl Driver {

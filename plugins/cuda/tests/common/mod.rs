@@ -43,27 +43,31 @@ pub fn scratch() -> &'static Path {
 /// The fake driver built as `libcuda.so.1` in a temporary directory.
 pub fn fake_driver() -> Option<PathBuf> {
     static LIB: OnceLock<Option<PathBuf>> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let clang = clang()?;
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_cuda/fake_cuda.c");
-        let dir = scratch().join("fake");
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("libcuda.so.1");
-        let o = Command::new(clang)
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .arg("-lpthread")
-            .output()
-            .expect("running clang-22");
-        assert!(
-            o.status.success(),
-            "building the fake driver failed:\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        Some(out)
-    })
-    .clone()
+    LIB.get_or_init(|| build_fake_driver("fake", &[])).clone()
+}
+
+/// The fake driver built with extra `defines` (`-DNAME`), in its own
+/// directory `name` of the scratch directory.
+pub fn build_fake_driver(name: &str, defines: &[&str]) -> Option<PathBuf> {
+    let clang = clang()?;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_cuda/fake_cuda.c");
+    let dir = scratch().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("libcuda.so.1");
+    let o = Command::new(clang)
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg(&src)
+        .arg("-lpthread")
+        .output()
+        .expect("running clang-22");
+    assert!(
+        o.status.success(),
+        "building the fake driver failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(out)
 }
 
 /// `source` compiled by clang-22 for `sm` as PTX text.

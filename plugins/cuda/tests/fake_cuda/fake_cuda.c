@@ -536,7 +536,10 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   return CUDA_SUCCESS;
 }
 
-/* Stream-ordered allocation: the fake runs streams in order at once. */
+/* Stream-ordered allocation: the fake runs streams in order at once.
+ * Built with -DFAKE_CUDA_NO_ASYNC_ALLOC the entry points are missing, as
+ * in drivers older than CUDA 11.2. */
+#ifndef FAKE_CUDA_NO_ASYNC_ALLOC
 CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, void *s) {
   ENTER("cuMemAllocAsync");
   NEED_STREAM(s);
@@ -549,6 +552,7 @@ CUresult cuMemFreeAsync(CUdeviceptr p, void *s) {
   free((void *)(uintptr_t)p);
   return CUDA_SUCCESS;
 }
+#endif
 
 CUresult cuMemAllocHost_v2(void **p, size_t size) {
   ENTER("cuMemAllocHost_v2");
