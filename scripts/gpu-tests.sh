@@ -17,6 +17,7 @@
 # `tar czf gpu-bundle.tgz -C target gpu-bundle`) holds:
 #   offload, lib/libLLVMOffload.so.22.1, lib/libomptarget.so.22.1
 #                the command and both drop-in libraries (debug info stripped)
+#   offload-bench  the project's benchmark harness (queue-memory mode)
 #   lib/libomp.so.5  LLVM 22's OpenMP runtime (the GPU machine has no LLVM)
 #   kernels.ptx  saxpy and reduce (plugins/cuda/tests/gpu/kernels.c, clang-22)
 #   gpu_api      the Rust API tests (plugins/cuda/tests/gpu_api.rs), built
@@ -37,7 +38,9 @@
 #   4. omp_api with OFFLOAD_PLUGINS=cuda;
 #   5. `offload serve` (CUDA plugin) on loopback, ol_saxpy --bench 2000
 #      through the remote plugin (its timings: a reference, no goal);
-#   6. benchmarks, ${GPU_BENCH_ROUNDS:-5} rounds of ol_saxpy --bench and
+#   6. offload-bench queue-memory (stream-ordered queue memory against
+#      plain allocations; a reference, no goal);
+#   7. benchmarks, ${GPU_BENCH_ROUNDS:-5} rounds of ol_saxpy --bench and
 #      raw_saxpy alternating (${GPU_BENCH_ITERS:-20000} launches, 16 copies
 #      of 64 MiB each way), the best round of each kept, against the goals
 #      of issue 13: launch + sync per iteration <= 1.10x cuLaunchKernel +
@@ -100,6 +103,7 @@ build_bundle() { # build_bundle DIR PROFILE
     objcopy --strip-debug "$t/libLLVMOffload.so" "$out/lib/libLLVMOffload.so.22.1"
     objcopy --strip-debug "$t/libomptarget.so" "$out/lib/libomptarget.so.22.1"
     objcopy --strip-debug "$exe" "$out/gpu_api"
+    objcopy --strip-debug "$t/offload-bench" "$out/offload-bench"
     cp -L "$llvm/lib/libomp.so.5" "$out/lib/"
     local src=$root/plugins/cuda/tests/gpu
     clang-22 --target=nvptx64-nvidia-cuda -march=sm_80 -Xclang -target-feature -Xclang +ptx78 \
@@ -115,7 +119,7 @@ build_bundle() { # build_bundle DIR PROFILE
     cp "$here/gpu-tests.sh" "$out/gpu-tests.sh"
     # Everything must load from the bundle plus Ubuntu's base libraries.
     local f lib where glibc
-    for f in "$out"/offload "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api "$out"/lib/*.so*; do
+    for f in "$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api "$out"/lib/*.so*; do
         while read -r lib where; do
             [[ $lib == /* ]] && lib=${lib##*/}
             if [[ $where == "not found" ]]; then
@@ -171,6 +175,7 @@ rehearse)
     env -i HOME="${HOME:-/root}" PATH="$work/bin" LANG=C \
         OFFLOAD_CUDA_DRIVER="$work/fake/libcuda.so.1" FAKE_CUDA_DEVICES=1 GPU_TESTS_FAKE=1 \
         GPU_BENCH_ITERS="${GPU_BENCH_ITERS:-20000}" GPU_BENCH_ROUNDS="${GPU_BENCH_ROUNDS:-3}" \
+        GPU_QUEUE_MEMORY_ITERS="${GPU_QUEUE_MEMORY_ITERS:-10}" \
         "$work/bundle/gpu-tests.sh" run || st=$?
     results=$work/bundle/gpu-results.md
     [[ -s $results ]] || { echo "gpu-tests: rehearsal: no $results" >&2; exit 1; }
@@ -314,6 +319,9 @@ for ((r = 1; r <= rounds; r++)); do
     check "benchmark round $r: ol* (ol_saxpy --bench $iters)" ./ol_saxpy kernels.ptx --bench "$iters"
     check "benchmark round $r: raw driver (raw_saxpy $iters)" ./raw_saxpy kernels.ptx "$iters"
 done
+# Stream-ordered queue memory against plain allocations (a reference).
+check "benchmark: queue memory vs plain allocations (offload-bench queue-memory)" \
+    ./offload-bench queue-memory -n "${GPU_QUEUE_MEMORY_ITERS:-1000}"
 grep '^bench ' "$log" > bench.txt || true
 
 # One row per case: the best round of each side, the ratio and the verdict.
@@ -387,6 +395,18 @@ table=$(awk '
         echo "| case | remote |"
         echo "|---|---|"
         echo "$remote_rows"
+        echo
+    fi
+    queue_rows=$(awk '$1 == "bench" && $2 ~ /^queue_memory_/ {
+            v[$2, $3] = $4; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+        END { for (i = 1; i <= n; i++) { c = order[i]; k = c; sub(/^queue_memory_/, "", k); sub(/_us$/, "", k)
+            printf "| %s KiB | %s | %s |\n", k, v[c, "queue"], v[c, "device"] } }' bench.txt)
+    if [[ -n $queue_rows ]]; then
+        echo "Queue memory (\`offload-bench queue-memory\`: allocate, fill 64 KiB, free, sync; us per cycle, best of 3; a reference, no goal):"
+        echo
+        echo "| buffer | Queue::alloc/free (stream-ordered) | Device::alloc/free |"
+        echo "|---|---|---|"
+        echo "$queue_rows"
         echo
     fi
     echo "launch_sync_us: one small launch + queue sync per iteration (olLaunchKernel + olSyncQueue"

@@ -23,6 +23,7 @@
 
 mod launch;
 mod mpi;
+mod queue_memory;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -43,13 +44,14 @@ fn main() {
         }
         Some("launch") => launch::run(&args[1..]),
         Some("mpi") => mpi::run(&args[1..]),
+        Some("queue-memory") => queue_memory::run(&args[1..]),
         Some("remote") => remote(
             args.iter().any(|a| a == "--json"),
             args.iter().any(|a| a == "--quick"),
         ),
         _ => {
             eprintln!(
-                "usage: offload-bench remote [--json] [--quick] | launch SO [-n N] [--reps R] | mpi [--json] [--quick] (under mpirun)"
+                "usage: offload-bench remote [--json] [--quick] | launch SO [-n N] [--reps R] | mpi [--json] [--quick] (under mpirun) | queue-memory [-n N] [--reps R]"
             );
             std::process::exit(2);
         }

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use offload_core::{Error, ErrorCode, Result};
 
+use crate::pool::QueuePool;
 use crate::sys::{self, CUcontext, CUdevice, CUresult, Driver};
 
 /// The `ol_errc_t` a driver result stands for.
@@ -91,6 +92,8 @@ pub struct Gpu {
     ctx: OnceLock<std::result::Result<usize, Error>>,
     /// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`, asked once.
     memory_pools: OnceLock<bool>,
+    /// The pool of queue memory, made on first use.
+    queue_pool: OnceLock<Option<QueuePool>>,
 }
 
 /// Context limits the user asked for (`LIBOMPTARGET_STACK_SIZE`,
@@ -110,6 +113,7 @@ impl Gpu {
             limits,
             ctx: OnceLock::new(),
             memory_pools: OnceLock::new(),
+            queue_pool: OnceLock::new(),
         }
     }
 
@@ -183,6 +187,23 @@ impl Gpu {
         })
     }
 
+    /// The pool queue memory comes from (made on first use), or None
+    /// where the default pool serves (`crate::pool`).
+    pub fn queue_pool(&self) -> Option<&QueuePool> {
+        self.queue_pool
+            .get_or_init(|| QueuePool::create(self))
+            .as_ref()
+    }
+
+    /// Give back what the queue pool keeps, if there is one: whether there
+    /// was (a failed allocation is then worth one more try).
+    pub fn trim_queue_pool(&self) -> bool {
+        match self.queue_pool.get() {
+            Some(Some(pool)) => pool.trim(self).is_ok(),
+            _ => false,
+        }
+    }
+
     /// Whether the primary context was retained (and must be released).
     pub fn has_context(&self) -> bool {
         matches!(self.ctx.get(), Some(Ok(_)))
@@ -242,8 +263,12 @@ impl Gpu {
         Ok(v)
     }
 
-    /// Release the primary context if it was retained (plugin deinit).
+    /// Release the queue pool and the primary context if they were made
+    /// (plugin deinit; nothing is called on this GPU afterwards).
     pub fn release(&self) {
+        if let Some(Some(pool)) = self.queue_pool.get() {
+            pool.destroy(self);
+        }
         if self.has_context() {
             // SAFETY: balances the one retain of `context`.
             unsafe { (self.driver.cuDevicePrimaryCtxRelease)(self.ordinal) };

@@ -35,6 +35,7 @@ pub mod image;
 pub mod kernel;
 pub mod locate;
 pub mod memory;
+pub mod pool;
 pub mod queue;
 pub mod sys;
 

@@ -9,7 +9,7 @@
 use std::ffi::c_void;
 
 use offload_core::plugin::{AllocKind, DevicePtr};
-use offload_core::Result;
+use offload_core::{ErrorCode, Result};
 
 use crate::driver::Gpu;
 use crate::sys;
@@ -19,12 +19,14 @@ pub fn alloc(gpu: &Gpu, size: usize, kind: AllocKind) -> Result<DevicePtr> {
     // addresses, so a zero-byte request gets one byte.
     let bytes = size.max(1);
     match kind {
-        AllocKind::Device => {
-            let mut p: sys::CUdeviceptr = 0;
-            // SAFETY: writes one device pointer.
-            gpu.call("cuMemAlloc", |d| unsafe { (d.cuMemAlloc)(&mut p, bytes) })?;
-            Ok(DevicePtr(p))
-        }
+        AllocKind::Device => match device_memory(gpu, bytes) {
+            // Memory the queue pool keeps may be what is missing.
+            Err(e) if e.code() == ErrorCode::OutOfResources && gpu.trim_queue_pool() => {
+                tracing::debug!(device = %gpu.label, "out of memory: queue pool trimmed, trying again");
+                device_memory(gpu, bytes)
+            }
+            r => r,
+        },
         AllocKind::Host => {
             let mut p: *mut c_void = std::ptr::null_mut();
             // SAFETY: writes one host pointer.
@@ -42,6 +44,13 @@ pub fn alloc(gpu: &Gpu, size: usize, kind: AllocKind) -> Result<DevicePtr> {
             Ok(DevicePtr(p))
         }
     }
+}
+
+fn device_memory(gpu: &Gpu, bytes: usize) -> Result<DevicePtr> {
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: writes one device pointer.
+    gpu.call("cuMemAlloc", |d| unsafe { (d.cuMemAlloc)(&mut p, bytes) })?;
+    Ok(DevicePtr(p))
 }
 
 pub fn free(gpu: &Gpu, ptr: DevicePtr, kind: AllocKind) -> Result<()> {

@@ -302,13 +302,18 @@ impl plugin::Queue for CudaQueue {
     }
 
     /// `cuMemAllocAsync` on this stream, where the GPU has memory pools.
+    /// From the plugin's pool (`crate::pool`), else the device's default
+    /// pool.
     fn alloc_ordered(&self, size: usize) -> Result<Option<DevicePtr>> {
         let alloc = match self.gpu.driver.cuMemAllocAsync {
             Some(f) if self.gpu.has_memory_pools() => f,
             _ => return Ok(None),
         };
-        let mut p: sys::CUdeviceptr = 0;
         let s = self.raw();
+        if let Some(pool) = self.gpu.queue_pool() {
+            return pool.alloc(&self.gpu, size, s).map(Some);
+        }
+        let mut p: sys::CUdeviceptr = 0;
         // SAFETY: writes one device pointer; the stream is this queue's.
         self.gpu
             .call("cuMemAllocAsync", |_| unsafe { alloc(&mut p, size, s) })?;

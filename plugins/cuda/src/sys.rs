@@ -28,6 +28,8 @@ pub type CUdevice_attribute = c_int;
 pub type CUlimit = c_int;
 pub type CUfunction_attribute = c_int;
 pub type CUjit_option = c_int;
+pub type CUmemoryPool = *mut c_void;
+pub type CUmemPool_attribute = c_int;
 pub type CUhostFn = unsafe extern "C" fn(user_data: *mut c_void);
 pub type CUoccupancyB2DSize = Option<unsafe extern "C" fn(block_size: c_int) -> usize>;
 
@@ -112,6 +114,35 @@ pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub const CU_MEM_ATTACH_GLOBAL: c_uint = 0x1;
 pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
 pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x1;
+
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`: ordinary device memory.
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 0x1;
+/// `CU_MEM_LOCATION_TYPE_DEVICE`: `CUmemLocation::id` is a device ordinal.
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 0x1;
+/// Bytes a pool keeps reserved across synchronisations (a `cuuint64_t`).
+pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: CUmemPool_attribute = 4;
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUmemLocation {
+    pub type_: c_int,
+    pub id: c_int,
+}
+
+/// `CUmemPoolProps` (88 bytes in every CUDA 11.2+ header: fields added
+/// later took bytes of `reserved`, and zero means their default).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUmemPoolProps {
+    pub alloc_type: c_int,
+    pub handle_types: c_int,
+    pub location: CUmemLocation,
+    pub win32_security_attributes: *mut c_void,
+    pub reserved: [u8; 64],
+}
+
+const _: () = assert!(std::mem::size_of::<CUmemPoolProps>() == 88);
 
 /// `CUuuid`.
 #[repr(C)]
@@ -227,9 +258,14 @@ driver_table! {
     cuLaunchKernel = "cuLaunchKernel": fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
     }
     optional {
-    // Stream-ordered allocation: CUDA 11.2 and later.
+    // Stream-ordered allocation and memory pools: CUDA 11.2 and later.
     cuMemAllocAsync = "cuMemAllocAsync": fn(*mut CUdeviceptr, usize, CUstream);
     cuMemFreeAsync = "cuMemFreeAsync": fn(CUdeviceptr, CUstream);
+    cuMemPoolCreate = "cuMemPoolCreate": fn(*mut CUmemoryPool, *const CUmemPoolProps);
+    cuMemPoolDestroy = "cuMemPoolDestroy": fn(CUmemoryPool);
+    cuMemPoolSetAttribute = "cuMemPoolSetAttribute": fn(CUmemoryPool, CUmemPool_attribute, *mut c_void);
+    cuMemPoolTrimTo = "cuMemPoolTrimTo": fn(CUmemoryPool, usize);
+    cuMemAllocFromPoolAsync = "cuMemAllocFromPoolAsync": fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream);
     }
 }
 

@@ -65,6 +65,16 @@ impl Fake {
             l.assume_init()
         }
     }
+    fn pool_threshold(&self) -> u64 {
+        // SAFETY: a test control function of the fake driver.
+        unsafe {
+            let f = self
+                .lib
+                .get::<unsafe extern "C" fn() -> u64>(b"fake_cuda_pool_threshold\0")
+                .unwrap();
+            f()
+        }
+    }
     fn last_jit_options(&self) -> Vec<(i32, i64)> {
         let mut k = [0 as c_int; 32];
         let mut v = [0 as c_long; 32];
@@ -921,14 +931,22 @@ fn queue_memory_is_stream_ordered_with_memory_pools() {
     };
     let d = &rt.devices()[0];
     let q = Queue::new(Some(d)).unwrap();
-    let (allocs, frees, plain) = (
-        fake.calls("cuMemAllocAsync"),
+    let (allocs, frees, plain, pools) = (
+        fake.calls("cuMemAllocFromPoolAsync"),
         fake.calls("cuMemFreeAsync"),
         fake.calls("cuMemAlloc_v2"),
+        fake.calls("cuMemPoolCreate"),
     );
     let p = q.alloc(4096).unwrap();
-    assert_eq!(fake.calls("cuMemAllocAsync"), allocs + 1);
+    // From the plugin's own pool, which keeps freed memory (release
+    // threshold u64::MAX), made once per device.
+    assert_eq!(fake.calls("cuMemAllocFromPoolAsync"), allocs + 1);
     assert_eq!(fake.calls("cuMemAlloc_v2"), plain);
+    assert!(fake.calls("cuMemPoolCreate") <= pools + 1);
+    assert_eq!(fake.pool_threshold(), u64::MAX);
+    let again = q.alloc(64).unwrap();
+    q.free(again).unwrap();
+    assert!(fake.calls("cuMemPoolCreate") <= pools + 1);
     // Usable by the queue's work, and a live range for the range checks.
     q.fill(p, &7u32.to_ne_bytes(), 4096).unwrap();
     q.synchronize().unwrap();
@@ -945,15 +963,58 @@ fn queue_memory_is_stream_ordered_with_memory_pools() {
     // Freed in stream order, without a synchronisation.
     let syncs = fake.calls("cuStreamSynchronize");
     q.free(p).unwrap();
-    assert_eq!(fake.calls("cuMemFreeAsync"), frees + 1);
+    assert_eq!(fake.calls("cuMemFreeAsync"), frees + 2);
     assert_eq!(fake.calls("cuStreamSynchronize"), syncs);
     assert!(d.allocation(p).is_none());
     assert_eq!(q.free(p).unwrap_err().code(), ErrorCode::InvalidArgument);
     // A driver failure is the driver's error, and nothing is filed.
-    fake.fail("cuMemAllocAsync", 2, 1);
+    fake.fail("cuMemAllocFromPoolAsync", 2, 1);
     let e = q.alloc(64).unwrap_err();
     assert_eq!(e.code(), ErrorCode::OutOfResources);
-    assert!(e.message().contains("cuMemAllocAsync"), "{e}");
+    assert!(e.message().contains("cuMemAllocFromPoolAsync"), "{e}");
+
+    // A plain allocation that runs out of memory gets back what the pool
+    // keeps and tries once more.
+    let trims = fake.calls("cuMemPoolTrimTo");
+    fake.fail("cuMemAlloc_v2", 2, 1);
+    let p = d.alloc(1 << 20, AllocKind::Device).unwrap();
+    assert_eq!(fake.calls("cuMemPoolTrimTo"), trims + 1);
+    d.free(p).unwrap();
+    // Out of memory twice: the driver's error, after one trim.
+    fake.fail("cuMemAlloc_v2", 2, 2);
+    let e = d.alloc(1 << 20, AllocKind::Device).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::OutOfResources);
+    assert_eq!(fake.calls("cuMemPoolTrimTo"), trims + 2);
+}
+
+/// Where the driver refuses to make a pool, queue memory comes from the
+/// device's default pool (`cuMemAllocAsync`), and an out-of-memory plain
+/// allocation has nothing to trim.
+#[test]
+fn queue_memory_falls_back_to_the_default_pool() {
+    let Some((_g, fake, _rt)) = setup() else {
+        return;
+    };
+    let rt = runtime_with(&[]);
+    let d = &rt.devices()[0];
+    let q = Queue::new(Some(d)).unwrap();
+    fake.fail("cuMemPoolCreate", 801, 1);
+    let (ordered, pooled) = (
+        fake.calls("cuMemAllocAsync"),
+        fake.calls("cuMemAllocFromPoolAsync"),
+    );
+    let p = q.alloc(256).unwrap();
+    assert_eq!(fake.calls("cuMemAllocAsync"), ordered + 1);
+    assert_eq!(fake.calls("cuMemAllocFromPoolAsync"), pooled);
+    q.free(p).unwrap();
+    q.synchronize().unwrap();
+    let trims = fake.calls("cuMemPoolTrimTo");
+    fake.fail("cuMemAlloc_v2", 2, 1);
+    let e = d.alloc(64, AllocKind::Device).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::OutOfResources);
+    assert_eq!(fake.calls("cuMemPoolTrimTo"), trims);
+    drop(q);
+    rt.shutdown();
 }
 
 #[test]

@@ -552,6 +552,63 @@ CUresult cuMemFreeAsync(CUdeviceptr p, void *s) {
   free((void *)(uintptr_t)p);
   return CUDA_SUCCESS;
 }
+
+/* Memory pools: a pool only records its device and release threshold
+ * (fake_cuda_pool_threshold reads the last one set); allocations come from
+ * malloc like every other. */
+struct pool {
+  int device;
+  uint64_t release_threshold;
+};
+static uint64_t last_pool_threshold;
+
+CUresult cuMemPoolCreate(void **pool, const int *props) {
+  ENTER("cuMemPoolCreate");
+  NEED_CTX();
+  /* allocType 1 (pinned), handleTypes 0, location {1 (device), id}. */
+  if (!pool || !props || props[0] != 1 || props[1] != 0 || props[2] != 1 || props[3] < 0 ||
+      props[3] >= device_count())
+    return CUDA_ERROR_INVALID_VALUE;
+  struct pool *p = calloc(1, sizeof *p);
+  p->device = props[3];
+  *pool = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
+  ENTER("cuMemPoolSetAttribute");
+  if (!pool || !value)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (attr == 4) {
+    ((struct pool *)pool)->release_threshold = *(uint64_t *)value;
+    last_pool_threshold = *(uint64_t *)value;
+  }
+  return CUDA_SUCCESS;
+}
+
+uint64_t fake_cuda_pool_threshold(void) { return last_pool_threshold; }
+
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
+  ENTER("cuMemPoolTrimTo");
+  (void)keep;
+  return pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, void *pool, void *s) {
+  ENTER("cuMemAllocFromPoolAsync");
+  NEED_STREAM(s);
+  if (!pool)
+    return CUDA_ERROR_INVALID_VALUE;
+  return alloc((void **)p, size);
+}
+
+CUresult cuMemPoolDestroy(void *pool) {
+  ENTER("cuMemPoolDestroy");
+  if (!pool)
+    return CUDA_ERROR_INVALID_VALUE;
+  free(pool);
+  return CUDA_SUCCESS;
+}
 #endif
 
 CUresult cuMemAllocHost_v2(void **p, size_t size) {
