@@ -289,12 +289,18 @@ check "OpenMP API on the CUDA device (omp_api: omp_target_*, interop table)" ./o
 # tagged `remote`: a reference, no goal).
 echo "== offload serve (CUDA plugin) on loopback" | tee -a "$log"
 token="gpu-tests-$$-$RANDOM"
+# Emptied here, before the server starts: the loop below must never read a
+# missing file (set -e) or an earlier run's address.
+: > serve.out
+: > serve.err
 OFFLOAD_PLUGINS=cuda OFFLOAD_REMOTE_TOKEN=$token ./offload serve --listen 127.0.0.1:0 \
     > serve.out 2> serve.err &
 serve_pid=$!
+# The server goes, whatever ends the script.
+trap 'kill "$serve_pid" 2> /dev/null || true' EXIT
 addr=
 for ((i = 0; i < 100; i++)); do
-    addr=$(sed -n 's/.*listening on //p' serve.out | head -n 1)
+    addr=$(sed -n 's/.*listening on //p' serve.out 2> /dev/null | head -n 1 || true)
     [[ -n $addr ]] && break
     sleep 0.1
 done
@@ -305,8 +311,15 @@ if [[ -n $addr ]]; then
 else
     failed "remote: offload serve did not start (serve.err in gpu-run.log)"
 fi
+# Stop it: SIGTERM, then SIGKILL if it is still there after 5 s.
 kill "$serve_pid" 2> /dev/null || true
+for ((i = 0; i < 50; i++)); do
+    kill -0 "$serve_pid" 2> /dev/null || break
+    sleep 0.1
+done
+kill -KILL "$serve_pid" 2> /dev/null || true
 wait "$serve_pid" 2> /dev/null || true
+trap - EXIT
 cat serve.err >> "$log"
 
 # ---------------------------------------------------------------- benchmarks

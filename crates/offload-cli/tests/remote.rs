@@ -301,6 +301,37 @@ fn host_memory_of_a_remote_device_is_the_clients() {
     hs.fill(0);
     unsafe { dev.copy_from_device(h.0 as *mut u8, d, n).unwrap() };
     assert!(hs.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
+
+    // Copies and fills that name the remote device for the host memory
+    // (as CUDA users name the GPU for pinned memory) work on it here: the
+    // server never sees the client's address.
+    let on_dev = |p: DevicePtr| Location::Device(dev.id(), p);
+    dev.fill(d, &[3], n).unwrap();
+    unsafe { rt.copy(on_dev(h), on_dev(d), n, Some(&q)).unwrap() };
+    q.synchronize().unwrap();
+    assert!(hs.iter().all(|&b| b == 3));
+    dev.fill(h, &[4, 5], n).unwrap();
+    assert!(hs.chunks(2).all(|c| c == [4, 5]));
+    unsafe { rt.copy(on_dev(d), on_dev(h), n, None).unwrap() };
+    let mut back = vec![0u8; n];
+    unsafe { dev.copy_from_device(back.as_mut_ptr(), d, n).unwrap() };
+    assert!(back.chunks(2).all(|c| c == [4, 5]));
+    q.fill(h, &[6], 4096).unwrap();
+    q.synchronize().unwrap();
+    assert!(hs[..4096].iter().all(|&b| b == 6) && hs[4096] == 4);
+    let src = [9u8; 16];
+    unsafe { dev.copy_to_device(h, src.as_ptr(), 16).unwrap() };
+    let mut out = [0u8; 16];
+    unsafe {
+        dev.copy_from_device(out.as_mut_ptr(), DevicePtr(h.0 + 8), 16)
+            .unwrap()
+    };
+    assert_eq!(&out[..8], &[9; 8]);
+    assert_eq!(&out[8..], &[6; 8]);
+    // A range running past the host allocation is still an error.
+    let e =
+        unsafe { dev.copy_to_device(DevicePtr(h.0 + n as u64 - 8), src.as_ptr(), 16) }.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidSize, "{e}");
     dev.free(h).unwrap();
     assert_eq!(dev.free(h).unwrap_err().code(), ErrorCode::InvalidArgument);
     dev.free(d).unwrap();

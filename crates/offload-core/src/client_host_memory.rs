@@ -4,7 +4,9 @@
 //! write and copies can name as host memory. A server's page-locked memory
 //! lives in the server's address space, where the client would fault on
 //! it; so those plugins allocate `Host` memory here, in the client, and
-//! copies move it like any host buffer. Kernels on the server cannot
+//! say so (`plugin::Device::host_allocations_are_local`): the core's copies
+//! and fills then work on it here, whichever device they name for it, and
+//! the server never sees its address. Kernels on the server cannot
 //! dereference it (nothing can span two machines), and `AllocKind::Shared`
 //! is refused for the same reason: see [`no_shared_memory`].
 

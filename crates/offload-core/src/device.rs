@@ -37,6 +37,8 @@ pub struct Device {
     label: String,
     /// The user's OpenMP launch tuning ([`crate::launch`]).
     launch_tuning: LaunchTuning,
+    /// [`plugin::Device::host_allocations_are_local`], asked once.
+    local_host_allocations: bool,
 }
 
 thread_local! {
@@ -54,6 +56,7 @@ impl Device {
     ) -> Self {
         static SERIALS: AtomicU64 = AtomicU64::new(1);
         let label = format!("device {id} ({plugin} {})", raw.info().uid);
+        let local_host_allocations = raw.host_allocations_are_local();
         Device {
             id,
             serial: SERIALS.fetch_add(1, Ordering::Relaxed),
@@ -65,7 +68,22 @@ impl Device {
             stats: Stats::default(),
             label,
             launch_tuning: config.launch,
+            local_host_allocations,
         }
+    }
+
+    /// `[ptr, ptr + size)` as a host address, where it lies in a `Host`
+    /// allocation of this device that lives in this process
+    /// ([`plugin::Device::host_allocations_are_local`]): copies and fills
+    /// naming this device for it work on it here.
+    #[inline]
+    pub(crate) fn local_host_range(&self, ptr: DevicePtr, size: usize) -> Option<*mut u8> {
+        if !self.local_host_allocations {
+            return None;
+        }
+        let a = self.index.check(ptr, size.max(1), &self.label).ok()?;
+        (a.kind == AllocKind::Host && matches!(a.origin, Origin::Alloc(_)))
+            .then_some(ptr.0 as *mut u8)
     }
 
     /// The OpenMP launch tuning variables this device's launches follow.
@@ -552,6 +570,12 @@ impl Device {
         if size == 0 {
             return Ok(());
         }
+        if let Some(h) = self.local_host_range(dst, size) {
+            // SAFETY: the caller's `src`; `h` is a live host allocation of
+            // this process covering `size` bytes (checked just now).
+            unsafe { std::ptr::copy(src, h, size) };
+            return Ok(());
+        }
         self.check_range(dst, size)?;
         self.stats.count_to_device(size);
         self.with_sync_queue(|q| q.copy_to_device(dst, src, size))
@@ -609,6 +633,11 @@ impl Device {
         if size == 0 {
             return Ok(());
         }
+        if let Some(h) = self.local_host_range(src, size) {
+            // SAFETY: as in `copy_to_device`, the other way.
+            unsafe { std::ptr::copy(h, dst, size) };
+            return Ok(());
+        }
         self.check_range(src, size)?;
         self.stats.count_from_device(size);
         self.with_sync_queue(|q| q.copy_from_device(dst, src, size))
@@ -621,6 +650,12 @@ impl Device {
                 .entered();
         check_fill(pattern, size)?;
         if size == 0 {
+            return Ok(());
+        }
+        if let Some(h) = self.local_host_range(dst, size) {
+            // SAFETY: a live host allocation of this process covering
+            // `size` bytes (checked just now).
+            unsafe { crate::transfer::host_fill(h, pattern, size) };
             return Ok(());
         }
         self.check_range(dst, size)?;

@@ -296,6 +296,15 @@ pub trait Device: Send + Sync + AsAny {
         false
     }
 
+    /// Whether this device's `AllocKind::Host` memory is ordinary memory of
+    /// this process that the device itself cannot reach (remote and MPI
+    /// devices, whose kernels run in another process): the core then moves
+    /// and fills it as host memory, whichever device a copy names for it,
+    /// and never hands it to the plugin's copies or fills.
+    fn host_allocations_are_local(&self) -> bool {
+        false
+    }
+
     /// What LLVM bitcode images are compiled to for this device (see
     /// [`crate::jit`]); None: bitcode does not run here.
     fn jit_target(&self) -> Option<crate::jit::JitTarget> {

@@ -149,6 +149,12 @@ impl Queue {
         }
         let pattern = pattern.to_vec();
         match &self.device {
+            Some(d) if d.local_host_range(dst, size).is_some() => self.submit_host(move || {
+                // SAFETY: a live host allocation of this process (checked
+                // above), filled in the queue's order.
+                unsafe { crate::transfer::host_fill(dst.0 as *mut u8, &pattern, size) };
+                Ok(())
+            }),
             Some(d) => {
                 d.check_range(dst, size)?;
                 self.submit_raw(move |q| q.fill(dst, &pattern, size))

@@ -59,6 +59,8 @@ impl Runtime {
             return Ok(());
         }
         let _s = debug_span!("copy", ?dst, ?src, size).entered();
+        // Host memory of a device in another process is moved here.
+        let (dst, src) = (self.local_host(dst, size), self.local_host(src, size));
         // Resolve and check both ends before anything moves.
         let dst_dev = self.checked_end(dst, size)?;
         let src_dev = self.checked_end(src, size)?;
@@ -128,6 +130,22 @@ impl Runtime {
                     None => op(),
                 }
             }
+        }
+    }
+
+    /// `at`, or the host address of it where it names local host memory
+    /// of a device ([`Device::local_host_range`]).
+    fn local_host(&self, at: Location, size: usize) -> Location {
+        match at {
+            Location::Device(id, p) => match self
+                .device(id)
+                .ok()
+                .and_then(|d| d.local_host_range(p, size))
+            {
+                Some(h) => Location::Host(h.cast_const()),
+                None => at,
+            },
+            host => host,
         }
     }
 

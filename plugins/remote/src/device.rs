@@ -128,6 +128,10 @@ impl plugin::Device for RemoteDevice {
         Ok(DevicePtr(r.ptr))
     }
 
+    fn host_allocations_are_local(&self) -> bool {
+        true
+    }
+
     fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
         if kind == AllocKind::Host {
             return self.host_memory.free(ptr);
