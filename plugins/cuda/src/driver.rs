@@ -196,12 +196,21 @@ impl Gpu {
     }
 
     /// Give back what the queue pool keeps, if there is one: whether there
-    /// was (a failed allocation is then worth one more try).
+    /// was (a failed allocation is then worth one more try). The device is
+    /// synchronised first, so that frees still waiting in their streams
+    /// have happened and their memory can go too.
     pub fn trim_queue_pool(&self) -> bool {
-        match self.queue_pool.get() {
-            Some(Some(pool)) => pool.trim(self).is_ok(),
-            _ => false,
+        let Some(Some(pool)) = self.queue_pool.get() else {
+            return false;
+        };
+        // SAFETY: waits for the context's work; no arguments.
+        if self
+            .call("cuCtxSynchronize", |d| unsafe { (d.cuCtxSynchronize)() })
+            .is_err()
+        {
+            return false;
         }
+        pool.trim(self).is_ok()
     }
 
     /// Whether the primary context was retained (and must be released).

@@ -10,8 +10,10 @@
 //! through an interop object, say), so the plugin makes a pool of its own
 //! per device that keeps what it has (threshold `u64::MAX`). The memory it
 //! keeps is given back when a plain allocation runs out of memory
-//! ([`crate::memory::alloc`] trims the pool and tries once more) and when
-//! the plugin shuts down.
+//! ([`crate::memory::alloc`] synchronises the device, trims the pool and
+//! tries once more) and when the plugin shuts down. Until then it is held:
+//! other allocations in this process (module loads, pinned or managed
+//! memory) and other processes on the GPU cannot reclaim it.
 
 use offload_core::plugin::DevicePtr;
 use offload_core::Result;

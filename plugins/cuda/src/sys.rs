@@ -220,6 +220,7 @@ driver_table! {
     cuDevicePrimaryCtxRetain = "cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
     cuDevicePrimaryCtxRelease = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
     cuCtxSetCurrent = "cuCtxSetCurrent": fn(CUcontext);
+    cuCtxSynchronize = "cuCtxSynchronize": fn();
     cuCtxGetCurrent = "cuCtxGetCurrent": fn(*mut CUcontext);
     cuCtxSetLimit = "cuCtxSetLimit": fn(CUlimit, usize);
     cuCtxEnablePeerAccess = "cuCtxEnablePeerAccess": fn(CUcontext, c_uint);

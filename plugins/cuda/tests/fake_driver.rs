@@ -975,10 +975,15 @@ fn queue_memory_is_stream_ordered_with_memory_pools() {
 
     // A plain allocation that runs out of memory gets back what the pool
     // keeps and tries once more.
-    let trims = fake.calls("cuMemPoolTrimTo");
+    let (trims, syncs) = (
+        fake.calls("cuMemPoolTrimTo"),
+        fake.calls("cuCtxSynchronize"),
+    );
     fake.fail("cuMemAlloc_v2", 2, 1);
     let p = d.alloc(1 << 20, AllocKind::Device).unwrap();
     assert_eq!(fake.calls("cuMemPoolTrimTo"), trims + 1);
+    // The device was synchronised first (pending frees reach the pool).
+    assert_eq!(fake.calls("cuCtxSynchronize"), syncs + 1);
     d.free(p).unwrap();
     // Out of memory twice: the driver's error, after one trim.
     fake.fail("cuMemAlloc_v2", 2, 2);

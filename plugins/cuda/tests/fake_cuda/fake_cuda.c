@@ -479,6 +479,13 @@ CUresult cuCtxSetCurrent(void *ctx) {
   return CUDA_SUCCESS;
 }
 
+/* Streams run at once: nothing is ever pending. */
+CUresult cuCtxSynchronize(void) {
+  ENTER("cuCtxSynchronize");
+  NEED_CTX();
+  return CUDA_SUCCESS;
+}
+
 CUresult cuCtxGetCurrent(void **ctx) {
   ENTER("cuCtxGetCurrent");
   NEED_INIT();
