@@ -29,13 +29,7 @@ pub fn run(args: &[String]) {
     let so = args
         .first()
         .expect("usage: offload-bench launch SO [-n N] [--reps R]");
-    let opt = |name: &str, default: usize| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let opt = |name: &str, default: usize| crate::opt(args, name, default);
     let (n, reps) = (opt("-n", 100_000), opt("--reps", 5));
     let image = std::fs::read(so).expect("the kernels' shared object");
     let device = Device::host().expect("a host device");

@@ -58,6 +58,15 @@ fn main() {
     }
 }
 
+/// The number after `name` in `args`, or `default`.
+pub(crate) fn opt(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The server process: the gRPC service plus a raw TCP sink/source.
 fn serve_side() {
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();

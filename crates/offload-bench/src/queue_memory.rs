@@ -24,13 +24,7 @@ fn best_us(reps: usize, n: usize, mut f: impl FnMut()) -> f64 {
 }
 
 pub fn run(args: &[String]) {
-    let opt = |name: &str, default: usize| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let opt = |name: &str, default: usize| crate::opt(args, name, default);
     let (n, reps) = (opt("-n", 2000), opt("--reps", 3));
     let rt = Runtime::new(Config::from_env(), &offload::builtin_plugins());
     let Some(device) = rt

@@ -304,16 +304,6 @@ fn copies_between_devices_are_peer_copies() {
     d1.free(b).unwrap();
 }
 
-fn saxpy_args(n: i32, a: f32, x: DevicePtr, y: DevicePtr) -> Vec<u8> {
-    // CUDA layout: each parameter at its natural alignment.
-    let mut b = Vec::new();
-    b.extend_from_slice(&n.to_ne_bytes());
-    b.extend_from_slice(&a.to_ne_bytes());
-    b.extend_from_slice(&x.0.to_ne_bytes());
-    b.extend_from_slice(&y.0.to_ne_bytes());
-    b
-}
-
 /// LLVM bitcode for NVPTX is compiled to PTX by the core's JIT (clang-22
 /// at run time) and loaded by the driver like any PTX image.
 #[test]
@@ -337,7 +327,7 @@ fn nvptx_bitcode_is_compiled_to_ptx_and_runs() {
         d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap();
         d.copy_to_device(y, xs.as_ptr().cast(), n * 4).unwrap();
     }
-    let args = saxpy_args(n as i32, 3.0, x, y);
+    let args = common::saxpy_args(n as i32, 3.0, x, y);
     d.launch(
         &saxpy,
         KernelArgs::Packed(&args),
@@ -392,7 +382,7 @@ fn openmp_kernels_get_llvms_launch_sizes() {
         d.copy_to_device(x, zeros.as_ptr(), n * 4).unwrap();
         d.copy_to_device(y, zeros.as_ptr(), n * 4).unwrap();
     }
-    let args = saxpy_args(n as i32, 2.0, x, y);
+    let args = common::saxpy_args(n as i32, 2.0, x, y);
     // The kernel environment's third byte: 2 SPMD, 1 generic.
     let openmp = |mode: u8| {
         let program = d.load_program(&omp_ptx).unwrap();
@@ -482,7 +472,7 @@ fn launch_tuning_variables_reach_the_driver() {
     let k = program.kernel("saxpy").unwrap();
     let n = 128usize;
     let x = d.alloc(n * 4, AllocKind::Device).unwrap();
-    let args = saxpy_args(n as i32, 1.0, x, x);
+    let args = common::saxpy_args(n as i32, 1.0, x, x);
     // 128 iterations with at least 8 threads a team: [16] x [8] (LLVM's
     // lit test for the variable expects the same).
     d.launch(&k, KernelArgs::Packed(&args), &unset(128))
@@ -517,7 +507,7 @@ fn ptx_kernels_launch_with_the_packed_buffer_grid_and_shared_memory() {
         d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap();
         d.copy_to_device(y, ys.as_ptr().cast(), n * 4).unwrap();
     }
-    let args = saxpy_args(n as i32, 2.0, x, y);
+    let args = common::saxpy_args(n as i32, 2.0, x, y);
     let config = LaunchConfig {
         num_groups: [8, 2, 1],
         group_size: [128, 2, 1],
@@ -764,7 +754,7 @@ fn threads_share_the_primary_contexts() {
                     // SAFETY: host buffers outlive the synchronous copies.
                     unsafe { d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap() };
                     let k = programs[i].kernel("saxpy").unwrap();
-                    let args = saxpy_args(n as i32, t as f32, x, y);
+                    let args = common::saxpy_args(n as i32, t as f32, x, y);
                     d.launch(&k, KernelArgs::Packed(&args), &LaunchConfig::linear(1, 64))
                         .unwrap();
                     let mut out = vec![0f32; n];
@@ -808,7 +798,7 @@ fn contexts_are_set_only_when_another_is_current() {
     let run = |a: f32| {
         d.fill(y, &0f32.to_ne_bytes(), n * 4).unwrap();
         d.fill(x, &1f32.to_ne_bytes(), n * 4).unwrap();
-        let args = saxpy_args(n as i32, a, x, y);
+        let args = common::saxpy_args(n as i32, a, x, y);
         q.launch(
             &saxpy,
             KernelArgs::Packed(&args),

@@ -84,17 +84,6 @@ fn device(g: &Gpu) -> &Arc<Device> {
     &g.rt.devices()[0]
 }
 
-/// `saxpy(int n, float a, const float *x, float *y)`, packed as CUDA lays
-/// out parameters (each at its natural alignment).
-fn saxpy_args(n: i32, a: f32, x: DevicePtr, y: DevicePtr) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.extend_from_slice(&n.to_ne_bytes());
-    b.extend_from_slice(&a.to_ne_bytes());
-    b.extend_from_slice(&x.0.to_ne_bytes());
-    b.extend_from_slice(&y.0.to_ne_bytes());
-    b
-}
-
 /// `reduce(const int *in, int n, long long *out)`.
 fn reduce_args(input: DevicePtr, n: i32, out: DevicePtr) -> Vec<u8> {
     let mut b = Vec::new();
@@ -358,7 +347,7 @@ fn saxpy_from_ptx_with_packed_arguments() {
     let y = d.alloc(n * 4, AllocKind::Device).unwrap();
     upload(d, x, f32_bytes(&xs));
     d.fill(y, &1f32.to_ne_bytes(), n * 4).unwrap();
-    let args = saxpy_args(n as i32, 2.0, x, y);
+    let args = common::saxpy_args(n as i32, 2.0, x, y);
     let groups = n.div_ceil(256) as u32;
     d.launch(
         &saxpy,
@@ -405,7 +394,7 @@ fn launches_queue_up_in_order() {
     upload(d, x, f32_bytes(&ones));
     d.fill(y, &0f32.to_ne_bytes(), n * 4).unwrap();
     let q = Queue::new(Some(d)).unwrap();
-    let args = saxpy_args(n as i32, 1.0, x, y);
+    let args = common::saxpy_args(n as i32, 1.0, x, y);
     let config = LaunchConfig::linear(n.div_ceil(128) as u32, 128);
     for _ in 0..200 {
         q.launch(&saxpy, KernelArgs::Packed(&args), &config)
@@ -481,7 +470,7 @@ fn host_functions_and_events_follow_queue_order() {
     d.fill(y, &1f32.to_ne_bytes(), n * 4).unwrap();
     let q1 = Queue::new(Some(d)).unwrap();
     let q2 = Queue::new(Some(d)).unwrap();
-    let args = saxpy_args(n as i32, 3.0, x, y);
+    let args = common::saxpy_args(n as i32, 3.0, x, y);
     q1.launch(
         &saxpy,
         KernelArgs::Packed(&args),
@@ -591,7 +580,7 @@ fn bad_pointers_and_sizes_are_errors() {
     assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
     // A group larger than any CUDA block.
     let saxpy = program.kernel("saxpy").unwrap();
-    let args = saxpy_args(0, 0.0, DevicePtr(0), DevicePtr(0));
+    let args = common::saxpy_args(0, 0.0, DevicePtr(0), DevicePtr(0));
     let e = d
         .launch(
             &saxpy,
@@ -677,7 +666,7 @@ fn queue_memory_is_used_and_freed_in_queue_order() {
             )
             .unwrap();
         }
-        let args = saxpy_args(n as i32, round as f32, x, y);
+        let args = common::saxpy_args(n as i32, round as f32, x, y);
         q.launch(
             &saxpy,
             KernelArgs::Packed(&args),
@@ -720,7 +709,7 @@ fn image_compile_options_are_accepted_by_the_jit() {
     let y = d.alloc(n * 4, AllocKind::Device).unwrap();
     d.fill(x, &3f32.to_ne_bytes(), n * 4).unwrap();
     d.fill(y, &1f32.to_ne_bytes(), n * 4).unwrap();
-    let args = saxpy_args(n as i32, 2.0, x, y);
+    let args = common::saxpy_args(n as i32, 2.0, x, y);
     d.launch(
         &saxpy,
         KernelArgs::Packed(&args),
@@ -751,7 +740,7 @@ fn stack_and_heap_limits_are_accepted() {
     let n = 256;
     let y = d.alloc(n * 4, AllocKind::Device).unwrap();
     d.fill(y, &5f32.to_ne_bytes(), n * 4).unwrap();
-    let args = saxpy_args(n as i32, 0.0, y, y);
+    let args = common::saxpy_args(n as i32, 0.0, y, y);
     d.launch(
         &saxpy,
         KernelArgs::Packed(&args),
@@ -783,7 +772,7 @@ fn threads_share_the_primary_context() {
                     d.fill(x, &1f32.to_ne_bytes(), n * 4).unwrap();
                     d.fill(y, &0f32.to_ne_bytes(), n * 4).unwrap();
                     let a = (t * 100 + round) as f32;
-                    let args = saxpy_args(n as i32, a, x, y);
+                    let args = common::saxpy_args(n as i32, a, x, y);
                     q.launch(
                         saxpy,
                         KernelArgs::Packed(&args),

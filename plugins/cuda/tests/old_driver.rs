@@ -39,11 +39,7 @@ fn a_driver_without_stream_ordered_allocation_still_serves() {
     let y = d.alloc(n * 4, AllocKind::Device).unwrap();
     q.fill(x, &2f32.to_ne_bytes(), n * 4).unwrap();
     q.fill(y, &1f32.to_ne_bytes(), n * 4).unwrap();
-    let mut args = Vec::new();
-    args.extend_from_slice(&(n as i32).to_ne_bytes());
-    args.extend_from_slice(&3f32.to_ne_bytes());
-    args.extend_from_slice(&x.0.to_ne_bytes());
-    args.extend_from_slice(&y.0.to_ne_bytes());
+    let args = common::saxpy_args(n as i32, 3.0, x, y);
     q.launch(
         &saxpy,
         KernelArgs::Packed(&args),

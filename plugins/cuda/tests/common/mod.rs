@@ -70,6 +70,22 @@ pub fn build_fake_driver(name: &str, defines: &[&str]) -> Option<PathBuf> {
     Some(out)
 }
 
+/// `saxpy(int n, float a, const float *x, float *y)`'s parameters packed
+/// as CUDA lays them out (each at its natural alignment).
+pub fn saxpy_args(
+    n: i32,
+    a: f32,
+    x: offload_core::DevicePtr,
+    y: offload_core::DevicePtr,
+) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&n.to_ne_bytes());
+    b.extend_from_slice(&a.to_ne_bytes());
+    b.extend_from_slice(&x.0.to_ne_bytes());
+    b.extend_from_slice(&y.0.to_ne_bytes());
+    b
+}
+
 /// `source` compiled by clang-22 for `sm` as PTX text.
 pub fn ptx(source: &str, sm: &str) -> Option<Vec<u8>> {
     nvptx(source, sm, "k.ptx", &["-S"])
