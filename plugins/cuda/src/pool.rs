@@ -21,11 +21,24 @@ use offload_core::Result;
 use crate::driver::Gpu;
 use crate::sys;
 
-/// A `cuMemPoolCreate` pool on one device.
+type AllocFromPool = unsafe extern "C" fn(
+    *mut sys::CUdeviceptr,
+    usize,
+    sys::CUmemoryPool,
+    sys::CUstream,
+) -> sys::CUresult;
+type TrimPool = unsafe extern "C" fn(sys::CUmemoryPool, usize) -> sys::CUresult;
+type DestroyPool = unsafe extern "C" fn(sys::CUmemoryPool) -> sys::CUresult;
+
+/// A `cuMemPoolCreate` pool on one device, with the (optional) driver
+/// entry points it needs, resolved when it was made.
 pub struct QueuePool {
     /// The `CUmemoryPool`, as an integer to keep the type `Send + Sync`
     /// (the driver's handles may be used from any thread).
     raw: usize,
+    alloc: AllocFromPool,
+    trim: TrimPool,
+    destroy: DestroyPool,
 }
 
 impl QueuePool {
@@ -39,8 +52,7 @@ impl QueuePool {
             d.cuMemPoolSetAttribute?,
             d.cuMemPoolDestroy?,
         );
-        d.cuMemAllocFromPoolAsync?;
-        d.cuMemPoolTrimTo?;
+        let (alloc, trim) = (d.cuMemAllocFromPoolAsync?, d.cuMemPoolTrimTo?);
         let props = sys::CUmemPoolProps {
             alloc_type: sys::CU_MEM_ALLOCATION_TYPE_PINNED,
             handle_types: 0,
@@ -74,7 +86,12 @@ impl QueuePool {
             let _ = gpu.call("cuMemPoolDestroy", |_| unsafe { destroy(pool) });
             return None;
         }
-        Some(QueuePool { raw: pool as usize })
+        Some(QueuePool {
+            raw: pool as usize,
+            alloc,
+            trim,
+            destroy,
+        })
     }
 
     fn raw(&self) -> sys::CUmemoryPool {
@@ -83,12 +100,8 @@ impl QueuePool {
 
     /// `size` bytes from the pool, in the order of `stream`.
     pub(crate) fn alloc(&self, gpu: &Gpu, size: usize, stream: sys::CUstream) -> Result<DevicePtr> {
-        let alloc = gpu
-            .driver
-            .cuMemAllocFromPoolAsync
-            .expect("checked when the pool was made");
         let mut p: sys::CUdeviceptr = 0;
-        let pool = self.raw();
+        let (alloc, pool) = (self.alloc, self.raw());
         // SAFETY: writes one device pointer; pool and stream are live.
         gpu.call("cuMemAllocFromPoolAsync", |_| unsafe {
             alloc(&mut p, size, pool, stream)
@@ -99,11 +112,7 @@ impl QueuePool {
     /// Give the memory the pool keeps, and nothing in use, back to the
     /// system.
     pub fn trim(&self, gpu: &Gpu) -> Result<()> {
-        let trim = gpu
-            .driver
-            .cuMemPoolTrimTo
-            .expect("checked when the pool was made");
-        let pool = self.raw();
+        let (trim, pool) = (self.trim, self.raw());
         // SAFETY: a live pool; only unused memory is released.
         gpu.call("cuMemPoolTrimTo", |_| unsafe { trim(pool, 0) })
     }
@@ -111,10 +120,8 @@ impl QueuePool {
     /// Destroy the pool (plugin shutdown). Memory still allocated from it
     /// is released by the driver once freed.
     pub fn destroy(&self, gpu: &Gpu) {
-        if let Some(destroy) = gpu.driver.cuMemPoolDestroy {
-            let pool = self.raw();
-            // SAFETY: called once, at the device's release.
-            let _ = gpu.call("cuMemPoolDestroy", |_| unsafe { destroy(pool) });
-        }
+        let (destroy, pool) = (self.destroy, self.raw());
+        // SAFETY: called once, at the device's release.
+        let _ = gpu.call("cuMemPoolDestroy", |_| unsafe { destroy(pool) });
     }
 }
