@@ -1,0 +1,79 @@
+/* What the device runtime needs of the hardware, one small set of
+ * primitives implemented per target:
+ *
+ *   platform_nvptx.c    NVIDIA (nvptx64-nvidia-cuda)
+ *   platform_amdgcn.c   AMD (amdgcn-amd-amdhsa)
+ *   ../emu/emu.c        the host emulation CI runs (threads as GPU threads)
+ *
+ * Every other source file is target-independent and uses only these, the
+ * clang __scoped_atomic / __atomic builtins, and the macros below. Kernels
+ * are one-dimensional (OpenMP launches x only). */
+#ifndef OMPDEVICE_PLATFORM_H
+#define OMPDEVICE_PLATFORM_H
+
+#include <stdint.h>
+
+/* Team-shared ("shared memory" / LDS) storage for runtime state: no
+ * initialiser; the runtime initialises it in __kmpc_target_init. */
+#if defined(__NVPTX__) || defined(__AMDGPU__)
+#define RTL_SHARED __attribute__((address_space(3), loader_uninitialized))
+#define RTL_DEVICE_TARGET 1
+#else
+/* The emulation runs one team at a time, so team-shared is a global. */
+#define RTL_SHARED
+#define RTL_DEVICE_TARGET 0
+#endif
+
+/* Entry points clang calls: visible from the bitcode archive; everything
+ * else is hidden (-fvisibility=hidden) so LTO drops what is unused. */
+#define RTL_EXPORT __attribute__((visibility("protected"), used))
+/* Code every thread of a warp/block must reach together. */
+#define RTL_CONVERGENT __attribute__((convergent))
+
+/* The most threads a team can have on any supported target. */
+#define RTL_MAX_THREADS 1024
+
+/* --- ids --------------------------------------------------------------- */
+uint32_t plat_thread_id(void);   /* in the block */
+uint32_t plat_block_size(void);  /* threads in the block */
+uint32_t plat_block_id(void);
+uint32_t plat_num_blocks(void);
+uint32_t plat_warp_size(void);   /* 32 nvptx, 64 amdgcn gfx9 (wave64) */
+uint32_t plat_lane_id(void);     /* plat_thread_id() % plat_warp_size() */
+
+/* --- warps --------------------------------------------------------------- */
+/* Lanes of the caller's warp executing this call together. */
+uint64_t plat_active_mask(void);
+RTL_CONVERGENT void plat_sync_warp(uint64_t mask);
+/* Value of `value` in lane (lane_id + delta) of a `width`-lane segment
+ * (the caller's own value where that lane is outside the segment). */
+RTL_CONVERGENT int32_t plat_shfl_down_i32(uint64_t mask, int32_t value, uint32_t delta,
+                                          uint32_t width);
+/* Value of `value` in lane `src_lane` of the caller's `width`-lane segment. */
+RTL_CONVERGENT int32_t plat_shfl_idx_i32(uint64_t mask, int32_t value, uint32_t src_lane,
+                                         uint32_t width);
+
+/* --- block synchronisation ----------------------------------------------- */
+/* All live threads of the block (threads that have returned from the kernel
+ * no longer count), with block-scope acquire/release ordering. */
+RTL_CONVERGENT void plat_sync_block(void);
+/* The first `num_threads` threads of the block (a multiple of the warp
+ * size), e.g. generic-mode workers without the main warp. */
+RTL_CONVERGENT void plat_sync_block_partial(uint32_t num_threads);
+
+/* --- fences --------------------------------------------------------------- */
+void plat_fence_block(void);
+void plat_fence_device(void);
+void plat_fence_system(void);
+
+/* --- time, memory, misc ---------------------------------------------------- */
+uint64_t plat_nanoseconds(void);       /* a monotonic clock in ns */
+double plat_tick_seconds(void);        /* its resolution */
+void *plat_dyn_shared(void);           /* this launch's dynamic shared memory */
+uint32_t plat_dyn_shared_size(void);   /* its size in bytes */
+__attribute__((noreturn)) void plat_trap(void);
+int plat_vprintf(const char *format, void *packed_args); /* nvptx vprintf ABI */
+/* Let other threads run (a spin-wait's back-off). */
+void plat_yield(void);
+
+#endif

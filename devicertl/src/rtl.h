@@ -1,0 +1,58 @@
+/* What the runtime's modules use of one another. Each module (one file
+ * under src/) owns its state; this header is the contract between them.
+ *
+ *   kernel.c     __kmpc_target_init/deinit, the generic-mode state machine,
+ *                kernel/launch/device environments
+ *   parallel.c   __kmpc_parallel_60, __kmpc_kernel_parallel/end_parallel,
+ *                levels and thread numbering of parallel regions
+ *   state.c      ICVs, __kmpc_alloc_shared/free_shared, dynamic shared memory
+ *   sync.c       barriers, critical, single/master/masked, ordered, locks,
+ *                flush, warp masks
+ *   workshare.c  static, distribute and dispatch (dynamic/guided) schedules
+ *   reduction.c  parallel and teams reductions, shuffles, fixed buffer
+ *   tasks.c      tasks (run undeferred), taskgroup, taskloop, cancel
+ *   omp_api.c    device-side omp_* routines
+ *   libc.c       what device code may call of libc (printf on amdgcn, ...)
+ *   platform_*.c the hardware (platform.h)
+ */
+#ifndef OMPDEVICE_RTL_H
+#define OMPDEVICE_RTL_H
+
+#include "abi.h"
+#include "platform.h"
+
+/* --- kernel.c: facts of the running kernel ----------------------------- */
+/* True when every thread runs the region (SPMD, generic-SPMD, bare). */
+bool rtl_is_spmd(void);
+const KernelEnvironmentTy *rtl_kernel_environment(void);
+/* The launch environment the host passed (may be NULL for bare kernels or
+ * hosts that pass none). */
+KernelLaunchEnvironmentTy *rtl_launch_environment(void);
+/* `__omp_rtl_device_environment` as the host wrote it. */
+const DeviceEnvironmentTy *rtl_device_environment(void);
+/* Generic mode: the thread running the sequential part of the region. */
+bool rtl_is_main_thread(void);
+/* Threads that may take part in a parallel region of this team (block size
+ * in SPMD mode, block size minus one warp in generic mode). */
+uint32_t rtl_max_team_threads(void);
+
+/* --- parallel.c: the OpenMP view of the calling thread ----------------- */
+uint32_t rtl_thread_num(void);  /* omp_get_thread_num() */
+uint32_t rtl_num_threads(void); /* omp_get_num_threads() */
+uint32_t rtl_level(void);       /* omp_get_level() */
+uint32_t rtl_active_level(void);/* omp_get_active_level() */
+uint32_t rtl_team_num(void);    /* omp_get_team_num() */
+uint32_t rtl_num_teams(void);   /* omp_get_num_teams() */
+/* Synchronise the threads of the innermost parallel region (nothing when it
+ * has one thread). */
+RTL_CONVERGENT void rtl_barrier(void);
+
+/* --- state.c ------------------------------------------------------------ */
+void *rtl_alloc_shared(uint64_t bytes);
+void rtl_free_shared(void *ptr, uint64_t bytes);
+
+/* --- misc --------------------------------------------------------------- */
+/* Report a broken invariant (with where) and stop the kernel. */
+__attribute__((noreturn)) void rtl_fatal(const char *what);
+
+#endif
