@@ -26,6 +26,18 @@
 #   raw_saxpy    the same cases straight on the driver (the baseline)
 #   omp_api      OpenMP API on the CUDA device: omp_target_* memory routines,
 #                an interop object's offload table launching saxpy
+#   omp_checks, omp_bench   OpenMP programs with target regions for
+#                ${GPU_OMP_ARCH:-sm_90} (plugins/cuda/tests/gpu/omp_*.c), built
+#                with `offload clang-flags` against our device runtime; or
+#                OMP-SKIP, saying why they could not be built
+#   cuda_bench.cu  the CUDA C baselines, compiled there with nvcc
+#   llvm22/      LLVM 22's libomptarget.so.22.1 (its CUDA plugin is inside)
+#                and the libraries it needs (libLLVM.so.22.1, libz3.so.4,
+#                libicu*.so.72, ...), each `zstd -19 --long=27`, plus a zstd
+#                to unpack them there (GPU_BUNDLE_LLVM_RUNTIME=0: left out;
+#                about 50 MB: with the rest the bundle may pass a 64 MiB
+#                transfer limit, so llvm22/ may travel on its own and `run`
+#                finds it through GPU_LLVM22_DIR)
 #   BUNDLE-INFO  commit and profile it was built from
 #
 # `run` (needs bash, coreutils, grep, sed, awk; nothing from Rust or LLVM):
@@ -40,7 +52,20 @@
 #      through the remote plugin (its timings: a reference, no goal);
 #   6. offload-bench queue-memory (stream-ordered queue memory against
 #      plain allocations; a reference, no goal);
-#   7. benchmarks, ${GPU_BENCH_ROUNDS:-5} rounds of ol_saxpy --bench and
+#   7. OpenMP target regions on the GPU (issue 21; NEVER RUN ON HARDWARE
+#      YET: written without a GPU, rehearsed against the fake driver, which
+#      cannot run nvptx code, so only the host fallback runs there):
+#      omp_checks in host fallback (OMP_TARGET_OFFLOAD=DISABLED), then on
+#      the GPU (MANDATORY) through our libomptarget and through LLVM 22's
+#      (LD_LIBRARY_PATH=llvm22/lib), each output equal to the fallback's;
+#      the LIBOMPTARGET_INFO=16 launch lines; then
+#      ${GPU_BENCH_ROUNDS:-5} rounds of omp_bench on both runtimes and
+#      cuda_bench (nvcc there), best round kept: empty `target teams
+#      distribute parallel for` launch + sync <= 1.10x raw_saxpy's driver
+#      launch + sync and <= 1.00x LLVM's libomptarget; STREAM triad over
+#      2^27 doubles >= 0.90x the CUDA C kernel; a 2^27-double sum
+#      reduction >= 0.80x a two-pass CUDA reduction;
+#   8. benchmarks, ${GPU_BENCH_ROUNDS:-5} rounds of ol_saxpy --bench and
 #      raw_saxpy alternating (${GPU_BENCH_ITERS:-20000} launches, 16 copies
 #      of 64 MiB each way), the best round of each kept, against the goals
 #      of issue 13: launch + sync per iteration <= 1.10x cuLaunchKernel +
@@ -71,9 +96,62 @@ SYSTEM_LIBS+=" libpthread.so.0 libdl.so.2 librt.so.1 "
 # Newest glibc symbol version Ubuntu 24.04 provides.
 MAX_GLIBC=2.39
 # Tools `run` uses (the rehearsal runs it with only these on PATH).
-RUN_TOOLS="bash env awk grep sed date tee cat dirname uname timeout sleep head"
+RUN_TOOLS="bash env awk grep sed date tee cat dirname uname timeout sleep head diff mkdir basename ln"
 
 die() { echo "gpu-tests: $*" >&2; exit 2; }
+
+# OpenMP programs for the GPU (issue 21), built with `offload clang-flags`
+# against our device runtime. What cannot be built (no device runtime, no
+# CUDA tools) is written to OUT/OMP-SKIP and `run` skips the section.
+build_openmp() { # build_openmp OUT TARGETDIR ROOT
+    local out=$1 t=$2 root=$3 arch=${GPU_OMP_ARCH:-sm_90} flags p
+    local src=$root/plugins/cuda/tests/gpu
+    rm -f "$out/OMP-SKIP"
+    if ! flags=$("$t/offload" clang-flags --offload-arch="$arch" 2> "$out/omp-flags.err"); then
+        echo "offload clang-flags --offload-arch=$arch failed: $(tr '\n' ' ' < "$out/omp-flags.err")" > "$out/OMP-SKIP"
+        echo "gpu-tests: bundle: OpenMP GPU programs left out: $(cat "$out/OMP-SKIP")" >&2
+        rm -f "$out/omp-flags.err"
+        return 0
+    fi
+    rm -f "$out/omp-flags.err"
+    for p in omp_checks omp_bench; do
+        # One flag per word, as clang-flags promises for $(...).
+        # shellcheck disable=SC2086
+        clang-22 -fopenmp $flags -O2 -Wall -Werror "$src/$p.c" -o "$out/$p" \
+            || die "building $p for $arch failed"
+    done
+    cp "$src/cuda_bench.cu" "$out/cuda_bench.cu"
+    echo "$arch" > "$out/OMP-ARCH"
+    # LLVM's libomptarget also dlopens "libomp.so": the same file as the
+    # libomp.so.5 already loaded, or libomp runs twice (OMP Error #15).
+    ln -sf libomp.so.5 "$out/lib/libomp.so"
+    if [[ ${GPU_BUNDLE_LLVM_RUNTIME:-1} == 1 ]]; then
+        pack_llvm_runtime "$out/llvm22"
+    fi
+}
+
+# LLVM 22's libomptarget.so.22.1 and every library it needs beyond glibc,
+# libstdc++ and libomp (in lib/ already), each compressed with
+# `zstd -19 --long=27` (about 49 MB: the bundle must stay under 64 MiB),
+# and a zstd to unpack them with.
+pack_llvm_runtime() { # pack_llvm_runtime DIR
+    local dir=$1 llvm=/usr/lib/llvm-22/lib lib where f
+    command -v zstd >/dev/null || die "zstd not found (apt install zstd), or set GPU_BUNDLE_LLVM_RUNTIME=0"
+    [[ -f $llvm/libomptarget.so.22.1 ]] || die "$llvm/libomptarget.so.22.1 missing (libomp-22-dev)"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    local libs=("$llvm/libomptarget.so.22.1")
+    while read -r lib where; do
+        [[ -n $where && -f $where ]] || die "LLVM's libomptarget: $lib not found"
+        [[ $SYSTEM_LIBS == *" $lib "* || $lib == libomp.so.5 ]] && continue
+        libs+=("$where")
+    done < <(ldd "$llvm/libomptarget.so.22.1" | sed -n 's/^[[:space:]]*\([^ ]*\) => \([^ ]*\) .*/\1 \2/p')
+    for f in "${libs[@]}"; do
+        zstd -q -19 --long=27 -T0 -f "$(readlink -f "$f")" -o "$dir/$(basename "$f").zst"
+    done
+    cp -L "$(command -v zstd)" "$dir/zstd"
+    echo "gpu-tests: bundle: LLVM 22's libomptarget: ${#libs[@]} libraries, $(du -sh "$dir" | cut -f1) packed" >&2
+}
 
 build_bundle() { # build_bundle DIR PROFILE
     local out=$1 profile=$2 root json exe ver
@@ -116,10 +194,13 @@ build_bundle() { # build_bundle DIR PROFILE
         -I"$root/crates/omptarget/tests/interop" \
         "$src/omp_api.c" -o "$out/omp_api" -lomp "$out/lib/libomptarget.so.22.1" \
         -Wl,-rpath,'$ORIGIN/lib'
+    build_openmp "$out" "$t" "$root"
     cp "$here/gpu-tests.sh" "$out/gpu-tests.sh"
     # Everything must load from the bundle plus Ubuntu's base libraries.
     local f lib where glibc
-    for f in "$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api "$out"/lib/*.so*; do
+    local programs=("$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api)
+    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_bench)
+    for f in "${programs[@]}" "$out"/lib/*.so*; do
         while read -r lib where; do
             [[ $lib == /* ]] && lib=${lib##*/}
             if [[ $where == "not found" ]]; then
@@ -162,7 +243,9 @@ rehearse)
         trap 'rm -rf "$work"' EXIT
     fi
     echo "== rehearsal: building the bundle (${GPU_BUNDLE_PROFILE:-debug}) in $work/bundle"
-    build_bundle "$work/bundle" "${GPU_BUNDLE_PROFILE:-debug}"
+    # LLVM's runtime takes minutes to compress and cannot run nvptx code
+    # on the fake driver either: left out unless asked for.
+    GPU_BUNDLE_LLVM_RUNTIME=${GPU_BUNDLE_LLVM_RUNTIME:-0} build_bundle "$work/bundle" "${GPU_BUNDLE_PROFILE:-debug}"
     mkdir -p "$work/fake" "$work/bin"
     clang-22 -shared -fPIC -O1 -Wall -Werror "$root/plugins/cuda/tests/fake_cuda/fake_cuda.c" \
         -o "$work/fake/libcuda.so.1" -lpthread
@@ -322,6 +405,74 @@ wait "$serve_pid" 2> /dev/null || true
 trap - EXIT
 cat serve.err >> "$log"
 
+# ------------------------------------------------- OpenMP on the GPU (issue 21)
+# NEVER RUN ON HARDWARE YET (written without a GPU; the rehearsal's fake
+# driver cannot run nvptx code, so there only the host fallback runs).
+omp_gpu=0
+llvm_rt=
+if [[ -s OMP-SKIP ]]; then
+    skip "OpenMP target regions on the GPU: not in the bundle ($(cat OMP-SKIP))"
+elif [[ ! -x omp_checks ]]; then
+    skip "OpenMP target regions on the GPU: no omp_checks in the bundle"
+else
+    check "OpenMP checks in host fallback (OMP_TARGET_OFFLOAD=DISABLED)" \
+        bash -c 'OMP_TARGET_OFFLOAD=DISABLED ./omp_checks --expect-host > omp-host.txt && cat omp-host.txt'
+    if [[ $fake == 1 ]]; then
+        skip "OpenMP target regions on the GPU: the fake driver cannot run nvptx images"
+    else
+        omp_gpu=1
+        check "OpenMP checks on the GPU, our libomptarget: output = host fallback's" \
+            bash -c 'OMP_TARGET_OFFLOAD=MANDATORY ./omp_checks --expect-device > omp-ours.txt && diff omp-host.txt omp-ours.txt && cat omp-ours.txt'
+        # LLVM's launch line for every region, with the sizes that launched.
+        check "OpenMP LIBOMPTARGET_INFO=16 launch lines (our libomptarget)" \
+            bash -c 'set -o pipefail; LIBOMPTARGET_INFO=16 OMP_TARGET_OFFLOAD=MANDATORY ./omp_checks --expect-device 2>&1 >/dev/null | grep "Launching kernel .* with \[[0-9]*,1,1\] blocks and \[[0-9]*,1,1\] threads in [A-Za-z-]* mode"'
+    fi
+    # LLVM 22's libomptarget on the same binaries (both ways compatible).
+    # GPU_LLVM22_DIR: where llvm22/ was put when it travelled apart from
+    # the bundle (together they may pass a 64 MiB transfer limit).
+    l22=${GPU_LLVM22_DIR:-$here/llvm22}
+    if [[ -x $l22/zstd && -f $l22/libomptarget.so.22.1.zst ]]; then
+        echo "== unpacking LLVM 22's libomptarget ($l22)" | tee -a "$log"
+        mkdir -p "$l22/lib"
+        unpacked=1
+        for z in "$l22"/*.zst; do
+            f=$l22/lib/$(basename "$z" .zst)
+            [[ -s $f ]] && continue
+            "$l22/zstd" -q -d --long=27 "$z" -o "$f" >> "$log" 2>&1 || unpacked=0
+        done
+        # LLVM's libomptarget dlopens "libomp.so": it must be the libomp.so.5
+        # the program loaded (a link to it, not a copy: OMP Error #15).
+        [[ -e lib/libomp.so ]] || ln -s libomp.so.5 lib/libomp.so || unpacked=0
+        if [[ $unpacked == 1 ]]; then
+            llvm_rt=$(cd "$l22/lib" && pwd)
+            pass "LLVM 22's libomptarget unpacked"
+        else
+            failed "LLVM 22's libomptarget: unpacking failed (gpu-run.log)"
+        fi
+    else
+        skip "LLVM 22's libomptarget: not in the bundle (GPU_BUNDLE_LLVM_RUNTIME=0)"
+    fi
+    if [[ -n $llvm_rt && $omp_gpu == 1 ]]; then
+        check "OpenMP checks on the GPU, LLVM 22's libomptarget: output = host fallback's" \
+            env LD_LIBRARY_PATH="$llvm_rt:$here/lib" \
+            bash -c 'OMP_TARGET_OFFLOAD=MANDATORY ./omp_checks --expect-device > omp-llvm.txt && diff omp-host.txt omp-llvm.txt && cat omp-llvm.txt'
+    elif [[ -n $llvm_rt ]]; then
+        # No GPU for it (the fake): it must at least load and fall back.
+        check "LLVM 22's libomptarget loads and runs omp_checks in host fallback" \
+            env LD_LIBRARY_PATH="$llvm_rt:$here/lib" \
+            bash -c 'OMP_TARGET_OFFLOAD=DISABLED ./omp_checks --expect-host > omp-llvm.txt && diff omp-host.txt omp-llvm.txt'
+    fi
+fi
+if [[ $omp_gpu == 1 ]]; then
+    # The CUDA C baselines, compiled here for this GPU.
+    omp_arch=$(cat OMP-ARCH 2>/dev/null || echo sm_90)
+    if [[ -x $cuda/bin/nvcc ]]; then
+        check "nvcc -O3 -arch=$omp_arch cuda_bench.cu" "$cuda/bin/nvcc" -O3 -arch="$omp_arch" cuda_bench.cu -o cuda_bench
+    else
+        skip "OpenMP benchmarks' CUDA C baselines: no $cuda/bin/nvcc"
+    fi
+fi
+
 # ---------------------------------------------------------------- benchmarks
 # Five rounds: with three, one lucky round of either side moved the
 # launch ratio by ~0.05 on an H200 (BENCHMARKS.md).
@@ -332,6 +483,19 @@ for ((r = 1; r <= rounds; r++)); do
     check "benchmark round $r: ol* (ol_saxpy --bench $iters)" ./ol_saxpy kernels.ptx --bench "$iters"
     check "benchmark round $r: raw driver (raw_saxpy $iters)" ./raw_saxpy kernels.ptx "$iters"
 done
+# OpenMP: ours, LLVM's and the CUDA C baselines, alternating.
+if [[ $omp_gpu == 1 ]]; then
+    for ((r = 1; r <= rounds; r++)); do
+        check "benchmark round $r: OpenMP, our libomptarget (omp_bench)" ./omp_bench omp "$iters"
+        if [[ -n $llvm_rt ]]; then
+            check "benchmark round $r: OpenMP, LLVM 22's libomptarget (omp_bench)" \
+                env LD_LIBRARY_PATH="$llvm_rt:$here/lib" ./omp_bench llvm "$iters"
+        fi
+        if [[ -x cuda_bench ]]; then
+            check "benchmark round $r: CUDA C (cuda_bench)" ./cuda_bench
+        fi
+    done
+fi
 # Stream-ordered queue memory against plain allocations (a reference).
 check "benchmark: queue memory vs plain allocations (offload-bench queue-memory)" \
     ./offload-bench queue-memory -n "${GPU_QUEUE_MEMORY_ITERS:-1000}"
@@ -370,6 +534,44 @@ table=$(awk '
         exit missed ? 3 : 0
     }' bench.txt) || verdict=$?
 
+# OpenMP (issue 21 goals): the best round of each side.
+omp_table=
+if [[ $omp_gpu == 1 ]]; then
+    omp_verdict=0
+    omp_table=$(awk '
+        $1 == "bench" && NF == 4 {
+            k = $2 SUBSEP $3; v = $4 + 0
+            if (!(k in best) || ($2 ~ /_us$/ ? v < best[k] : v > best[k])) best[k] = v
+        }
+        # The baseline of case c is side b of the same case, except the
+        # bare driver, whose launch + sync is raw_saxpy'"'"'s launch_sync_us.
+        function row(label, c, a, b, goal, lower,   bc, x, y, r, met) {
+            bc = b == "raw" ? "launch_sync_us" : c
+            if (!((c, a) in best) || !((bc, b) in best)) {
+                printf "| %s | - | - | - | %s %s | NOT met (no data) |\n", label, lower ? "<=" : ">=", goal; return 1
+            }
+            x = best[c, a]; y = best[bc, b]
+            if (y <= 0) { printf "| %s | %s | %s | - | %s | NOT met |\n", label, x, y, goal; return 1 }
+            r = x / y
+            met = lower ? (r <= goal + 0 ? "met" : "NOT met") : (r >= goal + 0 ? "met" : "NOT met")
+            printf "| %s | %s | %s | %.3f | %s %s | %s |\n", label, x, y, r, lower ? "<=" : ">=", goal, met
+            return met != "met"
+        }
+        END {
+            print "| case | ours | baseline | ours / baseline | goal | verdict |"
+            print "|---|---|---|---|---|---|"
+            m = 0
+            m += row("empty target region launch + sync, us: ours vs bare driver (raw_saxpy)", "omp_launch_sync_us", "omp", "raw", "1.10", 1)
+            m += row("empty target region launch + sync, us: ours vs LLVM 22 libomptarget", "omp_launch_sync_us", "omp", "llvm", "1.00", 1)
+            m += row("STREAM triad 2^27 doubles, GB/s: ours vs CUDA C (nvcc)", "triad_GBps", "omp", "cuda", "0.90", 0)
+            m += row("sum reduction 2^27 doubles, GB/s: ours vs two-pass CUDA", "reduce_GBps", "omp", "cuda", "0.80", 0)
+            if (("triad_GBps", "llvm") in best) printf "| STREAM triad, GB/s: LLVM 22 libomptarget (reference) | %s | - | - | - | - |\n", best["triad_GBps", "llvm"]
+            if (("reduce_GBps", "llvm") in best) printf "| sum reduction, GB/s: LLVM 22 libomptarget (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "llvm"]
+            exit m ? 3 : 0
+        }' bench.txt) || omp_verdict=$?
+    [[ $omp_verdict == 0 ]] || verdict=3
+fi
+
 {
     echo "# CUDA plugin on a GPU: scripts/gpu-tests.sh results"
     echo
@@ -401,6 +603,15 @@ table=$(awk '
     if [[ $fake == 1 ]]; then echo "(fake driver: timings meaningless)"; echo; fi
     echo "$table"
     echo
+    if [[ -n $omp_table ]]; then
+        echo "## OpenMP target regions on the GPU (issue 21), best of $rounds rounds"
+        echo
+        echo "omp_bench (built with \`offload clang-flags --offload-arch=$(cat OMP-ARCH 2>/dev/null)\`) through our"
+        echo "libomptarget and LLVM 22's on the same binary; cuda_bench.cu built here with nvcc."
+        echo
+        echo "$omp_table"
+        echo
+    fi
     remote_rows=$(awk '$1 == "bench" && $3 == "remote" { printf "| %s | %s |\n", $2, $4 }' bench.txt)
     if [[ -n $remote_rows ]]; then
         echo "Through \`offload serve\` on loopback (remote plugin client; 2000 launches; a reference, no goal):"

@@ -58,6 +58,10 @@ pub struct Config {
     /// `LIBOMPTARGET_HEAP_SIZE`: bytes of each GPU's device-side `malloc`
     /// heap, set when it is first used.
     pub device_heap_size: Option<u64>,
+    /// `LIBOMPTARGET_DEVICE_RTL_DEBUG`: the `DeviceDebugKind` bits GPU
+    /// plugins write into each OpenMP image's device environment at load
+    /// (0 by default; what the bits enable is the device runtime's).
+    pub device_rtl_debug: u32,
 }
 
 impl Default for Config {
@@ -78,6 +82,7 @@ impl Default for Config {
             launch: LaunchTuning::default(),
             device_stack_size: None,
             device_heap_size: None,
+            device_rtl_debug: 0,
         }
     }
 }
@@ -155,6 +160,9 @@ impl Config {
         let bytes = |name: &str| lookup(name).and_then(|v| v.trim().parse::<u64>().ok());
         c.device_stack_size = bytes("LIBOMPTARGET_STACK_SIZE");
         c.device_heap_size = bytes("LIBOMPTARGET_HEAP_SIZE");
+        c.device_rtl_debug = lookup("LIBOMPTARGET_DEVICE_RTL_DEBUG")
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0);
         c
     }
 
@@ -254,6 +262,15 @@ mod tests {
         assert_eq!(c.memory_manager_threshold, 8192);
         assert_eq!(c.host_devices, 4);
         assert!(c.plugin_enabled("host"));
+        assert_eq!(c.device_rtl_debug, 0);
+        assert_eq!(
+            cfg(&[("LIBOMPTARGET_DEVICE_RTL_DEBUG", "5")]).device_rtl_debug,
+            5
+        );
+        assert_eq!(
+            cfg(&[("LIBOMPTARGET_DEVICE_RTL_DEBUG", "x")]).device_rtl_debug,
+            0
+        );
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! they are, 0 in x where a clause was left unset. A plugin whose kernels
 //! are OpenMP target regions with launch rules (a GPU: clang emits a
 //! `<name>_kernel_environment` global for each) describes them with
-//! [`OpenMpKernel`]: the execution mode and the device's grid values. The
+//! [`OpenMpKernel`] (usually [`OpenMpKernel::from_environment`], from the
+//! kernel environment [`crate::openmp_env`] parses): the execution mode,
+//! the device's grid values within the kernel's own thread bounds, and its
+//! teams-reduction buffer. The
 //! core's `launch` then turns the request into the grid the plugin
 //! launches ([`OpenMpKernel::resolve`]), with the user's tuning variables
 //! ([`LaunchTuning`]), so every GPU plugin gets the same rules, the
@@ -18,6 +21,9 @@ use crate::plugin::LaunchConfig;
 /// How an OpenMP kernel runs (its kernel environment's `ExecMode` byte).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecMode {
+    /// `ompx_bare`: launched with exactly the sizes the program gives, in
+    /// three dimensions, without the device runtime's set-up.
+    Bare,
     /// A main thread drives worker threads (`target teams` + nested
     /// `parallel`): one more warp than the thread limit.
     Generic,
@@ -28,9 +34,11 @@ pub enum ExecMode {
 }
 
 impl ExecMode {
-    /// From the `OMPTgtExecModeFlags` byte; `None` for bare kernels.
+    /// From the `OMPTgtExecModeFlags` byte; `None` for a value LLVM 22
+    /// does not define.
     pub fn from_flags(flags: u8) -> Option<ExecMode> {
         match flags {
+            0 => Some(ExecMode::Bare),
             1 => Some(ExecMode::Generic),
             2 => Some(ExecMode::Spmd),
             3 => Some(ExecMode::GenericSpmd),
@@ -41,6 +49,7 @@ impl ExecMode {
     /// The name LLVM's `LIBOMPTARGET_INFO` launch line uses.
     pub fn llvm_name(self) -> &'static str {
         match self {
+            ExecMode::Bare => "BARE",
             ExecMode::Generic => "Generic",
             ExecMode::Spmd => "SPMD",
             ExecMode::GenericSpmd => "Generic-SPMD",
@@ -79,7 +88,39 @@ impl GridValues {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpenMpKernel {
     pub mode: ExecMode,
+    /// The device's grid values within this kernel's own bounds.
     pub grid: GridValues,
+    /// Bytes of the teams-reduction buffer each launch needs (None: no
+    /// teams reduction; launches pass no launch environment).
+    pub reduction_buffer: Option<u64>,
+}
+
+impl OpenMpKernel {
+    /// The launch rules of a kernel with environment `env` on a device of
+    /// grid values `device` (already lowered to the kernel's
+    /// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK` or equivalent), as LLVM's
+    /// `GenericKernelTy::init` derives them: the environment's
+    /// `MaxThreads` (> 0; `thread_limit`, `ompx_attribute` launch bounds,
+    /// clang's default of 128) caps every launch, its `MinThreads` (> 0)
+    /// raises the default thread count.
+    pub fn from_environment(
+        env: &crate::openmp_env::KernelEnvironment,
+        device: GridValues,
+    ) -> OpenMpKernel {
+        let positive = |v: i32| u32::try_from(v).ok().filter(|&v| v > 0);
+        let mut grid = device;
+        if let Some(max) = positive(env.max_threads) {
+            grid.max_threads = grid.max_threads.min(max);
+        }
+        if let Some(min) = positive(env.min_threads) {
+            grid.default_threads = grid.default_threads.max(min);
+        }
+        OpenMpKernel {
+            mode: env.mode,
+            grid,
+            reduction_buffer: env.reduction_buffer_bytes(),
+        }
+    }
 }
 
 /// The user's launch tuning variables, read once ([`crate::Config`]).
@@ -117,6 +158,14 @@ impl OpenMpKernel {
     /// The grid for a launch the OpenMP face asked for: `num_groups[0]`
     /// is `num_teams` and `group_size[0]` `thread_limit` (0: unset).
     pub fn resolve(&self, tuning: &LaunchTuning, config: &LaunchConfig) -> LaunchConfig {
+        let dyn_group_memory = config.dyn_group_memory.max(tuning.min_dyn_group_memory);
+        if self.mode == ExecMode::Bare {
+            // As given, in every dimension (the plugin checks the limits).
+            return LaunchConfig {
+                dyn_group_memory,
+                ..*config
+            };
+        }
         let g = &self.grid;
         let max_threads = g.max_threads.min(tuning.max_threads.unwrap_or(u32::MAX));
         let max_teams = g.max_teams.min(tuning.max_teams.unwrap_or(u32::MAX));
@@ -138,7 +187,7 @@ impl OpenMpKernel {
         LaunchConfig {
             num_groups: [blocks.max(1), 1, 1],
             group_size: [threads, 1, 1],
-            dyn_group_memory: config.dyn_group_memory.max(tuning.min_dyn_group_memory),
+            dyn_group_memory,
             ..*config
         }
     }
@@ -197,6 +246,7 @@ mod tests {
         OpenMpKernel {
             mode,
             grid: GridValues::NVPTX,
+            reduction_buffer: None,
         }
     }
 
@@ -320,13 +370,98 @@ mod tests {
         );
     }
 
+    fn environment(
+        mode: u8,
+        min_threads: i32,
+        max_threads: i32,
+        reduction: [i32; 2],
+    ) -> OpenMpKernel {
+        let mut b = [0u8; 48];
+        b[2] = mode;
+        for (at, v) in [
+            (4, min_threads),
+            (8, max_threads),
+            (20, reduction[0]),
+            (24, reduction[1]),
+        ] {
+            b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        let env = crate::openmp_env::KernelEnvironment::parse("k", &b).unwrap();
+        OpenMpKernel::from_environment(&env, GridValues::NVPTX)
+    }
+
+    #[test]
+    fn kernel_environment_bounds_apply_as_in_llvm() {
+        // clang's default MaxThreads of 128 caps a thread_limit asked for
+        // at run time; MinThreads 1 leaves the default.
+        let spmd = environment(2, 1, 128, [0, 0]);
+        assert_eq!(spmd.grid.max_threads, 128);
+        assert_eq!(grid(spmd, omp(0, 0, 0)), (DEFAULT_TEAMS, 128));
+        assert_eq!(grid(spmd, omp(2, 512, 0)), (2, 128));
+        // `thread_limit(256)` / launch_bounds(256): up to 256.
+        let wide = environment(2, 1, 256, [0, 0]);
+        assert_eq!(grid(wide, omp(2, 256, 0)), (2, 256));
+        assert_eq!(grid(wide, omp(2, 0, 0)), (2, 128));
+        // A generic kernel's extra warp stays within MaxThreads (LLVM:
+        // thread_limit(64) -> 64 + 32, capped at 64).
+        let generic = environment(1, 1, 64, [0, 0]);
+        assert_eq!(grid(generic, omp(4, 64, 0)), (4, 64));
+        // No bound (<= 0): the device's.
+        let free = environment(1, -1, -1, [0, 0]);
+        assert_eq!(grid(free, omp(4, 64, 0)), (4, 96));
+        assert_eq!(grid(free, omp(4, 4096, 0)), (4, 1024));
+        // MinThreads above the default raises it (never past MaxThreads).
+        let min = environment(2, 256, 512, [0, 0]);
+        assert_eq!(grid(min, omp(1, 0, 0)), (1, 256));
+        let min = environment(2, 256, 192, [0, 0]);
+        assert_eq!(grid(min, omp(1, 0, 0)), (1, 192));
+        // OMP_TEAMS_THREAD_LIMIT still lowers it.
+        let limit = LaunchTuning {
+            max_threads: Some(64),
+            ..Default::default()
+        };
+        assert_eq!(grid_with(wide, &limit, omp(2, 256, 0)), (2, 64));
+        // The reduction buffer: data size x length, only with both.
+        assert_eq!(
+            environment(2, 1, 128, [8, 1024]).reduction_buffer,
+            Some(8192)
+        );
+        assert_eq!(environment(2, 1, 128, [8, 0]).reduction_buffer, None);
+        assert_eq!(environment(2, 1, 128, [0, 1024]).reduction_buffer, None);
+    }
+
+    #[test]
+    fn bare_kernels_launch_as_given() {
+        let bare = environment(0, 0, 0, [0, 0]);
+        let c = LaunchConfig {
+            num_groups: [4, 2, 3],
+            group_size: [8, 4, 2],
+            dyn_group_memory: 10,
+            tripcount: 99,
+        };
+        let shared = LaunchTuning {
+            min_dyn_group_memory: 64,
+            ..Default::default()
+        };
+        assert_eq!(
+            bare.resolve(&shared, &c),
+            LaunchConfig {
+                dyn_group_memory: 64,
+                ..c
+            }
+        );
+        assert_eq!(bare.resolve(&LaunchTuning::default(), &c), c);
+    }
+
     #[test]
     fn exec_mode_flags_and_names() {
         assert_eq!(ExecMode::from_flags(1), Some(ExecMode::Generic));
         assert_eq!(ExecMode::from_flags(2), Some(ExecMode::Spmd));
         assert_eq!(ExecMode::from_flags(3), Some(ExecMode::GenericSpmd));
-        assert_eq!(ExecMode::from_flags(0), None);
+        assert_eq!(ExecMode::from_flags(0), Some(ExecMode::Bare));
+        assert_eq!(ExecMode::from_flags(4), None);
         assert_eq!(ExecMode::from_flags(9), None);
+        assert_eq!(ExecMode::Bare.llvm_name(), "BARE");
         assert_eq!(ExecMode::GenericSpmd.llvm_name(), "Generic-SPMD");
         assert_eq!(ExecMode::Spmd.llvm_name(), "SPMD");
     }

@@ -39,6 +39,7 @@ pub mod index;
 pub mod jit;
 pub mod launch;
 pub mod memory;
+pub mod openmp_env;
 pub mod plugin;
 pub mod profile;
 pub mod program;

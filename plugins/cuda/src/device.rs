@@ -62,8 +62,9 @@ impl CudaDevice {
             major: u(sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             minor: u(sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         };
-        let shared = u(sys::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?;
-        let shared_optin = u(sys::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        // Block and grid dimensions, shared memory per block (opt-in
+        // maximum): what launches are checked against too.
+        let limits = gpu.launch_limits()?;
         let info = DeviceInfo {
             name: name.clone(),
             vendor: "NVIDIA Corporation".to_string(),
@@ -75,19 +76,11 @@ impl CudaDevice {
             uid: uuid_string(&uuid),
             driver_version: format!("{}.{}", driver_version / 1000, (driver_version % 1000) / 10),
             global_memory_bytes: total as u64,
-            group_memory_bytes: shared.max(shared_optin) as u64,
+            group_memory_bytes: limits.shared_optin as u64,
             compute_units: u(sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
             max_group_size: u(sys::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
-            max_group_size_per_dim: [
-                u(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
-                u(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
-                u(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
-            ],
-            max_num_groups: [
-                u(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
-                u(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
-                u(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
-            ],
+            max_group_size_per_dim: limits.block,
+            max_num_groups: limits.grid,
             // In kHz. Informational only, and CUDA 13 deprecates it: a
             // driver that refuses it leaves 0 rather than losing the GPU.
             clock_mhz: u(sys::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).unwrap_or(0) / 1000,

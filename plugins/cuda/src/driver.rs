@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use offload_core::{Error, ErrorCode, Result};
 
+use crate::openmp::{LaunchEnvPool, OpenMpSettings};
 use crate::pool::QueuePool;
 use crate::sys::{self, CUcontext, CUdevice, CUresult, Driver};
 
@@ -94,6 +95,24 @@ pub struct Gpu {
     memory_pools: OnceLock<bool>,
     /// The pool of queue memory, made on first use.
     queue_pool: OnceLock<Option<QueuePool>>,
+    /// What OpenMP images' device environments say (`crate::openmp`).
+    pub openmp: OpenMpSettings,
+    /// Launch environments of teams reductions, reused across launches.
+    pub launch_envs: LaunchEnvPool,
+    /// Launch limits, asked once.
+    launch_limits: OnceLock<std::result::Result<LaunchLimits, Error>>,
+}
+
+/// What one launch may ask of this GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchLimits {
+    /// `CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X/Y/Z`.
+    pub block: [u32; 3],
+    /// `CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X/Y/Z`.
+    pub grid: [u32; 3],
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`: shared
+    /// memory (static + dynamic) a block may have once opted in.
+    pub shared_optin: u32,
 }
 
 /// Context limits the user asked for (`LIBOMPTARGET_STACK_SIZE`,
@@ -105,7 +124,12 @@ pub struct ContextLimits {
 }
 
 impl Gpu {
-    pub fn new(driver: Arc<Driver>, ordinal: CUdevice, limits: ContextLimits) -> Gpu {
+    pub fn new(
+        driver: Arc<Driver>,
+        ordinal: CUdevice,
+        limits: ContextLimits,
+        openmp: OpenMpSettings,
+    ) -> Gpu {
         Gpu {
             driver,
             ordinal,
@@ -114,7 +138,33 @@ impl Gpu {
             ctx: OnceLock::new(),
             memory_pools: OnceLock::new(),
             queue_pool: OnceLock::new(),
+            openmp,
+            launch_envs: LaunchEnvPool::default(),
+            launch_limits: OnceLock::new(),
         }
+    }
+
+    /// The grid, block and shared memory limits of a launch (asked once).
+    pub fn launch_limits(&self) -> Result<LaunchLimits> {
+        self.launch_limits
+            .get_or_init(|| {
+                let u = |a| self.attribute(a).map(|v| v.max(0) as u32);
+                Ok(LaunchLimits {
+                    block: [
+                        u(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                        u(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                        u(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+                    ],
+                    grid: [
+                        u(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                        u(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                        u(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+                    ],
+                    shared_optin: u(sys::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                        .max(u(sys::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?),
+                })
+            })
+            .clone()
     }
 
     /// The primary context, retained once (every host thread shares it).
@@ -275,6 +325,9 @@ impl Gpu {
     /// Release the queue pool and the primary context if they were made
     /// (plugin deinit; nothing is called on this GPU afterwards).
     pub fn release(&self) {
+        if self.has_context() {
+            self.launch_envs.release(self);
+        }
         if let Some(Some(pool)) = self.queue_pool.get() {
             pool.destroy(self);
         }

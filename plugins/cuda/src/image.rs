@@ -171,17 +171,56 @@ pub fn load(gpu: &Arc<Gpu>, image: &DeviceImage<'_>) -> Result<CudaProgram> {
             ),
         );
         let err = log(&error_log);
+        let missing = unresolved_symbols(&err);
+        if !missing.is_empty() {
+            e = Error::new(
+                e.code(),
+                format!(
+                    "the image references {}, which it does not define: it was built against a device runtime that provides {}, and that runtime is not linked into it (an OpenMP image needs the device runtime it was compiled for)",
+                    missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", "),
+                    if missing.len() == 1 { "it" } else { "them" },
+                ),
+            )
+            .context(format_args!("{}", e.message()));
+        }
         if !err.is_empty() {
             e = Error::new(e.code(), format!("{}; JIT log: {err}", e.message()));
         }
         return Err(e);
     }
-    Ok(CudaProgram {
-        module: Arc::new(Module {
-            gpu: gpu.clone(),
-            handle: module as usize,
-        }),
-    })
+    // Unloaded again if what follows fails.
+    let module = Arc::new(Module {
+        gpu: gpu.clone(),
+        handle: module as usize,
+    });
+    let what = format!(
+        "{}: the image ({})",
+        gpu.label,
+        kind.map(|k| k.to_string()).unwrap_or_default()
+    );
+    crate::openmp::write_device_environment(gpu, module.raw(), &what)?;
+    Ok(CudaProgram { module })
+}
+
+/// The symbols a JIT log says are missing: ptxas reports each as
+/// `Unresolved extern function 'NAME'` (or `variable`).
+pub fn unresolved_symbols(log: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for marker in [
+        "Unresolved extern function '",
+        "Unresolved extern variable '",
+    ] {
+        for (at, _) in log.match_indices(marker) {
+            let rest = &log[at + marker.len()..];
+            if let Some(end) = rest.find('\'') {
+                let name = rest[..end].to_string();
+                if !name.is_empty() && !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn c_name(name: &str) -> Result<CString> {
@@ -231,6 +270,14 @@ impl plugin::Program for CudaProgram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unresolved_symbols_come_from_the_jit_log() {
+        let log = "ptxas fatal   : Unresolved extern function '__kmpc_parallel_60'\nptxas fatal   : Unresolved extern variable 'x'\nUnresolved extern function '__kmpc_parallel_60'";
+        assert_eq!(unresolved_symbols(log), vec!["__kmpc_parallel_60", "x"]);
+        assert!(unresolved_symbols("ptxas fatal : syntax error").is_empty());
+        assert!(unresolved_symbols("Unresolved extern function 'unterminated").is_empty());
+    }
 
     #[test]
     fn compile_options_become_jit_options() {

@@ -3,7 +3,10 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use offload_core::launch::{ExecMode, GridValues, OpenMpKernel};
+use offload_core::launch::{GridValues, OpenMpKernel};
+use offload_core::openmp_env::{
+    kernel_environment_global, KernelEnvironment, KERNEL_ENVIRONMENT_SIZE,
+};
 use offload_core::plugin;
 use offload_core::Result;
 
@@ -22,11 +25,13 @@ pub struct CudaKernel {
     pub(crate) module: Arc<Module>,
     /// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`.
     pub(crate) max_threads: u32,
+    /// `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`: static shared memory.
+    pub(crate) static_shared: u32,
     /// The dynamic shared memory this kernel was opted in to (above 48 KiB).
     pub(crate) dyn_shared_optin: AtomicU32,
     /// For an OpenMP kernel: its mode and this GPU's grid values, from
-    /// which the core picks launch sizes.
-    openmp: Option<OpenMpKernel>,
+    /// which the core picks launch sizes, and its teams-reduction buffer.
+    pub(crate) openmp: Option<OpenMpKernel>,
 }
 
 impl CudaKernel {
@@ -35,22 +40,23 @@ impl CudaKernel {
         name: &str,
         function: sys::CUfunction,
     ) -> Result<CudaKernel> {
-        let mut max = 0;
-        // SAFETY: writes one int for a valid function.
-        module.gpu.call("cuFuncGetAttribute", |d| unsafe {
-            (d.cuFuncGetAttribute)(
-                &mut max,
-                sys::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                function,
-            )
-        })?;
-        let max_threads = max.max(1) as u32;
+        let attribute = |attr| -> Result<i32> {
+            let mut v = 0;
+            // SAFETY: writes one int for a valid function.
+            module.gpu.call("cuFuncGetAttribute", |d| unsafe {
+                (d.cuFuncGetAttribute)(&mut v, attr, function)
+            })?;
+            Ok(v)
+        };
+        let max_threads = attribute(sys::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?.max(1) as u32;
+        let shared = attribute(sys::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?;
         let openmp = openmp_kernel(&module, name, max_threads)?;
         Ok(CudaKernel {
             name: name.to_string(),
             function: function as usize,
             module,
             max_threads,
+            static_shared: shared.max(0) as u32,
             dyn_shared_optin: AtomicU32::new(DEFAULT_DYNAMIC_SHARED),
             openmp,
         })
@@ -114,54 +120,56 @@ impl plugin::Kernel for CudaKernel {
     }
 }
 
-/// An OpenMP kernel's launch rules: clang emits `<name>_kernel_environment`
-/// for every target region, its third byte the execution mode; the grid
-/// values are LLVM's for NVPTX within this kernel's and GPU's limits.
-/// `None` for other kernels (no such global), which launch with the sizes
-/// given.
+/// An OpenMP kernel's launch rules, from its whole kernel environment
+/// (`<name>_kernel_environment`, which clang emits for every target
+/// region; parsed by `offload_core::openmp_env`) and LLVM's NVPTX grid
+/// values within this kernel's and GPU's limits (as LLVM's CUDA plugin:
+/// threads up to the kernel's `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`
+/// and the GPU's block size, teams up to the GPU's grid). `None` for other
+/// kernels (no such global), which launch with the sizes given. An
+/// environment of another size or an unknown execution mode is an error
+/// naming the kernel.
 fn openmp_kernel(module: &Module, name: &str, max_threads: u32) -> Result<Option<OpenMpKernel>> {
-    let Ok(global) = std::ffi::CString::new(format!("{name}_kernel_environment")) else {
+    let Ok(global) = std::ffi::CString::new(kernel_environment_global(name)) else {
         return Ok(None);
     };
     let gpu = &module.gpu;
     let (mut ptr, mut size): (sys::CUdeviceptr, usize) = (0, 0);
     let raw = module.raw();
     // SAFETY: a loaded module and a NUL-terminated name.
-    let found = gpu.call("cuModuleGetGlobal", |d| unsafe {
+    let r = gpu.call_raw(|d| unsafe {
         (d.cuModuleGetGlobal)(&mut ptr, &mut size, raw, global.as_ptr())
-    });
-    if found.is_err() || size < 3 {
+    })?;
+    if r == sys::CUDA_ERROR_NOT_FOUND {
         return Ok(None);
     }
-    let mut head = [0u8; 3];
-    // SAFETY: `head` holds 3 bytes; the global holds at least 3.
+    crate::driver::check(
+        &gpu.driver,
+        r,
+        format_args!(
+            "{}: cuModuleGetGlobal({})",
+            gpu.label,
+            kernel_environment_global(name)
+        ),
+    )?;
+    KernelEnvironment::check_size(name, size as u64)?;
+    let mut bytes = [0u8; KERNEL_ENVIRONMENT_SIZE];
+    // SAFETY: `bytes` holds 48 bytes; so does the global.
     gpu.call("cuMemcpyDtoHAsync", |d| unsafe {
-        (d.cuMemcpyDtoHAsync)(head.as_mut_ptr().cast(), ptr, 3, std::ptr::null_mut())
+        (d.cuMemcpyDtoHAsync)(bytes.as_mut_ptr().cast(), ptr, size, std::ptr::null_mut())
     })?;
     // SAFETY: waits for the legacy default stream the copy went to.
     gpu.call("cuStreamSynchronize", |d| unsafe {
         (d.cuStreamSynchronize)(std::ptr::null_mut())
     })?;
-    let Some(mode) = ExecMode::from_flags(head[2]) else {
-        return Ok(None);
-    };
-    let attr = |a| -> Result<u32> {
-        let mut v = 0;
-        // SAFETY: writes one int for a valid device.
-        gpu.call("cuDeviceGetAttribute", |d| unsafe {
-            (d.cuDeviceGetAttribute)(&mut v, a, gpu.ordinal)
-        })?;
-        Ok(v.max(1) as u32)
-    };
+    let env = KernelEnvironment::parse(name, &bytes)?;
+    let limits = gpu.launch_limits()?;
     let nvptx = GridValues::NVPTX;
-    Ok(Some(OpenMpKernel {
-        mode,
-        grid: GridValues {
-            max_threads: max_threads
-                .min(attr(sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?)
-                .min(nvptx.max_threads),
-            max_teams: attr(sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?.min(nvptx.max_teams),
-            ..nvptx
-        },
-    }))
+    let device = GridValues {
+        max_threads: max_threads.min(limits.block[0]).min(nvptx.max_threads),
+        // LLVM's CUDA plugin replaces the NVPTX team limit with the GPU's.
+        max_teams: limits.grid[0].max(1),
+        ..nvptx
+    };
+    Ok(Some(OpenMpKernel::from_environment(&env, device)))
 }

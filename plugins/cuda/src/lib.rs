@@ -17,8 +17,10 @@
 //!   host and managed allocations), [`queue`] (streams and events, copies
 //!   in every direction, host functions, launches), [`image`] (PTX JIT
 //!   options, cubins and fatbinaries), [`kernel`] (occupancy; an OpenMP
-//!   kernel's execution mode and NVPTX grid values, from which the core
-//!   picks launch sizes: `offload_core::launch`).
+//!   kernel's whole kernel environment and NVPTX grid values, from which
+//!   the core picks launch sizes: `offload_core::launch`), [`openmp`]
+//!   (the device environment written at load, the teams-reduction launch
+//!   environments passed as `dyn_ptr`).
 //!
 //! Without a driver (or without GPUs) the plugin has no devices and one
 //! reason: when `OFFLOAD_PLUGINS` names `cuda` the reason is an init error
@@ -35,6 +37,7 @@ pub mod image;
 pub mod kernel;
 pub mod locate;
 pub mod memory;
+pub mod openmp;
 pub mod pool;
 pub mod queue;
 pub mod sys;
@@ -71,6 +74,7 @@ fn create(config: &Config) -> Result<Box<dyn Plugin>> {
             stack_size: config.device_stack_size,
             heap_size: config.device_heap_size,
         },
+        device_rtl_debug: config.device_rtl_debug,
     }))
 }
 
@@ -81,6 +85,8 @@ pub struct CudaPlugin {
     gpus: Mutex<Vec<Arc<driver::Gpu>>>,
     /// `LIBOMPTARGET_STACK_SIZE` / `LIBOMPTARGET_HEAP_SIZE`.
     limits: driver::ContextLimits,
+    /// `LIBOMPTARGET_DEVICE_RTL_DEBUG`, for OpenMP images' device environment.
+    device_rtl_debug: u32,
 }
 
 impl CudaPlugin {
@@ -118,7 +124,16 @@ impl CudaPlugin {
             // SAFETY: writes one device handle for ordinal `i` < count.
             let r = unsafe { (driver.cuDeviceGet)(&mut ordinal, i) };
             driver::check(&driver, r, format_args!("cuDeviceGet({i})"))?;
-            let gpu = Arc::new(driver::Gpu::new(driver.clone(), ordinal, self.limits));
+            let openmp = openmp::OpenMpSettings {
+                num_devices: count as u32,
+                debug_kind: self.device_rtl_debug,
+            };
+            let gpu = Arc::new(driver::Gpu::new(
+                driver.clone(),
+                ordinal,
+                self.limits,
+                openmp,
+            ));
             let dev = CudaDevice::new(gpu.clone(), version)?;
             gpus.push(gpu);
             devices.push(Arc::new(dev) as Arc<dyn plugin::Device>);

@@ -5,11 +5,12 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
+use offload_core::openmp_env::NO_LAUNCH_ENVIRONMENT;
 use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
 use offload_core::{Error, Result};
 
 use crate::device::CudaDevice;
-use crate::driver::Gpu;
+use crate::driver::{Gpu, LaunchLimits};
 use crate::kernel::CudaKernel;
 use crate::sys;
 
@@ -105,18 +106,45 @@ unsafe extern "C" fn host_trampoline(data: *mut c_void) {
 
 struct HostFn(Box<dyn FnOnce() + Send>);
 
-fn check_dims(config: &LaunchConfig, kernel: &CudaKernel) -> Result<()> {
+/// A launch this GPU cannot run is an error naming the kernel and the
+/// limit, found before the driver is asked (its own error would say only
+/// `CUDA_ERROR_INVALID_VALUE`); nothing is enqueued.
+fn check_launch(config: &LaunchConfig, kernel: &CudaKernel, limits: &LaunchLimits) -> Result<()> {
+    let name = &kernel.name;
     if config.num_groups.contains(&0) || config.group_size.contains(&0) {
         return Err(Error::invalid_argument(format!(
-            "launch size has a zero dimension: {:?} groups of {:?}",
+            "kernel '{name}': launch size has a zero dimension: {:?} groups of {:?}",
             config.num_groups, config.group_size
         )));
     }
     if config.total_items_per_group() > kernel.max_threads as u64 {
         return Err(Error::invalid_argument(format!(
-            "group size {:?} exceeds kernel '{}''s limit of {} threads per block",
-            config.group_size, kernel.name, kernel.max_threads
+            "kernel '{name}': group size {:?} exceeds its limit of {} threads per block",
+            config.group_size, kernel.max_threads
         )));
+    }
+    let over = |asked: [u32; 3], max: [u32; 3]| asked.iter().zip(max).any(|(&n, m)| n > m);
+    if over(config.group_size, limits.block) {
+        return Err(Error::invalid_argument(format!(
+            "kernel '{name}': block of {:?} threads exceeds this GPU's limit of {:?} per dimension",
+            config.group_size, limits.block
+        )));
+    }
+    if over(config.num_groups, limits.grid) {
+        return Err(Error::invalid_argument(format!(
+            "kernel '{name}': grid of {:?} blocks exceeds this GPU's limit of {:?} per dimension",
+            config.num_groups, limits.grid
+        )));
+    }
+    let shared = u64::from(config.dyn_group_memory) + u64::from(kernel.static_shared);
+    if shared > u64::from(limits.shared_optin) {
+        return Err(Error::new(
+            offload_core::ErrorCode::OutOfResources,
+            format!(
+                "kernel '{name}': {} bytes of dynamic shared memory (ompx_dyn_cgroup_mem / LIBOMPTARGET_SHARED_MEMORY_SIZE) and {} of static shared memory exceed this GPU's {} bytes per block",
+                config.dyn_group_memory, kernel.static_shared, limits.shared_optin
+            ),
+        ));
     }
     Ok(())
 }
@@ -248,8 +276,26 @@ impl plugin::Queue for CudaQueue {
         }
         // OpenMP kernels arrive with the sizes the core picked
         // (`offload_core::launch`).
-        check_dims(config, k)?;
-        k.opt_in_shared(config.dyn_group_memory)?;
+        check_launch(config, k, &self.gpu.launch_limits()?)?;
+        k.opt_in_shared(config.dyn_group_memory)
+            .map_err(|e| e.context(format_args!("kernel '{}'", k.name)))?;
+        // A kernel with a teams reduction gets a launch environment in
+        // place of the "none" the OpenMP face put first (LLVM's rule;
+        // packed ol* arguments and launches without the word are left
+        // alone).
+        let reduction = match (k.openmp.and_then(|o| o.reduction_buffer), args) {
+            (Some(bytes), KernelArgs::Words(w)) if w.first() == Some(&NO_LAUNCH_ENVIRONMENT) => {
+                let block = self.gpu.launch_envs.acquire(&self.gpu, self.raw(), bytes)?;
+                let mut words = w.to_vec();
+                words[0] = block.environment();
+                Some((block, words))
+            }
+            _ => None,
+        };
+        let args = match &reduction {
+            Some((_, words)) => KernelArgs::Words(words),
+            None => args,
+        };
         // OpenMP passes one 64-bit word per parameter, the ol* API one
         // packed buffer: both are the kernel's parameter block as
         // `CU_LAUNCH_PARAM_BUFFER_POINTER` wants it (the driver copies it
@@ -282,7 +328,8 @@ impl plugin::Queue for CudaQueue {
         let _span = tracing::debug_span!("cuda_launch", kernel = %k.name, grid = ?config.num_groups, block = ?config.group_size, shared = config.dyn_group_memory).entered();
         // SAFETY: `extra` names a parameter block of `size` bytes that
         // lives across the call (the driver copies it); no kernelParams.
-        self.gpu
+        let launched = self
+            .gpu
             .call("cuLaunchKernel", |d| unsafe {
                 (d.cuLaunchKernel)(
                     f,
@@ -298,7 +345,12 @@ impl plugin::Queue for CudaQueue {
                     extra_ptr,
                 )
             })
-            .map_err(|e| e.context(format_args!("launching '{}'", k.name)))
+            .map_err(|e| e.context(format_args!("launching '{}'", k.name)));
+        if let Some((block, _)) = reduction {
+            // Reused once this launch is done (or never ran).
+            self.gpu.launch_envs.give_back(&self.gpu, s, block);
+        }
+        launched
     }
 
     /// `cuMemAllocAsync` on this stream, where the GPU has memory pools.

@@ -25,6 +25,9 @@ struct FakeLaunch {
     args: [u8; 1024],
     used_extra: c_int,
     count: c_int,
+    dyn_ptr: u64,
+    launch_env: [u8; 16],
+    buffer_nonzero: c_long,
 }
 
 struct Fake {
@@ -64,6 +67,18 @@ impl Fake {
                 .unwrap();
             f(l.as_mut_ptr());
             l.assume_init()
+        }
+    }
+    /// Look at `bytes` of each launch's reduction buffer (and scribble
+    /// over them and the counters afterwards when `scribble`).
+    fn inspect_reduction(&self, bytes: usize, scribble: bool) {
+        // SAFETY: a test control function of the fake driver.
+        unsafe {
+            let f = self
+                .lib
+                .get::<unsafe extern "C" fn(usize, c_int)>(b"fake_cuda_inspect_reduction\0")
+                .unwrap();
+            f(bytes, c_int::from(scribble))
         }
     }
     fn pool_threshold(&self) -> u64 {
@@ -1040,4 +1055,355 @@ fn queue_memory_without_memory_pools_is_freed_after_a_sync() {
     assert!(d.allocation(p).is_none());
     drop(q);
     rt.shutdown();
+}
+
+// ---------------------------------------------------------------- OpenMP
+// What the plugin does for images built with an OpenMP device runtime:
+// kernel environments read whole, the device environment written at
+// load, launch environments for teams reductions, limits checked.
+
+/// The kernels' PTX plus OpenMP kernels the fake cannot run (so that their
+/// launches only record what they were given): `omp_sum` and `omp_plain`
+/// with kernel environments, `omp_short` with one of 40 bytes, and the
+/// image's device environment.
+fn openmp_ptx(device_env_size: usize) -> Option<Vec<u8>> {
+    let mut p = kernels_ptx()?;
+    p.extend_from_slice(
+        format!(
+            "
+.visible .entry omp_sum()\n{{\n ret;\n}}
+.visible .entry omp_plain()\n{{\n ret;\n}}
+.visible .entry omp_short()\n{{\n ret;\n}}
+.global .align 8 .b8 omp_sum_kernel_environment[48];
+.global .align 8 .b8 omp_plain_kernel_environment[48];
+.global .align 8 .b8 omp_short_kernel_environment[40];
+.global .align 8 .b8 __omp_rtl_device_environment[{device_env_size}];
+"
+        )
+        .as_bytes(),
+    );
+    Some(p)
+}
+
+/// A kernel environment: flags, then MinThreads, MaxThreads, MinTeams,
+/// MaxTeams, ReductionDataSize, ReductionBufferLength.
+fn kernel_env(mode: u8, ints: [i32; 6]) -> [u8; 48] {
+    let mut b = [0u8; 48];
+    b[2] = mode;
+    for (i, v) in ints.iter().enumerate() {
+        b[4 + 4 * i..8 + 4 * i].copy_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+/// `kernel` of `program`, its environment set to `env` first (as clang's
+/// initialiser would have it; the fake zeroes globals).
+fn omp_kernel(
+    d: &offload_core::Device,
+    program: &Arc<offload_core::Program>,
+    kernel: &str,
+    env: &[u8],
+) -> offload_core::Result<Arc<offload_core::Kernel>> {
+    let (g, size) = program
+        .global(&format!("{kernel}_kernel_environment"))
+        .unwrap();
+    // SAFETY: at most the global's size from a live slice.
+    unsafe {
+        d.copy_to_device(g, env.as_ptr(), env.len().min(size as usize))
+            .unwrap()
+    };
+    program.kernel(kernel)
+}
+
+const NO_ENV: u64 = offload_core::openmp_env::NO_LAUNCH_ENVIRONMENT;
+
+#[test]
+fn teams_reductions_get_a_zeroed_launch_environment_reused_across_launches() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = openmp_ptx(48) else { return };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&ptx).unwrap();
+    // `reduction(+:double)`: 8 bytes a team, 1024 records (clang-22's).
+    let sum = omp_kernel(
+        d,
+        &program,
+        "omp_sum",
+        &kernel_env(2, [1, 128, 0, 0, 8, 1024]),
+    )
+    .unwrap();
+    let plain = omp_kernel(
+        d,
+        &program,
+        "omp_plain",
+        &kernel_env(2, [1, 128, 0, 0, 0, 0]),
+    )
+    .unwrap();
+    fake.inspect_reduction(8 * 1024, true);
+    let words = [NO_ENV, 42];
+    let launch = |k: &offload_core::Kernel| {
+        d.launch(k, KernelArgs::Words(&words), &unset(0)).unwrap();
+        fake.last_launch()
+    };
+    let (allocs, memsets) = (fake.calls("cuMemAlloc_v2"), fake.calls("cuMemsetD8Async"));
+    let first = launch(&sum);
+    let env = first.dyn_ptr;
+    assert!(env != 0 && env != NO_ENV, "{env:#x}");
+    // Counters 0, the buffer's address, every byte of it 0.
+    assert_eq!(&first.launch_env[..8], &[0; 8]);
+    let buffer = u64::from_le_bytes(first.launch_env[8..].try_into().unwrap());
+    assert_ne!(buffer, 0);
+    assert_eq!(first.buffer_nonzero, 0);
+    // The other arguments are as given; the sizes as LLVM picks them.
+    assert_eq!(&first.args[8..16], &42u64.to_ne_bytes());
+    assert_eq!((first.grid, first.block), ([3200, 1, 1], [128, 1, 1]));
+    assert_eq!(fake.calls("cuMemAlloc_v2"), allocs + 1);
+    // The "kernel" left the buffer and counters dirty; a hot loop reuses
+    // the same memory, zeroed again before each launch, and allocates
+    // nothing more.
+    for _ in 0..10 {
+        let l = launch(&sum);
+        assert_eq!(l.dyn_ptr, env);
+        assert_eq!(&l.launch_env[..8], &[0; 8]);
+        assert_eq!(&l.launch_env[8..], &buffer.to_le_bytes());
+        assert_eq!(l.buffer_nonzero, 0);
+    }
+    assert_eq!(fake.calls("cuMemAlloc_v2"), allocs + 1);
+    assert_eq!(fake.calls("cuMemsetD8Async"), memsets + 11);
+    // Queued launches too, on another stream (ordered after the last use).
+    let q = Queue::new(Some(d)).unwrap();
+    let waits = fake.calls("cuStreamWaitEvent");
+    q.launch(&sum, KernelArgs::Words(&words), &unset(0))
+        .unwrap();
+    q.synchronize().unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.dyn_ptr, l.buffer_nonzero), (env, 0));
+    assert_eq!(fake.calls("cuStreamWaitEvent"), waits + 1);
+    // Without a teams reduction: LLVM's "none", (void *)~0, as given.
+    let l = launch(&plain);
+    assert_eq!(l.dyn_ptr, NO_ENV);
+    // A launch without the "none" word (an older ABI, no dyn_ptr) is not
+    // touched.
+    fake.inspect_reduction(0, false);
+    d.launch(&sum, KernelArgs::Words(&[7, 42]), &unset(0))
+        .unwrap();
+    assert_eq!(fake.last_launch().dyn_ptr, 7);
+    // Memory for a launch environment that cannot be had: the launch
+    // fails with the driver's error, nothing runs, and the runtime goes on.
+    let big = omp_kernel(
+        d,
+        &program,
+        "omp_sum",
+        &kernel_env(2, [1, 128, 0, 0, 64, 1024]),
+    );
+    let big = big.unwrap();
+    let count = fake.last_launch().count;
+    // (Twice: a plain allocation trims the queue pool and tries again.)
+    fake.fail("cuMemAlloc_v2", 2, 2);
+    let e = d
+        .launch(&big, KernelArgs::Words(&words), &unset(0))
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::OutOfResources, "{e}");
+    assert_eq!(fake.last_launch().count, count);
+    fake.inspect_reduction(64 * 1024, false);
+    let l = launch(&big);
+    assert!(l.dyn_ptr != env && l.buffer_nonzero == 0);
+    // The smaller kernel keeps the smallest block that fits.
+    fake.inspect_reduction(8 * 1024, false);
+    assert_eq!(launch(&sum).dyn_ptr, env);
+    fake.inspect_reduction(0, false);
+}
+
+#[test]
+fn the_device_environment_is_written_at_load() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = openmp_ptx(48) else { return };
+    let read = |rt: &Runtime, dev: usize| -> [u8; 48] {
+        let d = &rt.devices()[dev];
+        let program = d.load_program(&ptx).unwrap();
+        let (g, size) = program.global("__omp_rtl_device_environment").unwrap();
+        assert_eq!(size, 48);
+        let mut b = [0u8; 48];
+        // SAFETY: 48 bytes into `b`.
+        unsafe { d.copy_from_device(b.as_mut_ptr(), g, 48).unwrap() };
+        b
+    };
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let b = read(rt, 1);
+    // DeviceDebugKind 0, 2 GPUs, the second, no DynamicMemSize (LLVM 22).
+    assert_eq!(
+        (u32_at(&b, 0), u32_at(&b, 4), u32_at(&b, 8), u32_at(&b, 12)),
+        (0, 2, 1, 0)
+    );
+    // The 1 GHz %globaltimer clock, no indirect-call table, and
+    // 132 SMs x 2048 threads / 32 = 8448 resident warps.
+    assert_eq!(u64_at(&b, 16), 1_000_000_000);
+    assert_eq!((u64_at(&b, 24), u64_at(&b, 32)), (0, 0));
+    assert_eq!(u64_at(&b, 40), 8448);
+    assert_eq!(u32_at(&read(rt, 0), 8), 0);
+    // LIBOMPTARGET_DEVICE_RTL_DEBUG reaches the device.
+    let debug = runtime_with(&[("LIBOMPTARGET_DEVICE_RTL_DEBUG", "5")]);
+    assert_eq!(u32_at(&read(&debug, 0), 0), 5);
+    debug.shutdown();
+    // Another runtime's layout: the load fails, naming the image.
+    let Some(bad) = openmp_ptx(40) else { return };
+    let e = rt.devices()[0].load_program(&bad).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert!(
+        e.message().contains("CUDA device 0: the image (PTX)")
+            && e.message()
+                .contains("__omp_rtl_device_environment is 40 bytes, expected 48"),
+        "{e}"
+    );
+    // Images without one (ol* PTX) load as before.
+    rt.devices()[0]
+        .load_program(&kernels_ptx().unwrap())
+        .unwrap();
+}
+
+#[test]
+fn kernel_environments_of_unknown_layouts_are_errors_naming_the_kernel() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = openmp_ptx(48) else { return };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&ptx).unwrap();
+    let e = omp_kernel(d, &program, "omp_short", &[0u8; 40])
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert!(
+        e.message().contains("kernel 'omp_short'")
+            && e.message().contains("is 40 bytes, expected 48")
+            && e.message().contains("another OpenMP device runtime"),
+        "{e}"
+    );
+    let e = omp_kernel(d, &program, "omp_plain", &kernel_env(9, [0; 6]))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert!(
+        e.message()
+            .contains("kernel 'omp_plain': unknown execution mode 9"),
+        "{e}"
+    );
+    // The same program's good kernels work.
+    let k = omp_kernel(
+        d,
+        &program,
+        "omp_plain",
+        &kernel_env(1, [1, 64, 0, 0, 0, 0]),
+    )
+    .unwrap();
+    // Generic with thread_limit(64) (MaxThreads 64): the main thread's
+    // warp does not raise it past 64, as LLVM.
+    d.launch(
+        &k,
+        KernelArgs::Words(&[NO_ENV]),
+        &LaunchConfig::linear(4, 64),
+    )
+    .unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([4, 1, 1], [64, 1, 1]));
+    let (plan, mode) = k.launch_plan(&LaunchConfig::linear(4, 64)).unwrap();
+    assert_eq!(
+        (plan.num_groups, plan.group_size, mode.llvm_name()),
+        (l.grid, l.block, "Generic")
+    );
+    // Bare (ompx_bare): every dimension as given, shown as LLVM's "BARE".
+    let bare = omp_kernel(d, &program, "omp_plain", &kernel_env(0, [0; 6])).unwrap();
+    let c = LaunchConfig {
+        num_groups: [2, 3, 4],
+        group_size: [8, 4, 2],
+        dyn_group_memory: 0,
+        tripcount: 0,
+    };
+    d.launch(&bare, KernelArgs::Words(&[NO_ENV]), &c).unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([2, 3, 4], [8, 4, 2]));
+    assert_eq!(bare.launch_plan(&c).unwrap().1.llvm_name(), "BARE");
+}
+
+#[test]
+fn launches_beyond_the_gpus_limits_are_errors_naming_the_kernel() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let x = d.alloc(64, AllocKind::Device).unwrap();
+    let args = common::saxpy_args(16, 1.0, x, x);
+    let launches = fake.last_launch().count;
+    let bad = |c: LaunchConfig, what: &[&str]| {
+        let e = d.launch(&saxpy, KernelArgs::Packed(&args), &c).unwrap_err();
+        assert!(e.message().contains("kernel 'saxpy'"), "{e}");
+        for w in what {
+            assert!(e.message().contains(w), "{e}");
+        }
+        e
+    };
+    bad(
+        LaunchConfig::linear(1, 2048),
+        &["group size [2048, 1, 1]", "1024 threads per block"],
+    );
+    let mut c = LaunchConfig::linear(1, 1);
+    c.group_size = [32, 32, 2];
+    bad(c, &["its limit of 1024 threads per block"]);
+    let mut c = LaunchConfig::linear(1, 1);
+    c.group_size = [1, 1, 128];
+    bad(c, &["[1, 1, 128]", "[1024, 1024, 64]"]);
+    let mut c = LaunchConfig::linear(1, 1);
+    c.num_groups = [1, 70_000, 1];
+    bad(c, &["grid of [1, 70000, 1] blocks", "65535"]);
+    let mut c = LaunchConfig::linear(1, 32);
+    c.dyn_group_memory = 300_000;
+    let e = bad(
+        c,
+        &[
+            "300000 bytes of dynamic shared memory",
+            "232448 bytes per block",
+        ],
+    );
+    assert_eq!(e.code(), ErrorCode::OutOfResources);
+    // Nothing reached the driver, and the runtime goes on.
+    assert_eq!(fake.last_launch().count, launches);
+    d.launch(
+        &saxpy,
+        KernelArgs::Packed(&args),
+        &LaunchConfig::linear(1, 16),
+    )
+    .unwrap();
+    assert_eq!(fake.last_launch().count, launches + 1);
+    d.free(x).unwrap();
+}
+
+#[test]
+fn a_missing_device_runtime_entry_point_is_named() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let Some(mut ptx) = kernels_ptx() else { return };
+    ptx.extend_from_slice(
+        b"\n.extern .func  (.param .b32 func_retval0) __kmpc_parallel_60\n(\n .param .b64 p\n);\n",
+    );
+    let e = rt.devices()[0].load_program(&ptx).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::CompileFailure);
+    assert!(
+        e.message()
+            .contains("the image references '__kmpc_parallel_60', which it does not define")
+            && e.message()
+                .contains("Unresolved extern function '__kmpc_parallel_60'"),
+        "{e}"
+    );
+    // The device stays usable.
+    rt.devices()[0]
+        .load_program(&kernels_ptx().unwrap())
+        .unwrap();
 }

@@ -22,8 +22,12 @@
  *    zeroed host memory;
  *  - every call is counted; fake_cuda_fail(name, result, count) makes the
  *    next `count` calls of `name` return `result` (error injection);
- *  - the last launch (grid, block, shared memory, parameter bytes) and the
- *    last JIT options can be read back by tests.
+ *  - the last launch (grid, block, shared memory, parameter bytes, the
+ *    OpenMP launch environment its first word points to) and the last JIT
+ *    options can be read back by tests;
+ *  - PTX with an `.extern .func` it does not define fails to "link" as
+ *    ptxas does ("Unresolved extern function 'NAME'"); CU_DEVICE_ATTRIBUTE
+ *    39 (threads per SM) is 2048.
  *
  * Built by the tests with clang-22 into a temporary directory and loaded
  * by the plugin through OFFLOAD_CUDA_DRIVER. Nothing here unwinds: it is
@@ -107,6 +111,14 @@ struct fake_launch {
   unsigned char args[1024];
   int used_extra;
   int count;
+  /* The first parameter word (an OpenMP kernel's `dyn_ptr`) and, when it
+   * is neither NULL nor ~0 and fake_cuda_inspect_reduction asked for it,
+   * the 16 bytes of the launch environment it points to and how many of
+   * the first bytes of the reduction buffer that environment names were
+   * not zero, all as they were when the kernel started. */
+  uint64_t dyn_ptr;
+  unsigned char launch_env[16];
+  long buffer_nonzero;
 };
 
 struct counter {
@@ -129,6 +141,11 @@ static int jit_keys[32];
 static long jit_values[32];
 static int jit_count;
 static struct counter counters[MAX_COUNTERS];
+/* Bytes of a launch's reduction buffer to inspect, and whether the "kernel"
+ * then scribbles over them and the counters (as a real teams reduction
+ * leaves them), so that the next launch shows whether they were zeroed. */
+static size_t inspect_reduction;
+static int scribble_reduction;
 static struct fail fails[MAX_FAILS];
 
 static int env_int(const char *name, int def) {
@@ -221,6 +238,13 @@ void fake_cuda_fail(const char *name, int result, int count) {
 void fake_cuda_last_launch(struct fake_launch *out) {
   pthread_mutex_lock(&lock);
   *out = last_launch;
+  pthread_mutex_unlock(&lock);
+}
+
+void fake_cuda_inspect_reduction(size_t bytes, int scribble) {
+  pthread_mutex_lock(&lock);
+  inspect_reduction = bytes;
+  scribble_reduction = scribble;
   pthread_mutex_unlock(&lock);
 }
 
@@ -407,6 +431,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   case 10: *v = 32; break;             /* warp size */
   case 13: *v = 1980000; break;        /* clock rate, kHz */
   case 16: *v = 132; break;            /* multiprocessors */
+  case 39: *v = 2048; break;           /* max threads per multiprocessor */
   case 33: *v = d + 1; break;          /* PCI bus */
   case 34: *v = 0; break;              /* PCI device */
   case 41: *v = 1; break;              /* unified addressing */
@@ -816,6 +841,54 @@ static size_t global_size(const char *decl, const char *end) {
   return elem * (n ? n : 1);
 }
 
+/* A `.extern .func` the PTX does not define (other than what the driver
+ * provides), as ptxas reports it when linking the module: its name in
+ * `out`, or 0. */
+static int unresolved_extern(const char *text, char *out, size_t size) {
+  static const char *provided[] = {"vprintf", "malloc", "free", "__assertfail"};
+  for (const char *p = strstr(text, ".extern .func"); p; p = strstr(p + 1, ".extern .func")) {
+    const char *q = p + strlen(".extern .func");
+    while (*q == ' ' || *q == '\t')
+      q++;
+    if (*q == '(') { /* the return value */
+      while (*q && *q != ')')
+        q++;
+      if (*q)
+        q++;
+    }
+    while (*q == ' ' || *q == '\t')
+      q++;
+    size_t n = 0;
+    while ((q[n] >= 'a' && q[n] <= 'z') || (q[n] >= 'A' && q[n] <= 'Z') ||
+           (q[n] >= '0' && q[n] <= '9') || q[n] == '_' || q[n] == '$')
+      n++;
+    if (n == 0 || n >= size)
+      continue;
+    memcpy(out, q, n);
+    out[n] = 0;
+    int skip = 0;
+    for (size_t i = 0; i < sizeof provided / sizeof provided[0]; i++)
+      skip |= !strcmp(out, provided[i]);
+    if (skip)
+      continue;
+    /* Defined: a `.func` line naming it that is not an `.extern`. */
+    int defined = 0;
+    for (const char *d = strstr(text, out); d && !defined; d = strstr(d + 1, out)) {
+      const char *ls = d, *le = strchr(d, '\n');
+      while (ls > text && ls[-1] != '\n')
+        ls--;
+      if (!le)
+        le = d + strlen(d);
+      const char *f = strstr(ls, ".func");
+      const char *x = strstr(ls, ".extern");
+      defined = f && f < le && !(x && x < le);
+    }
+    if (!defined)
+      return 1;
+  }
+  return 0;
+}
+
 CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n,
                             int *options, void **values) {
   ENTER("cuModuleLoadDataEx");
@@ -850,6 +923,13 @@ CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n,
       if (error_log && error_size)
         snprintf(error_log, error_size,
                  "ptxas fatal   : fake syntax error near FAKE_INVALID_PTX");
+      return CUDA_ERROR_INVALID_PTX;
+    }
+    char missing[128];
+    if (unresolved_extern(image, missing, sizeof missing)) {
+      if (error_log && error_size)
+        snprintf(error_log, error_size,
+                 "ptxas fatal   : Unresolved extern function '%s'", missing);
       return CUDA_ERROR_INVALID_PTX;
     }
   }
@@ -1042,6 +1122,29 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz,
   if (args)
     memcpy(last_launch.args, args,
            size < sizeof last_launch.args ? size : sizeof last_launch.args);
+  last_launch.dyn_ptr = 0;
+  memset(last_launch.launch_env, 0, sizeof last_launch.launch_env);
+  last_launch.buffer_nonzero = 0;
+  if (args && size >= 8) {
+    memcpy(&last_launch.dyn_ptr, args, 8);
+    uint64_t env = last_launch.dyn_ptr;
+    /* Only while a test asks, and only for kernels the fake cannot run
+     * (no host function): then the word is a launch environment. */
+    if (inspect_reduction && env && env != ~(uint64_t)0 && !f->fn) {
+      unsigned char *e = (unsigned char *)(uintptr_t)env;
+      memcpy(last_launch.launch_env, e, 16);
+      uint64_t buffer;
+      memcpy(&buffer, e + 8, 8);
+      unsigned char *b = (unsigned char *)(uintptr_t)buffer;
+      for (size_t i = 0; b && i < inspect_reduction; i++)
+        last_launch.buffer_nonzero += b[i] != 0;
+      if (scribble_reduction) {
+        if (b)
+          memset(b, 0xab, inspect_reduction);
+        memset(e, 0x07, 8); /* ReductionCnt, ReductionIterCnt */
+      }
+    }
+  }
   pthread_mutex_unlock(&lock);
   if (f->fn) {
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
