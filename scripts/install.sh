@@ -7,13 +7,17 @@
 #   --destdir DIR  stage the files under DIR instead of / (packaging)
 #   --host-only    drop-in libraries with host devices only (no remote, CUDA
 #                  or MPI plugin: about a third of the size)
-#   --no-build     install what target/release already holds
+#   --no-build     install what target/release and target/devicertl already hold
 #
 # Layout under PREFIX:
 #   bin/offload                               the command
 #   lib/offload/libomptarget.so.22.1          drop-in libraries (+ .so links),
 #   lib/offload/libLLVMOffload.so.22.1        private: the system's LLVM
 #                                             libraries are never touched
+#   lib/offload/<triple>/libompdevice.a       the OpenMP device runtime (LLVM
+#   lib/offload/<triple>/empty.bc             bitcode) for nvptx64-nvidia-cuda
+#                                             and amdgcn-amd-amdhsa, found by
+#                                             `offload clang-flags`
 #   lib/pkgconfig/offload.pc                  pkg-config for ol* C programs
 #   include/offload/{host_kernel,interop}.h   C headers
 #   share/man/man1/offload*.1                 man pages
@@ -44,6 +48,9 @@ case "$PREFIX" in /*) ;; *) echo "install: --prefix must be absolute" >&2; exit 
 PREFIX="${PREFIX%/}"
 LLVM_INCLUDE=/usr/lib/llvm-22/include
 OUT="${CARGO_TARGET_DIR:-target}/release"
+# devicertl/build.sh's output (the build tree's `offload clang-flags` uses it too).
+RTL="${CARGO_TARGET_DIR:-target}/devicertl"
+RTL_TRIPLES=(nvptx64-nvidia-cuda amdgcn-amd-amdhsa)
 
 if [ "$BUILD" = 1 ]; then
   echo "install: building (release)" >&2
@@ -55,9 +62,16 @@ if [ "$BUILD" = 1 ]; then
   else
     cargo build --release --quiet -p omptarget -p liboffload
   fi
+  # The OpenMP device runtime (needs clang-22 and llvm-ar-22: scripts/setup.sh).
+  devicertl/build.sh "$RTL"
 fi
 for f in offload libomptarget.so libLLVMOffload.so; do
   [ -f "$OUT/$f" ] || { echo "install: $OUT/$f is missing (run without --no-build)" >&2; exit 1; }
+done
+for t in "${RTL_TRIPLES[@]}"; do
+  for f in libompdevice.a empty.bc; do
+    [ -f "$RTL/$t/$f" ] || { echo "install: $RTL/$t/$f is missing (run without --no-build, or devicertl/build.sh)" >&2; exit 1; }
+  done
 done
 
 ROOT="$DESTDIR$PREFIX"
@@ -85,6 +99,10 @@ for lib in libomptarget libLLVMOffload; do
   install_split "$OUT/$lib.so" "$ROOT/lib/offload" "$lib.so.22.1"
   ln -sfn "$lib.so.22.1" "$ROOT/lib/offload/$lib.so"
 done
+for t in "${RTL_TRIPLES[@]}"; do
+  install -d "$ROOT/lib/offload/$t"
+  install -m 644 "$RTL/$t/libompdevice.a" "$RTL/$t/empty.bc" "$ROOT/lib/offload/$t/"
+done
 install -m 644 include/offload/host_kernel.h include/offload/interop.h "$ROOT/include/offload/"
 sed -e "s|@prefix@|$PREFIX|" -e "s|@llvm_includedir@|$LLVM_INCLUDE|" \
   packaging/offload.pc.in >"$ROOT/lib/pkgconfig/offload.pc"
@@ -97,6 +115,6 @@ gzip -9nf "$ROOT/share/man/man1/"offload*.1
 "$ROOT/bin/offload" completions fish >"$ROOT/share/fish/vendor_completions.d/offload.fish"
 
 echo "install: installed into $ROOT" >&2
-for f in "$ROOT/bin/offload" "$ROOT/lib/offload/"*.so.22.1; do
+for f in "$ROOT/bin/offload" "$ROOT/lib/offload/"*.so.22.1 "$ROOT/lib/offload/"*/libompdevice.a; do
   printf 'install:   %-50s %6s KiB\n' "${f#"$ROOT"/}" $(( $(stat -c %s "$f") / 1024 )) >&2
 done

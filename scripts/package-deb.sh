@@ -56,13 +56,16 @@ Maintainer: offload maintainers <maintainers@offload.invalid>
 Installed-Size: $SIZE
 Depends: $DEPENDS
 Recommends: liboffload-22-dev, libomp-22-dev
+Suggests: clang-22, lld-22
 Section: devel
 Priority: optional
 Description: unified offloading runtime (OpenMP and liboffload drop-in libraries)
  Drop-in libomptarget.so.22.1 and libLLVMOffload.so.22.1 in a private
  directory (/usr/lib/offload; LLVM's own libraries are left alone), the
- offload command (info, inspect, exec, serve, record, replay), C headers,
- a pkg-config file and man pages. OffloadAPI.h comes from liboffload-22-dev.
+ offload command (info, inspect, exec, serve, record, replay, clang-flags),
+ the OpenMP device runtime for NVIDIA and AMD GPUs (LLVM bitcode, for
+ clang-22), C headers, a pkg-config file and man pages. OffloadAPI.h comes
+ from liboffload-22-dev.
 CONTROL
 cat >"$DBG/DEBIAN/control" <<CONTROL
 Package: offload-dbgsym

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packaging end to end, as a newcomer would use it:
 #   1. scripts/install.sh into a scratch prefix: layout, stripped sizes,
-#      man pages, completions, pkg-config, `offload exec` from there;
+#      man pages, completions, pkg-config, `offload exec` from there, a GPU
+#      OpenMP program built with the prefix's `offload clang-flags`;
 #   2. the Debian package: dpkg -i, an ol* C program built with
 #      `pkg-config --cflags --libs offload`, an OpenMP program through the
 #      installed `offload exec`, both on our libraries; dpkg -r leaves
@@ -33,7 +34,9 @@ for f in bin/offload lib/offload/libomptarget.so.22.1 lib/offload/libLLVMOffload
   lib/offload/libomptarget.so lib/offload/libLLVMOffload.so lib/pkgconfig/offload.pc \
   include/offload/host_kernel.h include/offload/interop.h share/man/man1/offload.1.gz \
   share/man/man1/offload-exec.1.gz share/bash-completion/completions/offload \
-  share/zsh/vendor-completions/_offload share/fish/vendor_completions.d/offload.fish; do
+  share/zsh/vendor-completions/_offload share/fish/vendor_completions.d/offload.fish \
+  lib/offload/nvptx64-nvidia-cuda/libompdevice.a lib/offload/nvptx64-nvidia-cuda/empty.bc \
+  lib/offload/amdgcn-amd-amdhsa/libompdevice.a lib/offload/amdgcn-amd-amdhsa/empty.bc; do
   [ -e "$PREFIX/$f" ] || fail "$f not installed"
 done
 check "layout"
@@ -61,6 +64,26 @@ echo "$out" | grep "^sum 500500 " >/dev/null || fail "wrong result: $out"
 echo "$out" | grep "libomptarget from $PREFIX/lib/offload/libomptarget.so.22.1" >/dev/null \
   || fail "not our libomptarget: $out"
 check "OpenMP program through the scratch prefix's offload exec"
+
+# GPU OpenMP programs built against the prefix's device runtime: the flags
+# name it, the program links for NVIDIA and AMD GPUs (with the CUDA tools of
+# scripts/setup.sh) and, without a GPU, falls back to the host.
+flags=$("$PREFIX/bin/offload" clang-flags --offload-arch=gfx90a) || fail "offload clang-flags"
+[ "$flags" = "--offload-arch=gfx90a -Xarch_amdgcn -nogpulib -Xoffload-linker-amdgcn-amd-amdhsa -L$PREFIX/lib/offload/amdgcn-amd-amdhsa" ] \
+  || fail "clang-flags from the prefix: $flags"
+CUDA_TOOLS="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/cuda-tools/nvidia/cu13"
+flags=$(OFFLOAD_CUDA_PATH="$CUDA_TOOLS" "$PREFIX/bin/offload" clang-flags --offload-arch=sm_90,gfx90a) \
+  || fail "offload clang-flags for sm_90 (the CUDA tools come from scripts/setup.sh)"
+# (-D_GNU_SOURCE=: the device compilation reads the system headers before
+# the file's own #define, and dladdr needs it.)
+# shellcheck disable=SC2086 # the flags are words (no blanks: checked by clang-flags)
+clang-22 -fopenmp $flags -D_GNU_SOURCE= -O1 -o "$WORK/omp_where_gpu" packaging/tests/omp_where.c \
+  || fail "cannot build omp_where.c for sm_90 and gfx90a against the prefix's device runtime"
+out=$(cd / && "$PREFIX/bin/offload" exec "$WORK/omp_where_gpu") || fail "offload exec (GPU build): $out"
+echo "$out" | grep "^sum 500500 " >/dev/null || fail "wrong result (GPU build): $out"
+echo "$out" | grep "libomptarget from $PREFIX/lib/offload/libomptarget.so.22.1" >/dev/null \
+  || fail "GPU build not on our libomptarget: $out"
+check "GPU OpenMP program (sm_90, gfx90a) built with the prefix's clang-flags, run on the host"
 PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --exists offload || fail "pkg-config"
 
 if [ "$(id -u)" -ne 0 ] || ! command -v dpkg >/dev/null; then
@@ -93,6 +116,9 @@ out=$(offload exec ./omp_where 2>&1) || fail "offload exec: $out"
 echo "$out" | grep "^sum 500500 " >/dev/null || fail "wrong result: $out"
 echo "$out" | grep "libomptarget from /usr/lib/offload/libomptarget.so.22.1" >/dev/null || fail "not our libomptarget: $out"
 check "OpenMP program through the installed offload exec"
+offload clang-flags --offload-arch=gfx90a | grep -- " -L/usr/lib/offload/amdgcn-amd-amdhsa$" >/dev/null \
+  || fail "clang-flags does not name /usr/lib/offload/amdgcn-amd-amdhsa"
+check "offload clang-flags names the package's device runtime"
 cd "$REPO"
 
 dpkg -r offload-dbgsym offload >/dev/null || fail "dpkg -r"

@@ -3,11 +3,16 @@
 # all tests (unit, integration with clang-22-built C programs, doctests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Installs packages and builds the workspace (debug): the integration tests
-# load the drop-in libraries and run the `offload` binary.
+# Installs packages and the CUDA tools, builds the OpenMP device runtime
+# (devicertl/build.sh: a failure to build it stops here) and the workspace
+# (debug): the integration tests load the drop-in libraries, run the
+# `offload` binary and build GPU programs with `offload clang-flags`.
 ./scripts/setup.sh --debug
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The device runtime's logic on the host: compiled for x86_64 against an
+# emulation of blocks, warps, barriers and shared memory on threads.
+./devicertl/emu/run.sh
 cargo test --workspace --no-fail-fast
 # The GPU bundle (scripts/gpu-tests.sh) rehearsed against the fake CUDA
 # driver: built from the debug build above, then run as on a GPU machine

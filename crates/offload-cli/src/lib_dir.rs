@@ -146,6 +146,16 @@ pub fn ensure() -> anyhow::Result<LibDir> {
     Ok(dir)
 }
 
+/// The directory of the running `offload` executable (symlinks resolved):
+/// `target/<profile>` in the build tree, `<prefix>/bin` when installed.
+pub fn exe_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the offload executable")?;
+    let exe = exe.canonicalize().unwrap_or(exe);
+    exe.parent()
+        .map(Path::to_path_buf)
+        .with_context(|| format!("{} has no parent directory", exe.display()))
+}
+
 fn locate() -> anyhow::Result<LibDir> {
     if let Some(v) = std::env::var_os("OFFLOAD_LIB_DIR").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(v);
@@ -158,11 +168,8 @@ fn locate() -> anyhow::Result<LibDir> {
             libraries_found,
         });
     }
-    let exe = std::env::current_exe().context("cannot find the offload executable")?;
-    let exe = exe.canonicalize().unwrap_or(exe);
-    let exe_dir = exe
-        .parent()
-        .with_context(|| format!("{} has no parent directory", exe.display()))?;
+    let exe_dir = exe_dir()?;
+    let exe_dir = exe_dir.as_path();
     let installed = exe_dir.join(INSTALLED_LIB_DIR);
     let libraries_found = count_sonames(&installed);
     if libraries_found > 0 {

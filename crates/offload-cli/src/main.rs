@@ -9,6 +9,10 @@
 //! offload lib-dir                       directory of the drop-in libomptarget /
 //!                                       libLLVMOffload shared libraries
 //! offload exec PROGRAM [ARGS...]        run PROGRAM against those libraries
+//! offload clang-flags --offload-arch=ARCH[,ARCH...] [--shell|--lines|--null|--json]
+//!                                       clang-22 flags that build an OpenMP
+//!                                       program for NVIDIA/AMD GPUs against
+//!                                       the project's device runtime
 //! offload serve [--listen ADDR:PORT]    expose this machine's devices over gRPC
 //! offload record -o DIR -- PROGRAM      record PROGRAM's kernel launches
 //! offload replay DIR [--verify]         run recorded launches again, on any device
@@ -19,8 +23,10 @@
 //! panicking; `main` prints it as a single `offload: error: ...` line and
 //! exits with status 1 (2 for command-line usage errors; `exec` uses 126/127
 //! when the program cannot be started, like a shell; `info` exits 1 when no
-//! device can run kernels and 2 on errors).
+//! device can run kernels and 2 on errors; `clang-flags` exits 2 for an
+//! unknown GPU architecture).
 
+mod clang_flags;
 mod exec;
 mod generate;
 mod info;
@@ -55,6 +61,10 @@ enum Command {
     LibDir(lib_dir::Args),
     /// Run a program with the drop-in libraries first on LD_LIBRARY_PATH.
     Exec(exec::Args),
+    /// Print the clang-22 flags that build an OpenMP program for GPUs against
+    /// the project's device runtime: `clang-22 -fopenmp $(offload clang-flags
+    /// --offload-arch=sm_90) prog.c`.
+    ClangFlags(clang_flags::Args),
     /// Expose this machine's devices to remote clients over gRPC.
     Serve(serve::Args),
     /// Run a program and record its kernel launches (image, arguments,
@@ -95,6 +105,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pack(a) => pack::run(a),
         Command::LibDir(a) => lib_dir::run(a),
         Command::Exec(a) => exec::run(a),
+        Command::ClangFlags(a) => clang_flags::run(a),
         Command::Serve(a) => serve::run(a),
         Command::ServeWorker => serve::run_worker(),
         Command::Record(a) => record::record(a),

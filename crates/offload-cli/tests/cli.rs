@@ -1,5 +1,8 @@
 //! End-to-end tests of the `offload` executable.
 
+mod common;
+use common::skip;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -627,7 +630,15 @@ fn lib_dir_exists_next_to_the_executable() {
 /// A copy of the `offload` executable in `bin/` of a fresh directory under
 /// the target directory (a hard link where the file system allows it).
 fn offload_copy() -> (tempfile::TempDir, PathBuf) {
-    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    offload_copy_named(".tmp")
+}
+
+/// `offload_copy` in a directory whose name starts with `prefix`.
+fn offload_copy_named(prefix: &str) -> (tempfile::TempDir, PathBuf) {
+    let root = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
     let bin = root.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     let exe = bin.join("offload");
@@ -683,6 +694,225 @@ fn an_installed_offload_finds_its_libraries_relative_to_itself() {
     assert_eq!(Path::new(&first), libs.canonicalize().unwrap());
 }
 
+const NVPTX: &str = "nvptx64-nvidia-cuda";
+const AMDGCN: &str = "amdgcn-amd-amdhsa";
+
+/// An installed `offload` (a copy in `ROOT/bin`) with the device runtime's
+/// files in `ROOT/lib/offload/<triple>/` (empty: only their presence
+/// counts) and a CUDA toolkit's files in `ROOT/cuda` (ptxas and nvlink
+/// executable; cuda.h says 13.0).
+fn installed_with_device_runtime(prefix: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let (root, exe) = offload_copy_named(prefix);
+    let root_path = root.path().canonicalize().unwrap();
+    for triple in [NVPTX, AMDGCN] {
+        let dir = root_path.join("lib/offload").join(triple);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("libompdevice.a"), b"!<arch>\n").unwrap();
+        std::fs::write(dir.join("empty.bc"), b"").unwrap();
+    }
+    let cuda = root_path.join("cuda");
+    for (f, text) in [
+        ("bin/ptxas", ""),
+        ("bin/nvlink", ""),
+        ("nvvm/libdevice/libdevice.10.bc", ""),
+        ("include/cuda.h", "#define CUDA_VERSION 13000\n"),
+    ] {
+        let p = cuda.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (root, exe, cuda)
+}
+
+/// `offload clang-flags` run from `exe` with a predictable environment.
+fn clang_flags(exe: &Path, cuda: Option<&Path>, args: &[&str]) -> Command {
+    let mut c = Command::new(exe);
+    c.env_remove("OFFLOAD_DEVICERTL_DIR")
+        .env_remove("OFFLOAD_CUDA_PATH")
+        .arg("clang-flags")
+        .args(args);
+    if let Some(cuda) = cuda {
+        c.env("OFFLOAD_CUDA_PATH", cuda);
+    }
+    c
+}
+
+/// An installed `offload clang-flags` names `<prefix>/lib/offload/<triple>`
+/// and the CUDA toolkit: the exact flags for NVIDIA, AMD and both.
+#[test]
+fn clang_flags_from_an_installed_prefix() {
+    let (root, exe, cuda) = installed_with_device_runtime(".tmp");
+    let lib = root.path().canonicalize().unwrap().join("lib/offload");
+    let (nv, amd) = (lib.join(NVPTX), lib.join(AMDGCN));
+    let sm90 = format!(
+        "--offload-arch=sm_90 --cuda-path={} --libomptarget-nvptx-bc-path={}/empty.bc \
+         -Xoffload-linker-{NVPTX} -L{}",
+        cuda.display(),
+        nv.display(),
+        nv.display()
+    );
+    let gfx90a = format!(
+        "-Xarch_amdgcn -nogpulib -Xoffload-linker-{AMDGCN} -L{}",
+        amd.display()
+    );
+    let out = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_90"],
+    ));
+    assert_eq!(out, format!("{sm90}\n"));
+    // AMD needs no CUDA toolkit.
+    let empty = tempfile::tempdir().unwrap();
+    let out = ok(&mut clang_flags(
+        &exe,
+        Some(empty.path()),
+        &["--offload-arch=gfx90a"],
+    ));
+    assert_eq!(out, format!("--offload-arch=gfx90a {gfx90a}\n"));
+    // Both kinds in one binary; repeated options add up, repeats go.
+    let out = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_90,gfx90a", "--offload-arch", "sm_90"],
+    ));
+    let both = sm90.replace("--offload-arch=sm_90", "--offload-arch=sm_90,gfx90a");
+    assert_eq!(out, format!("{both} {gfx90a}\n"));
+
+    let v = json(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_80,gfx942:xnack-", "--json"],
+    ));
+    assert_eq!(v["flags"][0], "--offload-arch=sm_80,gfx942:xnack-");
+    assert_eq!(v["cuda"]["found_by"], "OFFLOAD_CUDA_PATH");
+    assert_eq!(v["cuda"]["version"], "13.0");
+    assert_eq!(v["device_runtime"][0]["found_by"], "installed");
+    assert_eq!(v["device_runtime"][1]["path"], amd.display().to_string());
+    assert_eq!(v["archs"][1]["vendor"], "amd");
+
+    let o = run(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_90", "-v"],
+    ));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "device runtime for {NVPTX}: {} (installed)",
+            nv.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("(CUDA 13.0; OFFLOAD_CUDA_PATH)"), "{err}");
+}
+
+/// Unknown architectures are usage errors listing the valid forms; missing
+/// CUDA tools and a missing device runtime say what is missing and where
+/// it was looked for.
+#[test]
+fn clang_flags_errors_name_what_is_missing() {
+    for bad in ["sm_91", "gfx90a:xnack", "sm_90,native"] {
+        let mut c = offload();
+        c.args(["clang-flags", "--offload-arch", bad]);
+        let err = fails(&mut c);
+        assert_eq!(run(&mut c).status.code(), Some(2), "{bad}");
+        assert!(err.contains("GPU architecture"), "{err}");
+        assert!(
+            err.contains("sm_90") && err.contains("gfx90a") || err.contains("xnack+"),
+            "{err}"
+        );
+    }
+    fails(offload().arg("clang-flags"));
+    fails(offload().args(["clang-flags", "--offload-arch=sm_90", "--json", "--lines"]));
+
+    let (root, exe, _cuda) = installed_with_device_runtime(".tmp");
+    let empty = tempfile::tempdir().unwrap();
+    let mut c = clang_flags(&exe, Some(empty.path()), &["--offload-arch=sm_90"]);
+    let err = fails(&mut c);
+    assert_eq!(run(&mut c).status.code(), Some(1));
+    assert!(
+        err.contains(&format!(
+            "OFFLOAD_CUDA_PATH={} is not a CUDA toolkit clang can use (no bin/ptxas, no bin/nvlink",
+            empty.path().display()
+        )),
+        "{err}"
+    );
+    drop(root);
+
+    // A copied `offload` (a build tree's) with neither runtime nor toolkit:
+    // every problem in one line.
+    let (root, exe) = offload_copy();
+    let root = root.path().canonicalize().unwrap();
+    let err = fails(&mut clang_flags(
+        &exe,
+        None,
+        &["--offload-arch=sm_90,gfx90a"],
+    ));
+    for triple in [NVPTX, AMDGCN] {
+        let dir = root.join("devicertl").join(triple);
+        let want = format!(
+            "device runtime for {triple} not found at {} (needs",
+            dir.display()
+        );
+        assert!(err.contains(&want), "{err}");
+    }
+    assert!(err.contains("build it with devicertl/build.sh"), "{err}");
+    if !Path::new("/usr/local/cuda/bin/nvlink").exists() {
+        assert!(err.contains("no CUDA tools found"), "{err}");
+        assert!(
+            err.contains("run scripts/setup.sh or set OFFLOAD_CUDA_PATH="),
+            "{err}"
+        );
+    }
+}
+
+/// `$(...)` splits words at blanks: a path with one is refused in the
+/// one-line output, and --shell, --lines and --null carry it intact.
+#[test]
+fn clang_flags_paths_with_blanks() {
+    let (_root, exe, cuda) = installed_with_device_runtime("with blank ");
+    let err = fails(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=gfx90a"],
+    ));
+    assert!(err.contains("holds a blank or a wildcard"), "{err}");
+    assert!(err.contains("--shell") && err.contains("--lines"), "{err}");
+
+    let lines = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_90", "--lines"],
+    ));
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines[1], format!("--cuda-path={}", cuda.display()));
+    let null = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_90", "--null"],
+    ));
+    assert_eq!(
+        null,
+        lines.iter().map(|l| format!("{l}\0")).collect::<String>()
+    );
+
+    // What --shell prints, evaluated by sh, gives back the flags as words.
+    let quoted = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_90", "--shell"],
+    ));
+    assert!(quoted.contains("'--cuda-path="), "{quoted}");
+    let words = ok(Command::new("sh").arg("-c").arg(format!(
+        "eval \"set -- {}\"; printf '%s\\n' \"$@\"",
+        quoted.trim_end()
+    )));
+    assert_eq!(words.lines().collect::<Vec<_>>(), lines);
+}
+
 #[test]
 fn exec_prepends_the_lib_dir() {
     let dir = lib_dir();
@@ -710,15 +940,6 @@ fn exec_prepends_the_lib_dir() {
         err.starts_with("offload: error: cannot run /nonexistent/program"),
         "{err}"
     );
-}
-
-/// Under `CI=true` a missing tool fails the test instead of skipping it.
-fn skip(why: &str) {
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true: cannot skip: {why}"
-    );
-    eprintln!("skipped: {why}");
 }
 
 /// `offload inspect` of a binary with images for several targets says,

@@ -5,6 +5,9 @@
 //! remote server (relocated); a kernel following a pointer stored in device
 //! memory; a tampered recording fails verification.
 
+mod common;
+use common::text;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -52,15 +55,6 @@ fn offload(args: &[&str], env: &[(&str, &str)]) -> Output {
         .env("OFFLOAD_HOST_DEVICES", "2")
         .output()
         .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Replays `rec` with `env` and `extra` arguments; asserts it verified.

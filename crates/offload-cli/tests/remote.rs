@@ -1,6 +1,9 @@
 //! Remote offloading end to end: `offload serve` in a child process, the
 //! remote plugin in this one.
 
+mod common;
+use common::skip;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -1246,15 +1249,6 @@ fn idle_unauthenticated_data_connections_are_bounded_and_dropped() {
     assert!(back == bytes);
     let _ = child.kill();
     let _ = child.wait();
-}
-
-/// Under `CI=true` a missing tool fails the test instead of skipping it.
-fn skip(why: &str) {
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true: cannot skip: {why}"
-    );
-    eprintln!("skipped: {why}");
 }
 
 /// Kernels and an image that attack their own server: read another

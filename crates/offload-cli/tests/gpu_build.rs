@@ -1,0 +1,308 @@
+//! GPU OpenMP programs built here, without a GPU. The project's OpenMP
+//! C/C++ programs that make sense on a GPU (crates/omptarget/tests/c:
+//! target regions, teams, parallel loops, reductions, maps, mappers,
+//! declare-target globals, C++ classes) are built for sm_80, sm_90, gfx90a
+//! and gfx942 in one binary with `offload clang-flags`. ptxas, nvlink and
+//! ld.lld reject undefined or invalid device code, so a successful link is
+//! the first check; `offload inspect` must then describe the four images
+//! (cubins for sm_80 and sm_90, AMDGPU ELF objects for gfx90a and gfx942,
+//! each holding every kernel of the host's entry table); and each program,
+//! run through `offload exec` on our libomptarget, falls back to the host
+//! and must print what LLVM 22's libomptarget prints for the same binary
+//! (stdout and exit status, as in crates/omptarget/tests/c_programs.rs).
+//! `devicertl/notes/constructs.c` (every construct clang lowers to a
+//! device-runtime call) must link for sm_90 and gfx90a.
+//!
+//! Needs clang-22, LLVM 22's libomptarget, the CUDA tools and the device
+//! runtime (scripts/setup.sh installs and builds them). Without them the
+//! tests are skipped with a note, except under `CI=true`, where that is a
+//! failure. A build-tree device runtime older than a devicertl/src file is
+//! a failure (run devicertl/build.sh).
+
+mod common;
+use common::{skip, text};
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+const OFFLOAD: &str = env!("CARGO_BIN_EXE_offload");
+const LLVM_LIB: &str = "/usr/lib/llvm-22/lib";
+const NVPTX: &str = "nvptx64-nvidia-cuda";
+const AMDGCN: &str = "amdgcn-amd-amdhsa";
+
+/// Every image these tests build: (triple, arch).
+const IMAGES: [(&str, &str); 4] = [
+    (AMDGCN, "gfx90a"),
+    (AMDGCN, "gfx942"),
+    (NVPTX, "sm_80"),
+    (NVPTX, "sm_90"),
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The newest file under devicertl/src and its modification time.
+fn newest_source() -> Option<(PathBuf, std::time::SystemTime)> {
+    std::fs::read_dir(root().join("devicertl/src"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?.modified().ok()?)))
+        .max_by_key(|(_, t)| *t)
+}
+
+/// `offload clang-flags --offload-arch=ARCHS`, or `None` (skipped) when a
+/// tool is missing. Panics when the build tree's device runtime is stale.
+fn clang_flags(archs: &str) -> Option<Vec<String>> {
+    let clang = Command::new("clang-22")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !clang || !Path::new(LLVM_LIB).join("libomptarget.so.22.1").exists() {
+        skip("clang-22 or LLVM 22's libomptarget (scripts/setup.sh installs them)");
+        return None;
+    }
+    let o = Command::new(OFFLOAD)
+        .args(["clang-flags", "--json", "--offload-arch", archs])
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        skip(&format!(
+            "offload clang-flags --offload-arch={archs}: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for rt in v["device_runtime"].as_array().unwrap() {
+        if rt["found_by"] != "build tree" {
+            continue;
+        }
+        let archive = Path::new(rt["path"].as_str().unwrap()).join("libompdevice.a");
+        let built = std::fs::metadata(&archive).unwrap().modified().unwrap();
+        if let Some((src, changed)) = newest_source() {
+            assert!(
+                changed <= built,
+                "{} is older than {}: run devicertl/build.sh",
+                archive.display(),
+                src.display()
+            );
+        }
+    }
+    let flags = v["flags"].as_array().unwrap();
+    Some(flags.iter().map(|f| f.as_str().unwrap().into()).collect())
+}
+
+/// The flags for all four architectures, asked for once.
+fn all_flags() -> Option<&'static [String]> {
+    static FLAGS: OnceLock<Option<Vec<String>>> = OnceLock::new();
+    FLAGS
+        .get_or_init(|| clang_flags("sm_80,sm_90,gfx90a,gfx942"))
+        .as_deref()
+}
+
+/// The undefined device symbols named in a failed link's messages.
+fn undefined_symbols(stderr: &str) -> BTreeSet<String> {
+    stderr
+        .lines()
+        .filter_map(|l| match l.split_once("Undefined reference to '") {
+            Some((_, rest)) => rest.split('\'').next(),
+            None => l.split_once("undefined symbol: ").map(|(_, s)| s.trim()),
+        })
+        .map(String::from)
+        .collect()
+}
+
+/// Builds `src` with clang-22 (clang++-22 for C++) and `flags` into `out`.
+fn build(src: &Path, flags: &[String], extra: &[&str], out: &Path) {
+    let cxx = src.extension().is_some_and(|e| e == "cpp");
+    let o = Command::new(if cxx { "clang++-22" } else { "clang-22" })
+        .args(["-fopenmp", "-O1"])
+        .args(flags)
+        .args(extra)
+        .arg(src)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "building {} for GPUs failed; undefined device symbols: {:?}\n{}",
+        src.display(),
+        undefined_symbols(&stderr),
+        text(&o)
+    );
+}
+
+/// `offload inspect --json FILE`.
+fn inspect(file: &Path) -> Value {
+    let o = Command::new(OFFLOAD)
+        .args(["inspect", "--json"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "offload inspect: {}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `EF_AMDGPU_MACH` (the low byte of e_flags) of the AMD architectures.
+fn amdgpu_mach(arch: &str) -> u64 {
+    match arch {
+        "gfx90a" => 0x3f,
+        "gfx942" => 0x4c,
+        other => panic!("no EF_AMDGPU_MACH for {other}"),
+    }
+}
+
+/// Asserts that `file` holds exactly the images `want` (triple, arch), each
+/// a cubin or AMDGPU ELF object for its arch that defines every kernel of
+/// the host's entry table.
+fn check_images(file: &Path, want: &[(&str, &str)]) {
+    let v = inspect(file);
+    let what = file.display();
+    let kernels: BTreeSet<&str> = v["host_entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["class"] == "kernel")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(!kernels.is_empty(), "{what}: no kernels in the entry table");
+    let mut seen = Vec::new();
+    for im in v["images"].as_array().unwrap() {
+        let (triple, arch) = (im["triple"].as_str().unwrap(), im["arch"].as_str().unwrap());
+        seen.push((triple, arch));
+        let defined: BTreeSet<&str> = im["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kernel"] == true)
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(defined, kernels, "{what} {arch}: the image's kernels");
+        assert_eq!(im["chain"], "OffloadBinary > ELF", "{what} {arch}");
+        match triple {
+            NVPTX => {
+                assert_eq!(im["elf"]["machine"], "cuda", "{what} {arch}");
+                assert_eq!(im["cuda"]["kind"], "cubin", "{what} {arch}");
+                assert_eq!(im["cuda"]["target"], arch, "{what} {arch}");
+            }
+            AMDGCN => {
+                assert_eq!(im["elf"]["machine"], "amdgpu", "{what} {arch}");
+                let flags = im["elf"]["flags"].as_str().unwrap();
+                let flags = u64::from_str_radix(flags.trim_start_matches("0x"), 16).unwrap();
+                assert_eq!(
+                    flags & 0xff,
+                    amdgpu_mach(arch),
+                    "{what} {arch}: e_flags {flags:#x}"
+                );
+            }
+            other => panic!("{what}: unexpected image for {other}"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, want, "{what}: images");
+}
+
+/// Runs `exe` with no offloading settings of the caller's.
+fn run(mut c: Command) -> Output {
+    for var in [
+        "OMP_TARGET_OFFLOAD",
+        "LIBOMPTARGET_INFO",
+        "LIBOMPTARGET_DEBUG",
+        "OFFLOAD_PLUGINS",
+        "OFFLOAD_LIB_DIR",
+    ] {
+        c.env_remove(var);
+    }
+    c.output().unwrap()
+}
+
+/// Builds tests/c/NAME of the omptarget crate for the four architectures,
+/// inspects the binary and runs it on our libomptarget and on LLVM's.
+fn check(name: &str) {
+    let Some(flags) = all_flags() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("crates/omptarget/tests/c").join(name);
+    let exe = dir.path().join(name.replace('.', "_"));
+    build(&src, flags, &[], &exe);
+    check_images(&exe, &IMAGES);
+
+    let mut ours = Command::new(OFFLOAD);
+    ours.arg("exec").arg(&exe);
+    let ours = run(ours);
+    let mut llvm = Command::new(&exe);
+    llvm.env("LD_LIBRARY_PATH", LLVM_LIB);
+    let llvm = run(llvm);
+    assert_eq!(
+        ours.status.code(),
+        Some(0),
+        "{name} on ours: {}",
+        text(&ours)
+    );
+    assert_eq!(
+        (ours.status.code(), String::from_utf8_lossy(&ours.stdout)),
+        (llvm.status.code(), String::from_utf8_lossy(&llvm.stdout)),
+        "{name}: ours (left) and LLVM's libomptarget differ\nours {}\nllvm {}",
+        text(&ours),
+        text(&llvm)
+    );
+    assert!(!ours.stdout.is_empty(), "{name}: printed nothing");
+}
+
+macro_rules! gpu_build_tests {
+    ($($t:ident => $f:literal,)*) => {
+        $( #[test] fn $t() { check($f); } )*
+    };
+}
+
+gpu_build_tests! {
+    basic => "basic.c",
+    collapse => "collapse.c",
+    declare_target_vars => "declare_target_vars.c",
+    deep_copy => "deep_copy.c",
+    firstprivate_big => "firstprivate_big.c",
+    globals => "globals.c",
+    implicit => "implicit.c",
+    nested_data => "nested_data.c",
+    reductions => "reductions.c",
+    structs => "structs.c",
+    target_in_parallel => "target_in_parallel.c",
+    threads_nowait => "threads_nowait.c",
+    update_strided => "update_strided.c",
+    cxx_classes => "cxx_classes.cpp",
+    lambda_ref => "lambda_ref.cpp",
+    mapper => "mapper.cpp",
+}
+
+/// Every construct clang-22 lowers to a device-runtime call links for
+/// sm_90 and gfx90a (as a shared object: the file has no main): nvlink
+/// and ld.lld refuse undefined symbols, and the message lists them.
+#[test]
+fn constructs_link_without_undefined_symbols() {
+    let Some(flags) = clang_flags("sm_90,gfx90a") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let so = dir.path().join("libconstructs.so");
+    let src = root().join("devicertl/notes/constructs.c");
+    build(&src, &flags, &["-fPIC", "-shared"], &so);
+    check_images(&so, &[(AMDGCN, "gfx90a"), (NVPTX, "sm_90")]);
+}
+
+#[test]
+fn undefined_symbols_are_read_from_both_linkers() {
+    let stderr = "nvlink error   : Undefined reference to '__kmpc_barrier' in '/tmp/x.cubin'\n\
+                  ld.lld: error: undefined symbol: __kmpc_target_init\n\
+                  >>> referenced by x.o\n";
+    let got: Vec<String> = undefined_symbols(stderr).into_iter().collect();
+    assert_eq!(got, ["__kmpc_barrier", "__kmpc_target_init"]);
+}
