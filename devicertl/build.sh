@@ -19,7 +19,7 @@ command -v "$AR" >/dev/null || { echo "devicertl: $AR not found (scripts/setup.s
 
 resource="$("$CLANG" -print-resource-dir)"
 COMMON=(-std=c11 -O2 -ffreestanding -nostdinc -isystem "$resource/include" -nogpulib
-        -fvisibility=hidden -fno-exceptions -fomit-frame-pointer -fno-stack-protector
+        -fvisibility=hidden -fno-exceptions -fomit-frame-pointer
         -Wall -Wextra -Werror -Wno-unused-parameter -I "$here/src")
 
 build_one() {

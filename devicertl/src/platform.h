@@ -24,11 +24,28 @@
 #define RTL_DEVICE_TARGET 0
 #endif
 
-/* Entry points clang calls: visible from the bitcode archive; everything
- * else is hidden (-fvisibility=hidden) so LTO drops what is unused. */
-#define RTL_EXPORT __attribute__((visibility("protected"), used))
+/* Entry points clang calls. On GPUs they are hidden like everything else
+ * (-fvisibility=hidden): the program's device code still links to them, and
+ * the device link drops the ones it does not call. `protected` or `used`
+ * would make the linker keep every entry point in every image (measured:
+ * 549 KB instead of 162 KB of cubin for a two-kernel program). The host
+ * emulation links the runtime like a library, so there they are default. */
+#if RTL_DEVICE_TARGET
+#define RTL_EXPORT __attribute__((visibility("hidden")))
+#else
+#define RTL_EXPORT __attribute__((visibility("default")))
+#endif
 /* Code every thread of a warp/block must reach together. */
 #define RTL_CONVERGENT __attribute__((convergent))
+
+/* Lanes of a warp run in lockstep (AMD wavefronts; NVIDIA sm_70+ and the
+ * emulation schedule threads independently): a lane there must never spin
+ * waiting for another lane of its own warp. */
+#if defined(__AMDGPU__)
+#define RTL_LOCKSTEP_WARPS 1
+#else
+#define RTL_LOCKSTEP_WARPS 0
+#endif
 
 /* The most threads a team can have on any supported target. */
 #define RTL_MAX_THREADS 1024

@@ -51,6 +51,23 @@ RTL_CONVERGENT void rtl_barrier(void);
 void *rtl_alloc_shared(uint64_t bytes);
 void rtl_free_shared(void *ptr, uint64_t bytes);
 
+/* --- sync.c ------------------------------------------------------------- */
+/* A barrier of the block's first `num_threads` threads (any count) on a
+ * team-shared counter: teams whose size is not a multiple of the warp size,
+ * and plat_sync_block_partial on AMD GPUs. Lanes of a warp that arrive
+ * together arrive once, through their lowest lane. */
+RTL_CONVERGENT void rtl_counter_barrier(uint32_t num_threads);
+
+/* --- state.c: run-sched-var for schedule(runtime) ----------------------- */
+/* `kind` is an omp_sched_t (1 static, 2 dynamic, 3 guided, 4 auto, maybe
+ * with the 0x80000000 monotonic bit); `chunk` <= 0 means the default. */
+void rtl_run_schedule(uint32_t *kind, int32_t *chunk);
+
+/* --- libc.c: the device heap (malloc/free, tasks, overflow of the shared
+ * stack). 16-byte aligned; NULL when exhausted. Thread-safe, any team. ---- */
+void *rtl_heap_alloc(uint64_t bytes);
+void rtl_heap_free(void *ptr);
+
 /* --- misc --------------------------------------------------------------- */
 /* Report a broken invariant (with where) and stop the kernel. */
 __attribute__((noreturn)) void rtl_fatal(const char *what);

@@ -1,0 +1,243 @@
+/* ICVs, per-thread data environments, __kmpc_alloc_shared and dynamic
+ * shared memory.
+ *
+ * The team's ICVs live in shared memory. A thread gets its own copy (an
+ * RtlDataEnv) only when it enters a data environment of its own: a
+ * serialised parallel region, an explicit task, or an ICV change inside an
+ * active region. The per-thread list heads sit in a heap array that the
+ * first such thread allocates, so kernels that never need one pay a single
+ * shared pointer. */
+#include "state.h"
+
+enum {
+  /* The generic-mode main thread's stack for __kmpc_alloc_shared: the
+   * variables it shares with the workers of its parallel regions. */
+  MAIN_STACK_BYTES = 2048,
+  STACK_ALIGN = 16,
+  OMP_SCHED_STATIC = 1,
+};
+
+typedef struct StateTeam {
+  RtlIcvs icv;
+  RtlDataEnv **envs; /* per hardware thread id: innermost environment */
+  uint32_t stack_top; /* bytes of main_stack in use */
+} StateTeam;
+
+/* Marks the list-head array while one thread allocates it. */
+#define HEADS_BEING_MADE ((RtlDataEnv **)1)
+
+static RTL_SHARED StateTeam state_team;
+static RTL_SHARED __attribute__((aligned(STACK_ALIGN))) unsigned char main_stack[MAIN_STACK_BYTES];
+
+static StateTeam *team(void) { return RTL_TEAM_PTR(StateTeam, state_team); }
+static unsigned char *stack_base(void) { return (unsigned char *)main_stack; }
+
+void rtl_state_init(void) {
+  StateTeam *t = team();
+  t->icv.nthreads = 0;
+  t->icv.run_sched = OMP_SCHED_STATIC;
+  t->icv.run_chunk = 0;
+  t->icv.max_active_levels = 1;
+  t->envs = NULL;
+  t->stack_top = 0;
+}
+
+void rtl_state_fini(void) {
+  StateTeam *t = team();
+  RtlDataEnv **envs = __atomic_load_n(&t->envs, __ATOMIC_ACQUIRE);
+  if (envs && envs != HEADS_BEING_MADE) {
+    t->envs = NULL;
+    rtl_heap_free(envs);
+  }
+}
+
+/* --- data environments ------------------------------------------------- */
+
+static RtlDataEnv **make_env_heads(void) {
+  uint32_t count = plat_block_size();
+  RtlDataEnv **heads = rtl_heap_alloc((uint64_t)count * sizeof(*heads));
+  if (!heads)
+    rtl_fatal("device heap exhausted (per-thread data environments)");
+  for (uint32_t i = 0; i < count; i++)
+    heads[i] = NULL;
+  return heads;
+}
+
+/* The per-thread list heads, made on first use. One thread of the team makes
+ * them; others that need them meanwhile wait, one lane per warp so that no
+ * lane waits on its own warp. */
+static RtlDataEnv **env_heads(bool create) {
+  RtlDataEnv ***where = &team()->envs;
+  RtlDataEnv **heads = __atomic_load_n(where, __ATOMIC_ACQUIRE);
+  if (heads == HEADS_BEING_MADE)
+    heads = NULL;
+  if (heads || !create)
+    return heads;
+  uint64_t lanes = rtl_arriving_lanes();
+  if (rtl_is_lowest_lane(lanes)) {
+    RtlDataEnv **expected = NULL;
+    if (__scoped_atomic_compare_exchange_n(where, &expected, HEADS_BEING_MADE, false,
+                                           __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE,
+                                           __MEMORY_SCOPE_WRKGRP)) {
+      __scoped_atomic_store_n(where, make_env_heads(), __ATOMIC_RELEASE, __MEMORY_SCOPE_WRKGRP);
+    } else {
+      while (__scoped_atomic_load_n(where, __ATOMIC_ACQUIRE, __MEMORY_SCOPE_WRKGRP) ==
+             HEADS_BEING_MADE)
+        plat_yield();
+    }
+  }
+  rtl_sync_lanes(lanes);
+  return __atomic_load_n(where, __ATOMIC_ACQUIRE);
+}
+
+RtlDataEnv *rtl_env_top(void) {
+  RtlDataEnv **heads = env_heads(false);
+  return heads ? heads[plat_thread_id()] : NULL;
+}
+
+static RtlIcvs team_icvs(void) {
+  RtlIcvs *icv = &team()->icv;
+  RtlIcvs copy = {
+      .nthreads = rtl_load32(&icv->nthreads),
+      .run_sched = rtl_load32(&icv->run_sched),
+      .run_chunk = (int32_t)rtl_load32((uint32_t *)&icv->run_chunk),
+      .max_active_levels = rtl_load32(&icv->max_active_levels),
+  };
+  return copy;
+}
+
+void rtl_env_push(RtlDataEnv *env, uint32_t kind) {
+  RtlDataEnv *current = rtl_env_top();
+  if (current) {
+    *env = *current;
+  } else {
+    env->icv = team_icvs();
+    env->level = rtl_level();
+    env->active_level = rtl_active_level();
+    env->thread_num = rtl_thread_num();
+    env->num_threads = rtl_num_threads();
+  }
+  env->kind = kind;
+  env->on_heap = 0;
+  env->prev = current;
+  env_heads(true)[plat_thread_id()] = env;
+}
+
+static void drop_heap_envs_until(RtlDataEnv **head, RtlDataEnv *stop) {
+  while (*head && *head != stop) {
+    RtlDataEnv *env = *head;
+    *head = env->prev;
+    if (env->on_heap)
+      rtl_heap_free(env);
+  }
+}
+
+void rtl_env_pop(RtlDataEnv *env) {
+  RtlDataEnv **head = &env_heads(true)[plat_thread_id()];
+  drop_heap_envs_until(head, env);
+  *head = env->prev;
+}
+
+void rtl_env_reset_thread(void) {
+  RtlDataEnv **heads = env_heads(false);
+  if (heads)
+    drop_heap_envs_until(&heads[plat_thread_id()], NULL);
+}
+
+/* --- ICVs ---------------------------------------------------------------- */
+
+RtlIcvs rtl_icvs(void) {
+  RtlDataEnv *env = rtl_env_top();
+  return env ? env->icv : team_icvs();
+}
+
+/* Where an ICV change goes: the thread's own environment, or NULL for the
+ * team's (the sequential part of the kernel). A thread of an active region
+ * gets a copy so that its change stays its own and ends with the region. */
+static RtlIcvs *icvs_for_write(void) {
+  RtlDataEnv *env = rtl_env_top();
+  if (env)
+    return &env->icv;
+  if (rtl_team_level() == 0)
+    return NULL;
+  env = rtl_heap_alloc(sizeof(*env));
+  if (!env)
+    rtl_fatal("device heap exhausted (ICV copy)");
+  rtl_env_push(env, RTL_ENV_ICV);
+  env->on_heap = 1;
+  return &env->icv;
+}
+
+void rtl_set_nthreads(uint32_t n) {
+  RtlIcvs *own = icvs_for_write();
+  if (own)
+    own->nthreads = n;
+  else
+    rtl_store32(&team()->icv.nthreads, n);
+}
+
+void rtl_set_schedule(uint32_t kind, int32_t chunk) {
+  RtlIcvs *own = icvs_for_write();
+  if (own) {
+    own->run_sched = kind;
+    own->run_chunk = chunk;
+  } else {
+    rtl_store32(&team()->icv.run_sched, kind);
+    rtl_store32((uint32_t *)&team()->icv.run_chunk, (uint32_t)chunk);
+  }
+}
+
+void rtl_set_max_active_levels(uint32_t levels) {
+  RtlIcvs *own = icvs_for_write();
+  if (own)
+    own->max_active_levels = levels;
+  else
+    rtl_store32(&team()->icv.max_active_levels, levels);
+}
+
+void rtl_run_schedule(uint32_t *kind, int32_t *chunk) {
+  RtlIcvs icv = rtl_icvs();
+  *kind = icv.run_sched;
+  *chunk = icv.run_chunk;
+}
+
+/* --- __kmpc_alloc_shared ------------------------------------------------- */
+
+/* Only the generic-mode main thread uses the shared stack: its globalised
+ * variables are the ones workers read. Everyone else, and the main thread
+ * once the stack is full, allocates from the device heap. */
+void *rtl_alloc_shared(uint64_t bytes) {
+  uint64_t size = (bytes + STACK_ALIGN - 1) & ~(uint64_t)(STACK_ALIGN - 1);
+  if (rtl_is_main_thread()) {
+    StateTeam *t = team();
+    if (size <= MAIN_STACK_BYTES - t->stack_top) {
+      void *ptr = stack_base() + t->stack_top;
+      t->stack_top += (uint32_t)size;
+      return ptr;
+    }
+  }
+  void *ptr = rtl_heap_alloc(size ? size : STACK_ALIGN);
+  if (!ptr)
+    rtl_fatal("__kmpc_alloc_shared: device heap exhausted");
+  return ptr;
+}
+
+void rtl_free_shared(void *ptr, uint64_t bytes) {
+  uintptr_t offset = (uintptr_t)ptr - (uintptr_t)stack_base();
+  if (offset < MAIN_STACK_BYTES) {
+    /* LIFO: freeing a block frees everything above it too. */
+    team()->stack_top = (uint32_t)offset;
+    return;
+  }
+  rtl_heap_free(ptr);
+}
+
+RTL_EXPORT void *__kmpc_alloc_shared(uint64_t bytes) { return rtl_alloc_shared(bytes); }
+
+RTL_EXPORT void __kmpc_free_shared(void *ptr, uint64_t bytes) { rtl_free_shared(ptr, bytes); }
+
+/* --- dynamic shared memory ----------------------------------------------- */
+
+RTL_EXPORT void *__kmpc_get_dynamic_shared(void) { return plat_dyn_shared(); }
+RTL_EXPORT void *llvm_omp_target_dynamic_shared_alloc(void) { return plat_dyn_shared(); }
+RTL_EXPORT void *llvm_omp_get_dynamic_shared(void) { return plat_dyn_shared(); }
