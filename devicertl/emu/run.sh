@@ -5,7 +5,8 @@
 #   devicertl/emu/run.sh [BUILDDIR]    (default: target/devicertl-emu)
 #
 # 1. builds src/*.c (the whole runtime) + emu.c + each tests/test_*.c with
-#    clang-22 for x86_64 and runs every test;
+#    clang-22 for x86_64 and runs every test; then runs them again with
+#    EMU_ACTIVE_MASK=self (plat_active_mask = the caller's lane only);
 # 2. does it again with -fsanitize=thread and runs them under TSan
 #    (TSAN_OPTIONS=halt_on_error=1: a race fails the test), in quick mode
 #    (TF_QUICK=1: fewer sizes);
@@ -13,7 +14,7 @@
 #    in quick mode under it.
 # Fails (non-zero) when clang-22 is missing, a build fails, or any test
 # fails, times out or races. Environment: CLANG (default clang-22),
-# EMU_MODES (default "plain tsan asan"), EMU_TIMEOUT (seconds per test
+# EMU_MODES (default "plain self tsan asan"), EMU_TIMEOUT (seconds per test
 # program, default 90), EMU_TESTS (space-separated test names to run,
 # default all), TF_VERBOSE=1 (name each case as it starts), TF_SKIP='a|b'
 # (skip the cases whose names contain a or b; they are reported as skipped),
@@ -24,7 +25,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${1:-$root/target/devicertl-emu}"
 CLANG="${CLANG:-clang-22}"
-MODES="${EMU_MODES:-plain tsan asan}"
+MODES="${EMU_MODES:-plain self tsan asan}"
 TIMEOUT="${EMU_TIMEOUT:-90}"
 # A wait this long in the emulator is reported as a hang (the program then
 # aborts with what every thread is doing): far above any legitimate wait.
@@ -49,6 +50,7 @@ jobs_max="$(nproc 2>/dev/null || echo 2)"
 start_all=$(date +%s)
 failures=()
 summary=()
+built_plain=0
 ulimit -c 0 2>/dev/null || true
 
 # compile OUT SRC FLAGS...: one object, its diagnostics in OUT.log
@@ -140,7 +142,16 @@ for mode in $MODES; do
   case "$mode" in
     plain)
       build_mode plain || failures+=("[plain] build")
+      built_plain=1
       run_mode plain ;;
+    self)
+      # The plain build again, with plat_active_mask = the caller's lane only
+      # (what sm_70+ hardware may return in diverged code).
+      [ "$built_plain" = 1 ] || { build_mode plain || failures+=("[plain] build"); built_plain=1; }
+      mkdir -p "$out/self"
+      rm -f "$out/self/"test_*
+      for t in "${tests[@]}"; do [ -x "$out/plain/$t" ] && cp "$out/plain/$t" "$out/self/$t"; done
+      run_mode self EMU_ACTIVE_MASK=self ;;
     tsan)
       build_mode tsan -fsanitize=thread || failures+=("[tsan] build")
       run_mode tsan TF_QUICK=1 \
@@ -153,7 +164,7 @@ for mode in $MODES; do
       run_mode asan TF_QUICK=1 \
         ASAN_OPTIONS="detect_leaks=0 abort_on_error=0 ${ASAN_OPTIONS:-}" \
         UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-}" ;;
-    *) echo "devicertl/emu: unknown mode '$mode' (plain, tsan, asan)" >&2; exit 1 ;;
+    *) echo "devicertl/emu: unknown mode '$mode' (plain, self, tsan, asan)" >&2; exit 1 ;;
   esac
   echo "devicertl/emu: [$mode] done in $(( $(date +%s) - t0 ))s" >&2
 done

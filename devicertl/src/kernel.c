@@ -128,3 +128,8 @@ RTL_EXPORT void __kmpc_target_deinit(void) {
 }
 
 RTL_EXPORT int8_t __kmpc_is_spmd_exec_mode(void) { return rtl_is_spmd(); }
+
+/* OpenMPOpt may ask whether a hardware thread id is the generic main one. */
+RTL_EXPORT int8_t __kmpc_is_generic_main_thread_id(int32_t tid) {
+  return !rtl_is_spmd() && (uint32_t)tid == main_thread_id();
+}

@@ -153,3 +153,49 @@ RTL_EXPORT double ompx_shfl_down_sync_d(uint64_t mask, double value, unsigned de
   u.l = ompx_shfl_down_sync_l(mask, u.l, delta, width);
   return u.d;
 }
+
+/* --- memory allocators ------------------------------------------------------------ */
+
+/* omp_allocator_handle_t values of the predefined allocators served from the
+ * device heap (null = default); the team and thread kinds get NULL. */
+enum { OMP_NULL_ALLOCATOR = 0, OMP_LOW_LAT_MEM_ALLOC = 5 };
+
+static bool heap_allocator(uintptr_t allocator) { return allocator <= OMP_LOW_LAT_MEM_ALLOC; }
+
+RTL_EXPORT void *omp_alloc(size_t size, uintptr_t allocator) {
+  return heap_allocator(allocator) ? rtl_heap_alloc(size) : NULL;
+}
+
+RTL_EXPORT void omp_free(void *ptr, uintptr_t allocator) { rtl_heap_free(ptr); }
+
+/* What clang emits for the allocate directive and clause. */
+RTL_EXPORT void *__kmpc_alloc(int32_t gtid, size_t size, uintptr_t allocator) {
+  return omp_alloc(size, allocator);
+}
+
+RTL_EXPORT void __kmpc_free(int32_t gtid, void *ptr, uintptr_t allocator) { rtl_heap_free(ptr); }
+
+/* --- declare target indirect --------------------------------------------------------- */
+
+/* The host writes a table of {host address, device address} sorted by host
+ * address; an address not in it is already a device one. */
+typedef struct IndirectCallEntry {
+  void *host;
+  void *device;
+} IndirectCallEntry;
+
+RTL_EXPORT void *__llvm_omp_indirect_call_lookup(void *host_ptr) {
+  const DeviceEnvironmentTy *env = rtl_device_environment();
+  const IndirectCallEntry *table = (const IndirectCallEntry *)env->IndirectCallTable;
+  uint64_t low = 0, high = table ? env->IndirectCallTableSize : 0;
+  while (low < high) {
+    uint64_t mid = low + (high - low) / 2;
+    if ((uintptr_t)table[mid].host < (uintptr_t)host_ptr)
+      low = mid + 1;
+    else
+      high = mid;
+  }
+  return table && low < env->IndirectCallTableSize && table[low].host == host_ptr
+             ? table[low].device
+             : host_ptr;
+}

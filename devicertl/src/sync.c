@@ -73,7 +73,22 @@ RTL_EXPORT void __kmpc_flush(IdentTy *ident) { plat_fence_device(); }
 
 /* --- warps --------------------------------------------------------------------- */
 
-RTL_EXPORT uint64_t __kmpc_warp_active_thread_mask(void) { return plat_active_mask(); }
+/* The lanes clang's critical loop waits for with __kmpc_syncwarp: the active
+ * ones that are in the caller's team (threads 0..n-1 of the block in an
+ * active region; the caller alone in a one-thread team). Hardware already
+ * answers no more than the converged lanes; the bound matters where the
+ * active mask is wider (the emulation: every live lane), e.g. a team that
+ * ends mid-warp while the rest of the warp waits elsewhere. */
+RTL_EXPORT uint64_t __kmpc_warp_active_thread_mask(void) {
+  uint32_t lane = plat_lane_id();
+  uint32_t threads = rtl_num_threads();
+  if (threads <= 1)
+    return 1ull << lane;
+  uint32_t warp_start = plat_thread_id() - lane;
+  uint32_t in_team = threads - warp_start; /* > lane: the caller is in the team */
+  uint64_t team_lanes = in_team >= 64 ? ~0ull : (1ull << in_team) - 1;
+  return plat_active_mask() & team_lanes;
+}
 
 RTL_EXPORT RTL_CONVERGENT void __kmpc_syncwarp(uint64_t mask) { plat_sync_warp(mask); }
 

@@ -452,8 +452,27 @@ static void test_diagnostics(void) {
   tf_end();
 }
 
+static uint64_t self_masks[64];
+static void k_mask_self(void *dyn, void **args) {
+  (void)dyn;
+  (void)args;
+  self_masks[plat_thread_id()] = plat_active_mask();
+}
+static void test_mask_self(void) {
+  tf_begin("EMU_ACTIVE_MASK=self: the caller's lane only");
+  setenv("EMU_ACTIVE_MASK", "self", 1);
+  tf_launch(1, 40, 32, 0, k_mask_self, NULL, NULL);
+  unsetenv("EMU_ACTIVE_MASK");
+  for (int t = 0; t < 40; t++)
+    CHECK_EQ(self_masks[t], 1ull << (t % 32));
+  tf_end();
+}
+
 int main(int argc, char **argv) {
   tf_init(argc, argv);
+  /* These tests are about the default ("alive") active mask. */
+  unsetenv("EMU_ACTIVE_MASK");
+  test_mask_self();
   test_ids();
   test_barrier();
   test_barrier_exit_late();

@@ -102,7 +102,9 @@ static void sync_outlined(int32_t *gtid, int32_t *btid) {
    * barrier clang emits in SPMD code). */
   for (int ph = 0; ph < 6; ph++) {
     phase[t] = ph * 10000 + t;
-    if (ph & 1)
+    /* simple_spmd is a barrier of the whole block: only where every thread
+     * of the block is in the region. */
+    if ((ph & 1) && nt_clause < 0)
       __kmpc_barrier_simple_spmd(&loc, *gtid);
     else
       __kmpc_barrier(&loc_explicit_barrier, *gtid);
