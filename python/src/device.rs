@@ -183,9 +183,16 @@ impl PyDevice {
         let is_path = src.is_instance_of::<PyString>() || src.hasattr("__fspath__")?;
         let program = if is_path {
             let path: std::path::PathBuf = src.extract()?;
-            let bytes = py.detach(|| std::fs::read(&path)).map_err(|e| {
-                pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", path.display()))
-            })?;
+            // Only a regular file within the image size limit: a path to
+            // /dev/zero or a FIFO is refused, not read until memory runs out.
+            let bytes = py
+                .detach(|| offload_core::files::read_image(&path))
+                .map_err(|e| match e.code() {
+                    offload_core::ErrorCode::HostIo => {
+                        pyo3::exceptions::PyOSError::new_err(e.message().to_string())
+                    }
+                    _ => crate::error::to_py(e),
+                })?;
             py.detach(|| self.dev.load_program(&bytes)).py()?
         } else {
             if src.is_instance_of::<PyBytes>() {

@@ -245,6 +245,84 @@ pub fn export<'py>(
     }
 }
 
+/// The most dimensions a DLPack tensor may have here (numpy's limit is 64).
+const MAX_NDIM: usize = 64;
+
+/// Whether `[addr, addr + len)` lies in readable mappings of this process
+/// (`/proc/self/maps`). A DLPack tensor is a promise by its producer that
+/// its memory is readable; a crafted capsule (a garbage pointer, a stride
+/// of 2^40) breaks it, and reading would crash the interpreter. This checks
+/// the promise before anything is read.
+fn readable(addr: usize, len: usize) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let mut ranges: Vec<(usize, usize)> = maps
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (lo, hi) = f.next()?.split_once('-')?;
+            let perms = f.next()?;
+            perms.starts_with('r').then_some(())?;
+            Some((
+                usize::from_str_radix(lo, 16).ok()?,
+                usize::from_str_radix(hi, 16).ok()?,
+            ))
+        })
+        .collect();
+    ranges.sort_unstable();
+    let mut at = addr;
+    for (lo, hi) in ranges {
+        if hi <= at {
+            continue;
+        }
+        if lo > at {
+            return false;
+        }
+        at = hi;
+        if at >= end {
+            return true;
+        }
+    }
+    false
+}
+
+/// The bytes a strided tensor spans, relative to its first element:
+/// `(lowest, highest + item)` byte offsets, or None when they overflow.
+fn extent(shape: &[usize], strides: &[i64], item: usize) -> Option<(i128, i128)> {
+    let (mut lo, mut hi) = (0i128, 0i128);
+    for (&d, &s) in shape.iter().zip(strides) {
+        if d == 0 {
+            return Some((0, 0));
+        }
+        let reach = (d as i128 - 1)
+            .checked_mul(s as i128)?
+            .checked_mul(item as i128)?;
+        if reach < 0 {
+            lo = lo.checked_add(reach)?;
+        } else {
+            hi = hi.checked_add(reach)?;
+        }
+    }
+    Some((lo, hi.checked_add(item as i128)?))
+}
+
+/// Whether `strides` (in elements) are those of a C-ordered `shape`.
+fn is_c_contiguous(shape: &[usize], strides: &[i64]) -> bool {
+    let mut step = 1i64;
+    shape.iter().zip(strides).rev().all(|(&d, &s)| {
+        let ok = d <= 1 || s == step;
+        step = step.saturating_mul(d as i64);
+        ok
+    })
+}
+
 /// Copy a strided CPU tensor into `out` (C order).
 ///
 /// # Safety
@@ -348,14 +426,34 @@ pub fn from_dlpack(
         capsule: &capsule,
         managed,
     };
+    if !readable(managed as usize, std::mem::size_of::<DLManagedTensor>()) {
+        // Not ours to delete either: forget the capsule's tensor.
+        std::mem::forget(consumed);
+        return Err(PyBufferError::new_err(format!(
+            "the DLPack capsule's tensor at {managed:p} is not readable memory"
+        )));
+    }
     // SAFETY: a valid capsule points to a managed tensor that lives until
-    // its deleter runs (when `consumed` drops).
+    // its deleter runs (when `consumed` drops); its memory was just checked.
     let t = unsafe { &(*managed).dl_tensor };
     let ndim = usize::try_from(t.ndim).map_err(|_| PyBufferError::new_err("negative ndim"))?;
+    if ndim > MAX_NDIM {
+        return Err(PyBufferError::new_err(format!(
+            "DLPack tensor with {ndim} dimensions (at most {MAX_NDIM})"
+        )));
+    }
+    for (what, p) in [("shape", t.shape), ("strides", t.strides)] {
+        let needed = ndim > 0 && (what == "shape" || !p.is_null());
+        if needed && (p.is_null() || !readable(p as usize, ndim * 8)) {
+            return Err(PyBufferError::new_err(format!(
+                "the DLPack tensor's {what} array at {p:p} is not readable memory"
+            )));
+        }
+    }
     let shape: Vec<usize> = if ndim == 0 {
         Vec::new()
     } else {
-        // SAFETY: DLPack: `shape` holds `ndim` entries.
+        // SAFETY: DLPack: `shape` holds `ndim` entries (checked readable).
         unsafe { std::slice::from_raw_parts(t.shape, ndim) }
             .iter()
             .map(|&d| usize::try_from(d).map_err(|_| PyBufferError::new_err("negative dimension")))
@@ -380,6 +478,21 @@ pub fn from_dlpack(
                 .storage
                 .clone()
         };
+        // The shape must fit the storage, and what we export is C-contiguous:
+        // a capsule edited after export is refused, not read past its end.
+        let bytes = nbytes(&shape, dtype)?;
+        let c_order = t.strides.is_null() || {
+            // SAFETY: a non-null `strides` holds `ndim` entries (checked).
+            let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
+            is_c_contiguous(&shape, strides)
+        };
+        if bytes > storage.size_bytes() || t.byte_offset != 0 || !c_order {
+            return Err(PyBufferError::new_err(format!(
+                "the DLPack tensor (shape {shape:?}, byte offset {}) does not match the {} bytes of the memory it was exported from",
+                t.byte_offset,
+                storage.size_bytes()
+            )));
+        }
         let same_device = target
             .as_ref()
             .is_none_or(|d| d.id() == storage.device().id());
@@ -411,16 +524,39 @@ pub fn from_dlpack(
         None => Device::host().py()?,
     };
     let bytes = nbytes(&shape, dtype)?;
-    let contiguous = t.strides.is_null() || {
-        // SAFETY: a non-null `strides` holds `ndim` entries.
-        let strides = unsafe { std::slice::from_raw_parts(t.strides, ndim) };
-        let mut step = 1i64;
-        shape.iter().zip(strides).rev().all(|(&d, &s)| {
-            let ok = d <= 1 || s == step;
-            step *= d as i64;
-            ok
-        })
-    };
+    let strides: Option<&[i64]> = (!t.strides.is_null()).then(|| {
+        // SAFETY: a non-null `strides` holds `ndim` entries (checked readable).
+        unsafe { std::slice::from_raw_parts(t.strides, ndim) }
+    });
+    let contiguous = strides.is_none_or(|s| is_c_contiguous(&shape, s));
+    if bytes > 0 {
+        // Every byte the shape, strides and offset reach must be memory of
+        // this process that can be read: checked before anything is read.
+        let (lo, hi) = match strides {
+            None => Some((0, bytes as i128)),
+            Some(s) => extent(&shape, s, dtype.size),
+        }
+        .ok_or_else(|| {
+            PyBufferError::new_err(format!(
+                "the DLPack tensor's shape {shape:?} and strides {strides:?} overflow the address space"
+            ))
+        })?;
+        let first = (t.data as usize as i128)
+            .checked_add(t.byte_offset as i128)
+            .filter(|&f| f > 0);
+        let span = first.and_then(|f| {
+            let start = f.checked_add(lo)?;
+            let end = f.checked_add(hi)?;
+            (start > 0 && end <= usize::MAX as i128).then_some((start as usize, end as usize))
+        });
+        let ok = span.is_some_and(|(start, end)| readable(start, end - start));
+        if !ok {
+            return Err(PyBufferError::new_err(format!(
+                "the DLPack tensor (data {:p}, byte offset {}, shape {shape:?}, strides {strides:?}) reaches memory that is not readable in this process",
+                t.data, t.byte_offset
+            )));
+        }
+    }
     let buf = if bytes == 0 {
         target.alloc_zeros::<u8>(0).py()?
     } else if contiguous {

@@ -1,5 +1,6 @@
 """DLPack both ways with numpy."""
 
+import ctypes
 import gc
 
 import numpy as np
@@ -73,3 +74,64 @@ def test_dlpack_copy_and_device_arguments(host):
         d.__dlpack__(dl_device=(2, 0))
     with pytest.raises(TypeError):
         offload.from_dlpack([1, 2])
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+def _crafted_capsule(keep, data, shape, strides=None, byte_offset=0, shape_ptr=None):
+    """A "dltensor" capsule describing float32 memory as the caller says (no deleter)."""
+    shp = (ctypes.c_int64 * len(shape))(*shape)
+    st = (ctypes.c_int64 * len(strides))(*strides) if strides is not None else None
+    m = _DLManagedTensor()
+    m.dl_tensor.data = data
+    m.dl_tensor.device = _DLDevice(1, 0)
+    m.dl_tensor.ndim = len(shape)
+    m.dl_tensor.dtype = _DLDataType(2, 32, 1)  # float32
+    m.dl_tensor.shape = shape_ptr if shape_ptr is not None else ctypes.addressof(shp)
+    m.dl_tensor.strides = ctypes.addressof(st) if st is not None else None
+    m.dl_tensor.byte_offset = byte_offset
+    keep.extend([shp, st, m])
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(m), b"dltensor", None)
+
+
+def test_crafted_capsules_are_refused_not_read():
+    keep = []
+    backing = np.arange(16, dtype=np.float32)
+    real = backing.ctypes.data
+    hostile = [
+        dict(data=0xdead0000, shape=[4], strides=[1 << 40]),   # garbage pointer, huge stride
+        dict(data=real, shape=[4], strides=[1 << 40]),         # real memory, stride far past it
+        dict(data=real, shape=[4], strides=[-(1 << 40)]),      # negative stride below it
+        dict(data=0xdead0000, shape=[1024]),                   # garbage pointer, contiguous
+        dict(data=real, shape=[1 << 62]),                      # size overflows
+        dict(data=real, shape=[4], byte_offset=1 << 50),       # offset past everything
+        dict(data=real, shape=[4], shape_ptr=0x10),            # shape array unreadable
+        dict(data=real, shape=[2, 2], strides=[1 << 62, 1]),   # extent overflows
+    ]
+    for case in hostile:
+        cap = _crafted_capsule(keep, **case)
+        with pytest.raises((BufferError, ValueError)):
+            offload.from_dlpack(cap)
+    # A crafted capsule over memory that is really there, strided: copied.
+    cap = _crafted_capsule(keep, real, [4], strides=[4])
+    np.testing.assert_array_equal(offload.from_dlpack(cap).to_numpy(), backing[::4])

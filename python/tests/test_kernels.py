@@ -1,6 +1,7 @@
 """Programs, kernels, launches, queues and events."""
 
 import ctypes
+import os
 import threading
 import time
 
@@ -163,3 +164,23 @@ def test_launch_argument_errors(host, program):
 
 def test_preferred_block_size(program):
     assert program.kernel("saxpy").preferred_block_size() >= 1
+
+
+def test_kernels_are_only_symbols_the_image_defines(program):
+    # dlsym on the image would also find its dependencies' symbols: a
+    # "kernel" `system` launched with a string argument runs a shell command.
+    for name in ("system", "dlopen", "printf"):
+        with pytest.raises(offload.OffloadError) as e:
+            program.kernel(name)
+        assert e.value.code == offload.ErrorCode.NOT_FOUND
+        assert f"'{name}' is not defined by the image" in str(e.value)
+
+
+def test_special_files_are_refused_as_programs(host, tmp_path):
+    # Refused at once, never read until memory runs out (or blocking on a FIFO).
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", "/dev/urandom", str(fifo), str(tmp_path)):
+        with pytest.raises(offload.OffloadError) as e:
+            host.load_program(path)
+        assert path in str(e.value) and "regular file" in str(e.value)

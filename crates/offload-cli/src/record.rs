@@ -143,42 +143,334 @@ enum Placement {
     Global,
 }
 
+/// The largest `launch.json` read (a manifest lists ranges, not data).
+const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
+/// Ranges reached only through pointers no recorded range holds (argument
+/// words that look like addresses of this process but point into no
+/// recorded range) are refused: the kernel would follow them into memory
+/// the replay never placed. Addresses below 4 GiB or above 2^47 (user
+/// space of x86_64 and AArch64) are taken for plain values.
+const POINTER_LOW: u64 = 1 << 32;
+const POINTER_HIGH: u64 = 1 << 47;
+
+/// `rel`, a file named by the recording, inside the launch folder `dir`
+/// (canonical): relative, no `..`, and still inside after symbolic links
+/// are resolved. Read as a regular file of at most `max` bytes.
+fn read_inside(dir: &Path, rel: &str, max: u64, what: &str) -> anyhow::Result<Vec<u8>> {
+    let path = Path::new(rel);
+    let plain = !rel.is_empty()
+        && path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !plain {
+        bail!("{what} {rel:?}: must name a file inside the recording's folder (relative, no '..')");
+    }
+    let joined = dir.join(path);
+    let real =
+        std::fs::canonicalize(&joined).with_context(|| format!("{what} {}", joined.display()))?;
+    if !real.starts_with(dir) {
+        bail!(
+            "{what} {rel:?}: resolves to {}, outside the recording's folder {}",
+            real.display(),
+            dir.display()
+        );
+    }
+    Ok(offload_core::files::read_regular(&real, max, what)?)
+}
+
+/// A manifest number that must be present and an unsigned 64-bit integer.
+fn u64_field(v: &Value, what: &str) -> anyhow::Result<u64> {
+    v.as_u64()
+        .with_context(|| format!("{what}: {v} is not an unsigned 64-bit integer"))
+}
+
+/// `"packed"` hex: ASCII hex digits, an even number of them, not empty.
+fn unhex(hex: &str) -> anyhow::Result<Vec<u8>> {
+    if hex.is_empty() {
+        bail!("args.packed is empty (a kernel reads its parameter block)");
+    }
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("args.packed holds characters that are not hexadecimal digits");
+    }
+    if !hex.len().is_multiple_of(2) {
+        bail!(
+            "args.packed has an odd number of hex digits ({})",
+            hex.len()
+        );
+    }
+    Ok(hex
+        .as_bytes()
+        .chunks_exact(2)
+        .map(|p| {
+            let d = |b: u8| (b as char).to_digit(16).unwrap_or(0) as u8;
+            d(p[0]) << 4 | d(p[1])
+        })
+        .collect())
+}
+
+/// A launch dimension triple: up to 3 integers in 0..=u32::MAX (missing
+/// ones and 0 are 1); anything else is an error, never truncated.
+fn dims(v: &Value, what: &str) -> anyhow::Result<[u32; 3]> {
+    let mut out = [1u32; 3];
+    if v.is_null() {
+        return Ok(out);
+    }
+    let a = v
+        .as_array()
+        .with_context(|| format!("config.{what}: {v} is not an array"))?;
+    if a.len() > 3 {
+        bail!("config.{what}: {} dimensions (at most 3)", a.len());
+    }
+    for (i, x) in a.iter().enumerate() {
+        let n = u64_field(x, &format!("config.{what}[{i}]"))?;
+        // 0 is what OpenMP launches record for "the default": 1 here.
+        out[i] = u32::try_from(n)
+            .with_context(|| format!("config.{what}[{i}]: {n} does not fit 32 bits"))?
+            .max(1);
+    }
+    Ok(out)
+}
+
+/// One range entry of the manifest, checked.
+struct RangeEntry {
+    index: usize,
+    old: u64,
+    size: usize,
+    global: Option<String>,
+}
+
+fn range_entry(i: usize, r: &Value) -> anyhow::Result<Option<RangeEntry>> {
+    let what = format!("ranges[{i}]");
+    if !r.is_object() {
+        bail!("{what}: not an object");
+    }
+    match &r["recorded"] {
+        Value::Bool(true) => {}
+        Value::Bool(false) => return Ok(None),
+        other => bail!("{what}.recorded: {other} is not true or false"),
+    }
+    let old = u64_field(&r["base"], &format!("{what}.base"))?;
+    let size = u64_field(&r["size"], &format!("{what}.size"))?;
+    if old == 0 {
+        bail!("{what}: base 0 is no address");
+    }
+    if size == 0 {
+        bail!("{what}: size 0");
+    }
+    if old.checked_add(size).is_none() {
+        bail!("{what}: base {old:#x} + size {size} wraps the address space");
+    }
+    let size = usize::try_from(size).with_context(|| format!("{what}: size {size} too large"))?;
+    let global = match r["origin"].as_str() {
+        Some("global") => Some(
+            r["name"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .with_context(|| format!("{what}: a global range without a name"))?
+                .to_string(),
+        ),
+        Some("alloc" | "registered") => None,
+        _ => bail!(
+            "{what}.origin: {} is not alloc, global or registered",
+            r["origin"]
+        ),
+    };
+    Ok(Some(RangeEntry {
+        index: i,
+        old,
+        size,
+        global,
+    }))
+}
+
 fn replay_one(
     dir: &Path,
     device: &std::sync::Arc<offload_core::Device>,
     args: &ReplayArgs,
 ) -> anyhow::Result<bool> {
-    let manifest: Value = serde_json::from_slice(&std::fs::read(dir.join("launch.json"))?)?;
+    let dir = &std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
+    let manifest: Value = serde_json::from_slice(&read_inside(
+        dir,
+        "launch.json",
+        MAX_MANIFEST_BYTES,
+        "manifest",
+    )?)
+    .context("launch.json")?;
     if manifest["format"].as_u64() != Some(offload_core::record::FORMAT_VERSION as u64) {
         bail!("unknown recording format {}", manifest["format"]);
     }
     let name = manifest["kernel"].as_str().context("no kernel name")?;
-    let image = std::fs::read(dir.join(manifest["image"].as_str().unwrap_or("image.bin")))?;
-    let program = device.load_program(&image)?;
-    let kernel = program.kernel(name)?;
+    let image_name = match &manifest["image"] {
+        Value::Null => "image.bin",
+        Value::String(s) => s.as_str(),
+        other => bail!("image: {other} is not a file name"),
+    };
+    // The image's size as recorded, when the manifest says (the recorder
+    // writes it); the image size limit otherwise.
+    let image_max = match &manifest["image_size"] {
+        Value::Null => offload_core::files::max_image_bytes(),
+        v => u64_field(v, "image_size")?,
+    };
+    let image = read_inside(dir, image_name, image_max, "image")?;
+    if let Some(declared) = manifest["image_size"].as_u64() {
+        if image.len() as u64 != declared {
+            bail!(
+                "image {image_name}: {} bytes, the manifest says {declared}",
+                image.len()
+            );
+        }
+    }
 
-    let mut ranges = Vec::new();
+    // Every range checked before anything is allocated or loaded.
+    let mut entries = Vec::new();
     for (i, r) in manifest["ranges"]
         .as_array()
         .context("no ranges")?
         .iter()
         .enumerate()
     {
-        if r["recorded"] != Value::Bool(true) {
-            continue;
+        entries.extend(range_entry(i, r)?);
+    }
+    let mut sorted: Vec<&RangeEntry> = entries.iter().collect();
+    sorted.sort_by_key(|e| e.old);
+    for w in sorted.windows(2) {
+        if w[0].old + w[0].size as u64 > w[1].old {
+            bail!(
+                "ranges[{}] ({:#x}, {} bytes) overlaps ranges[{}] ({:#x})",
+                w[0].index,
+                w[0].old,
+                w[0].size,
+                w[1].index,
+                w[1].old
+            );
         }
-        let old = r["base"].as_u64().context("range base")?;
-        let size = r["size"].as_u64().context("range size")? as usize;
-        let before = std::fs::read(dir.join(format!("r{i}.before")))?;
-        let after = std::fs::read(dir.join(format!("r{i}.after"))).ok();
-        let (new, placed) = match (r["origin"].as_str(), r["name"].as_str()) {
-            (Some("global"), Some(g)) => (program.global(g)?.0, Placement::Global),
-            _ => (DevicePtr(old), Placement::Kept),
+    }
+    let mut data = Vec::new();
+    for e in &entries {
+        // At most the declared size + 1 byte is read: a file of another
+        // size is an error, whatever it is.
+        let read = |suffix: &str| {
+            read_inside(
+                dir,
+                &format!("r{}.{suffix}", e.index),
+                e.size as u64,
+                &format!("ranges[{}] data", e.index),
+            )
+        };
+        let before = read("before")?;
+        if before.len() != e.size {
+            bail!(
+                "r{}.before: {} bytes, the range is {}",
+                e.index,
+                before.len(),
+                e.size
+            );
+        }
+        let after = if dir.join(format!("r{}.after", e.index)).exists() {
+            let a = read("after")?;
+            if a.len() != e.size {
+                bail!(
+                    "r{}.after: {} bytes, the range is {}",
+                    e.index,
+                    a.len(),
+                    e.size
+                );
+            }
+            Some(a)
+        } else {
+            None
+        };
+        data.push((before, after));
+    }
+
+    // The arguments, checked the same way.
+    let in_a_range = |w: u64| {
+        entries
+            .iter()
+            .any(|e| w >= e.old && w - e.old < e.size as u64)
+    };
+    let check_pointer = |i: usize, w: u64| -> anyhow::Result<()> {
+        if (POINTER_LOW..POINTER_HIGH).contains(&w) && w.is_multiple_of(8) && !in_a_range(w) {
+            bail!(
+                "argument word {i} ({w:#x}) looks like an address but points into no recorded range"
+            );
+        }
+        Ok(())
+    };
+    enum Args {
+        Words(Vec<u64>),
+        Packed(Vec<u8>),
+    }
+    let recorded_args = if let Some(w) = manifest["args"]["words"].as_array() {
+        let words = w
+            .iter()
+            .enumerate()
+            .map(|(i, v)| u64_field(v, &format!("args.words[{i}]")))
+            .collect::<anyhow::Result<Vec<u64>>>()?;
+        for (i, &w) in words.iter().enumerate() {
+            check_pointer(i, w)?;
+        }
+        Args::Words(words)
+    } else {
+        let hex = manifest["args"]["packed"]
+            .as_str()
+            .context("no arguments (args.words or args.packed)")?;
+        let packed = unhex(hex)?;
+        if let Some(declared) = manifest["args"]["size"].as_u64() {
+            if declared != packed.len() as u64 {
+                bail!(
+                    "args.packed: {} bytes, the manifest says {declared}",
+                    packed.len()
+                );
+            }
+        }
+        for (i, chunk) in packed.chunks_exact(8).enumerate() {
+            let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            check_pointer(i, w)?;
+        }
+        Args::Packed(packed)
+    };
+    let mut config = LaunchConfig {
+        num_groups: dims(&manifest["config"]["num_groups"], "num_groups")?,
+        group_size: dims(&manifest["config"]["group_size"], "group_size")?,
+        dyn_group_memory: match &manifest["config"]["dyn_group_memory"] {
+            Value::Null => 0,
+            v => {
+                let n = u64_field(v, "config.dyn_group_memory")?;
+                u32::try_from(n)
+                    .with_context(|| format!("config.dyn_group_memory: {n} does not fit 32 bits"))?
+            }
+        },
+        tripcount: match &manifest["config"]["tripcount"] {
+            Value::Null => 0,
+            v => u64_field(v, "config.tripcount")?,
+        },
+    };
+
+    let program = device.load_program(&image)?;
+    let kernel = program.kernel(name)?;
+
+    let mut ranges = Vec::new();
+    for (e, (before, after)) in entries.iter().zip(data) {
+        let (new, placed) = match &e.global {
+            Some(g) => {
+                let (ptr, real) = program.global(g)?;
+                if e.size as u64 > real {
+                    bail!(
+                        "ranges[{}]: {} bytes recorded for global '{g}', which has {real}",
+                        e.index,
+                        e.size
+                    );
+                }
+                (ptr, Placement::Global)
+            }
+            None => (DevicePtr(e.old), Placement::Kept),
         };
         ranges.push(Range {
-            old,
+            old: e.old,
             new,
-            size,
+            size: e.size,
             before,
             after,
             placed,
@@ -214,43 +506,24 @@ fn replay_one(
     let relocate = |w: u64| {
         ranges
             .iter()
-            .find(|r| w >= r.old && w < r.old + r.size as u64)
+            .find(|r| w >= r.old && w - r.old < r.size as u64)
             .map_or(w, |r| r.new.0 + (w - r.old))
     };
     let words: Vec<u64>;
     let mut packed: Vec<u8>;
-    let kernel_args = if let Some(w) = manifest["args"]["words"].as_array() {
-        words = w
-            .iter()
-            .map(|v| v.as_u64().unwrap_or(0))
-            .map(relocate)
-            .collect();
-        KernelArgs::Words(&words)
-    } else {
-        let hex = manifest["args"]["packed"]
-            .as_str()
-            .context("no arguments")?;
-        packed = (0..hex.len() / 2)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
-            .collect::<Result<_, _>>()?;
-        for chunk in packed.chunks_exact_mut(8) {
-            let w = u64::from_le_bytes(chunk.try_into().unwrap());
-            chunk.copy_from_slice(&relocate(w).to_le_bytes());
+    let kernel_args = match recorded_args {
+        Args::Words(w) => {
+            words = w.into_iter().map(relocate).collect();
+            KernelArgs::Words(&words)
         }
-        KernelArgs::Packed(&packed)
-    };
-    let dims = |v: &Value| -> [u32; 3] {
-        let a: Vec<u32> = v
-            .as_array()
-            .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(1) as u32).collect())
-            .unwrap_or_default();
-        [0, 1, 2].map(|i| a.get(i).copied().unwrap_or(1).max(1))
-    };
-    let mut config = LaunchConfig {
-        num_groups: dims(&manifest["config"]["num_groups"]),
-        group_size: dims(&manifest["config"]["group_size"]),
-        dyn_group_memory: manifest["config"]["dyn_group_memory"].as_u64().unwrap_or(0) as u32,
-        tripcount: manifest["config"]["tripcount"].as_u64().unwrap_or(0),
+        Args::Packed(p) => {
+            packed = p;
+            for chunk in packed.chunks_exact_mut(8) {
+                let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+                chunk.copy_from_slice(&relocate(w).to_le_bytes());
+            }
+            KernelArgs::Packed(&packed)
+        }
     };
     // A new group size keeps the recorded grid covered (as many groups as
     // it takes) unless the number of groups is given too.
@@ -267,8 +540,9 @@ fn replay_one(
     let mut times = Vec::new();
     for _ in 0..args.repeat.max(1) {
         for r in &ranges {
-            // SAFETY: `before` holds `size` bytes, `new` as many on the device.
-            unsafe { device.copy_to_device(r.new, r.before.as_ptr(), r.size.min(r.before.len()))? };
+            // SAFETY: `before` holds exactly `size` bytes (checked when
+            // read), `new` as many on the device.
+            unsafe { device.copy_to_device(r.new, r.before.as_ptr(), r.size)? };
         }
         let t = Instant::now();
         device.launch(&kernel, kernel_args, &config)?;

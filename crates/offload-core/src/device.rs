@@ -766,6 +766,7 @@ impl Device {
     /// unwrapped; metadata reaches the plugin with the image).
     pub fn load_program(self: &Arc<Self>, bytes: &[u8]) -> Result<Arc<Program>> {
         let _s = debug_span!("load_program", device = self.id, size = bytes.len()).entered();
+        crate::files::check_image_size(bytes.len())?;
         let images = offload_image::unwrap(bytes)?;
         let image = self.select_image(&images)?;
         self.load_image_for(image, Owner::RUNTIME)
@@ -784,6 +785,7 @@ impl Device {
         owner: Owner,
     ) -> Result<Arc<Program>> {
         let _s = debug_span!("load_image", device = self.id, size = image.bytes.len()).entered();
+        crate::files::check_image_size(image.bytes.len())?;
         // Recorded launches need the image their kernel came from.
         let kept: Option<Arc<[u8]>> = crate::record::active().map(|_| Arc::from(image.bytes));
         if !self.raw.can_run(image) && self.compiles(image) {

@@ -8,20 +8,31 @@
 //! object for host devices, PTX text for CUDA devices. The image's
 //! `1OMP` `CompileOptions` and `LinkOptions` reach the compiler.
 //!
-//! Results are cached on disk, keyed by the image bytes, the target, the
-//! options and the compiler (its installed binary's path, size and
-//! modification time: a cached load runs no process and reads one file).
-//! Entries are written under a temporary name and renamed into place, so
-//! concurrent processes never see a partial entry.
+//! Results are cached on disk, keyed by the SHA-256 of the image bytes,
+//! the target, the options and the compiler's identity (its resolved path,
+//! size, modification and change times and inode: a cached load runs no
+//! process and reads one file). Each entry holds the SHA-256 of its
+//! contents, checked on every load: a corrupt entry is reported (naming the
+//! file) and compiled again. Entries are written under a temporary name
+//! (mode 0600) and renamed into place, so concurrent processes never see a
+//! partial entry.
+//!
+//! The cache is per user: a directory that is not owned by the effective
+//! user, or that is group- or world-writable, is not used (one warning
+//! names it; images are then compiled in a private temporary directory and
+//! not cached), so another user cannot plant an entry that runs as you.
 //!
 //! * Compiler, first found: `$OFFLOAD_JIT_COMPILER`, `clang-22` on `PATH`,
 //!   `/usr/lib/llvm-22/bin/clang`.
-//! * Cache: `$OFFLOAD_JIT_CACHE`, else `$XDG_CACHE_HOME/offload/jit`, else
-//!   `$HOME/.cache/offload/jit`.
+//! * Cache: `$OFFLOAD_JIT_CACHE` (a server gives each session its own),
+//!   else `$XDG_CACHE_HOME/offload/jit`, else `$HOME/.cache/offload/jit`,
+//!   else `offload-jit-<uid>` in the temporary directory (created 0700).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+use sha2::{Digest, Sha256};
 
 use offload_image::metadata::{COMPILE_OPTIONS, LINK_OPTIONS};
 use offload_image::{DeviceImage, ImageFormat};
@@ -67,24 +78,34 @@ pub fn can_compile(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
             .is_none_or(|t| crate::image::triples_compatible(t, &target.triple))
 }
 
+/// Marks a cache entry: the magic, the SHA-256 of the image that follows,
+/// then the image.
+const ENTRY_MAGIC: &[u8; 8] = b"OFFJIT1\n";
+
 /// Compile `image` (bitcode) for `target`, or take the cached result.
 /// Returns the native image's bytes.
 pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     let compiler = compiler()?;
     let options = options(image);
     let key = cache_key(image.bytes, target, &options, &compiler.version);
-    let dir = cache_dir();
+    let io =
+        |what: &str, e: std::io::Error| Error::new(ErrorCode::HostIo, format!("JIT: {what}: {e}"));
+    // The cache when it is safe to use, else a private scratch directory
+    // (removed when `_scratch` drops) and no cache.
+    let (dir, cached, _scratch) = match usable_cache_dir() {
+        Some(dir) => (dir, true, None),
+        None => {
+            let scratch = Scratch::new().map_err(|e| io("creating a private directory", e))?;
+            (scratch.0.clone(), false, Some(scratch))
+        }
+    };
     let entry = dir.join(format!("{key}.{}", target.output.extension()));
-    if let Ok(bytes) = std::fs::read(&entry) {
-        tracing::debug!(entry = %entry.display(), "JIT cache hit");
-        return Ok(bytes);
+    if cached {
+        if let Some(bytes) = read_entry(&entry) {
+            tracing::debug!(entry = %entry.display(), "JIT cache hit");
+            return Ok(bytes);
+        }
     }
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        Error::new(
-            ErrorCode::HostIo,
-            format!("JIT cache directory {}: {e}", dir.display()),
-        )
-    })?;
     // Unique per process and call: concurrent compilations of the same
     // image each write their own file; the last rename wins, all identical.
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -92,9 +113,8 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     let stem = dir.join(format!(".{key}.{}.{n}", std::process::id()));
     let input = stem.with_extension("bc");
     let output = stem.with_extension(target.output.extension());
-    let io =
-        |what: &str, e: std::io::Error| Error::new(ErrorCode::HostIo, format!("JIT: {what}: {e}"));
-    std::fs::write(&input, image.bytes).map_err(|e| io("writing the bitcode", e))?;
+    let staged = stem.with_extension("entry");
+    write_private(&input, &[image.bytes]).map_err(|e| io("writing the bitcode", e))?;
     let started = std::time::Instant::now();
     let run = Command::new(&compiler.path)
         .args(arguments(target, &options, &input, &output))
@@ -114,10 +134,102 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
             ),
         ));
     }
-    let bytes = std::fs::read(&output).map_err(|e| io("reading the compiled image", e))?;
-    std::fs::rename(&output, &entry).map_err(|e| io("filing the compiled image", e))?;
+    let bytes = std::fs::read(&output);
+    let _ = std::fs::remove_file(&output);
+    let bytes = bytes.map_err(|e| io("reading the compiled image", e))?;
+    if cached {
+        let digest = Sha256::digest(&bytes);
+        let filed = write_private(&staged, &[ENTRY_MAGIC, &digest, &bytes])
+            .and_then(|()| std::fs::rename(&staged, &entry));
+        if let Err(e) = filed {
+            let _ = std::fs::remove_file(&staged);
+            return Err(io(
+                &format!("filing the compiled image as {}", entry.display()),
+                e,
+            ));
+        }
+    }
     tracing::info!(triple = %target.triple, ms = started.elapsed().as_millis() as u64, entry = %entry.display(), "bitcode image compiled");
     Ok(bytes)
+}
+
+/// A cache entry's image, when the entry is there and intact. A damaged
+/// entry (wrong magic, short, or contents that do not hash to the stored
+/// SHA-256) is reported with a warning naming the file, and recompiled.
+fn read_entry(entry: &Path) -> Option<Vec<u8>> {
+    let data = match std::fs::read(entry) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            warn(&format!(
+                "JIT cache entry {} cannot be read ({e}): recompiling",
+                entry.display()
+            ));
+            return None;
+        }
+    };
+    let header = ENTRY_MAGIC.len() + 32;
+    let intact = data.len() >= header
+        && data.starts_with(ENTRY_MAGIC)
+        && Sha256::digest(&data[header..]).as_slice() == &data[ENTRY_MAGIC.len()..header];
+    if !intact {
+        warn(&format!(
+            "JIT cache entry {} is corrupt (its SHA-256 does not match): recompiling",
+            entry.display()
+        ));
+        return None;
+    }
+    Some(data[header..].to_vec())
+}
+
+/// A one-line warning on stderr (shown whether or not tracing is on), and
+/// in the trace.
+fn warn(line: &str) {
+    tracing::warn!("{line}");
+    eprintln!("offload: warning: {line}");
+}
+
+/// Write `parts` to a new file at `path` readable by its owner only; an
+/// existing file (a name planted in advance) is an error, not followed.
+fn write_private(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    for p in parts {
+        f.write_all(p)?;
+    }
+    Ok(())
+}
+
+/// A private (0700) directory for one compilation without a cache.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> std::io::Result<Scratch> {
+        use std::os::unix::fs::DirBuilderExt;
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "offload-jit-scratch-{}-{n}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The compiler's command line.
@@ -237,47 +349,118 @@ fn find_compiler() -> std::result::Result<Compiler, String> {
         if meta.is_file() && meta.mode() & 0o111 != 0 {
             // The compiler's identity for the cache, without running it (a
             // cached load must not pay for a process): the installed
-            // binary's path, size and modification time change with it.
-            let version = format!("{} {} {}", real.display(), meta.len(), meta.mtime());
+            // binary's resolved path, size, inode, modification and change
+            // times change with it (the change time cannot be set back).
+            let version = format!(
+                "{} {} {} {} {}.{}",
+                real.display(),
+                meta.len(),
+                meta.ino(),
+                meta.mtime(),
+                meta.ctime(),
+                meta.ctime_nsec()
+            );
             return Ok(Compiler { path, version });
         }
     }
     Err(looked.join(", "))
 }
 
-/// Where compiled images are kept.
+/// Where compiled images are kept (see the module documentation); not yet
+/// checked ([`usable_cache_dir`] checks it).
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("OFFLOAD_JIT_CACHE") {
+    if let Some(d) = std::env::var_os("OFFLOAD_JIT_CACHE").filter(|d| !d.is_empty()) {
         return d.into();
     }
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("offload/jit");
     }
-    match std::env::var_os("HOME") {
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
         Some(h) => PathBuf::from(h).join(".cache/offload/jit"),
-        None => std::env::temp_dir().join("offload-jit"),
+        // SAFETY: geteuid cannot fail.
+        None => std::env::temp_dir().join(format!("offload-jit-{}", unsafe { libc::geteuid() })),
     }
 }
 
-/// 128-bit FNV-1a over everything that decides the output, as hex.
-fn cache_key(bytes: &[u8], target: &JitTarget, options: &Options, compiler: &str) -> String {
-    const PRIME: u128 = 0x0000000001000000000000000000013B;
-    let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
-    let mut eat = |part: &[u8]| {
-        for &b in part.iter().chain(&(part.len() as u64).to_le_bytes()) {
-            h ^= b as u128;
-            h = h.wrapping_mul(PRIME);
+/// The cache directory, created (0700) when missing, if it is safe to use:
+/// a directory (not a symbolic link) owned by the effective user and not
+/// writable by its group or others. Otherwise None, with one warning per
+/// process naming the directory and why.
+fn usable_cache_dir() -> Option<PathBuf> {
+    let dir = cache_dir();
+    match check_cache_dir(&dir) {
+        Ok(()) => Some(dir),
+        Err(why) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                warn(&format!(
+                    "JIT cache {} not used: {why}; bitcode images are compiled without a cache",
+                    dir.display()
+                ))
+            });
+            None
         }
+    }
+}
+
+fn check_cache_dir(dir: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        return Err(format!("cannot create it: {e}"));
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    if !meta.is_dir() {
+        return Err("it is not a directory (a symbolic link or a file)".into());
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!(
+            "it is owned by uid {}, not by uid {me}",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "it is writable by its group or by others (mode {:o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// SHA-256 over everything that decides the output, as hex. Each part is
+/// followed by its length, so no two different inputs run together.
+fn cache_key(bytes: &[u8], target: &JitTarget, options: &Options, compiler: &str) -> String {
+    let mut h = Sha256::new();
+    let mut eat = |part: &[u8]| {
+        h.update(part);
+        h.update((part.len() as u64).to_le_bytes());
     };
     eat(bytes);
     eat(target.triple.as_bytes());
     eat(target.cpu.as_deref().unwrap_or("").as_bytes());
     eat(format!("{:?}", target.output).as_bytes());
-    for o in options.compile.iter().chain(&options.link) {
+    for o in &options.compile {
+        eat(b"compile");
+        eat(o.as_bytes());
+    }
+    for o in &options.link {
+        eat(b"link");
         eat(o.as_bytes());
     }
     eat(compiler.as_bytes());
-    format!("{h:032x}")
+    h.finalize()
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            use std::fmt::Write;
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 #[cfg(test)]
@@ -297,7 +480,7 @@ mod tests {
         let t = target();
         let o = Options::default();
         let base = cache_key(b"BC\xc0\xde", &t, &o, "clang 22");
-        assert_eq!(base.len(), 32);
+        assert_eq!(base.len(), 64);
         assert_eq!(base, cache_key(b"BC\xc0\xde", &t, &o, "clang 22"));
         assert_ne!(base, cache_key(b"BC\xc0\xdf", &t, &o, "clang 22"));
         assert_ne!(base, cache_key(b"BC\xc0\xde", &t, &o, "clang 23"));
@@ -309,6 +492,68 @@ mod tests {
             link: vec![],
         };
         assert_ne!(base, cache_key(b"BC\xc0\xde", &t, &opts, "clang 22"));
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("offload-jit-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn foreign_or_shared_cache_directories_are_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = scratch("dirs");
+        check_cache_dir(&d).unwrap();
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "created private");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let why = check_cache_dir(&d).unwrap_err();
+        assert!(why.contains("writable by its group or by others"), "{why}");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            let c = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+            // SAFETY: a NUL-terminated path.
+            assert_eq!(unsafe { libc::chown(c.as_ptr(), 4321, 4321) }, 0);
+            let why = check_cache_dir(&d).unwrap_err();
+            assert!(why.contains("owned by uid 4321"), "{why}");
+        }
+        let link = scratch("link");
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        assert!(
+            check_cache_dir(&link).is_err(),
+            "a symbolic link is not used"
+        );
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn entries_are_verified_on_load() {
+        let d = scratch("entries");
+        std::fs::create_dir_all(&d).unwrap();
+        let entry = d.join("k.so");
+        assert_eq!(read_entry(&entry), None, "missing");
+        let image = b"\x7fELF a compiled image".to_vec();
+        let digest = Sha256::digest(&image);
+        write_private(&entry, &[ENTRY_MAGIC, &digest, &image]).unwrap();
+        assert_eq!(read_entry(&entry).as_deref(), Some(&image[..]));
+        assert!(
+            write_private(&entry, &[b"x"]).is_err(),
+            "never overwrites in place"
+        );
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&entry, &bytes).unwrap();
+        assert_eq!(read_entry(&entry), None, "a flipped byte is caught");
+        std::fs::write(&entry, &image).unwrap();
+        assert_eq!(read_entry(&entry), None, "an entry without a header");
+        std::fs::write(&entry, b"").unwrap();
+        assert_eq!(read_entry(&entry), None, "an empty entry");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod device;
 pub mod error;
 pub mod executor;
 pub mod facts;
+pub mod files;
 pub mod hash;
 pub mod image;
 pub mod index;

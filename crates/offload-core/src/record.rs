@@ -108,7 +108,7 @@ impl Recorder {
                     std::fs::write(dir.join(format!("r{i}.after")), a)?;
                 }
             }
-            let manifest = manifest(device, kernel, args, config, &ranges, &before);
+            let manifest = manifest(device, kernel, args, config, &ranges, &before, image.len());
             std::fs::write(dir.join("launch.json"), manifest)
         };
         write().map_err(|e| {
@@ -159,6 +159,7 @@ fn manifest(
     config: &LaunchConfig,
     ranges: &[Allocation],
     before: &[Option<Vec<u8>>],
+    image_size: usize,
 ) -> String {
     let info = device.info();
     let args = match args {
@@ -166,7 +167,7 @@ fn manifest(
             "{{\"words\": [{}]}}",
             w.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
         ),
-        KernelArgs::Packed(p) => format!("{{\"packed\": \"{}\"}}", hex(p)),
+        KernelArgs::Packed(p) => format!("{{\"packed\": \"{}\", \"size\": {}}}", hex(p), p.len()),
     };
     let globals = kernel.program().global_names();
     let mut out = String::new();
@@ -174,6 +175,7 @@ fn manifest(
     let _ = writeln!(out, "  \"format\": {FORMAT_VERSION},");
     let _ = writeln!(out, "  \"kernel\": \"{}\",", escape(kernel.name()));
     let _ = writeln!(out, "  \"image\": \"image.bin\",");
+    let _ = writeln!(out, "  \"image_size\": {image_size},");
     let _ = writeln!(
         out,
         "  \"device\": {{\"plugin\": \"{}\", \"triple\": \"{}\", \"uid\": \"{}\"}},",

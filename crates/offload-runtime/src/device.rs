@@ -120,6 +120,15 @@ impl Device {
         })
     }
 
+    /// Load a program from the image file at `path`: a regular file of at
+    /// most `OFFLOAD_MAX_IMAGE_SIZE` bytes (4 GiB by default). Special
+    /// files (`/dev/zero`, FIFOs, directories) are refused with an error
+    /// naming the path, never read.
+    pub fn load_program_file(&self, path: impl AsRef<std::path::Path>) -> Result<Program> {
+        let bytes = offload_core::files::read_image(path.as_ref())?;
+        self.load_program(&bytes)
+    }
+
     /// Whether `bytes` hold an image this device can run.
     pub fn is_compatible(&self, bytes: &[u8]) -> bool {
         self.inner.is_compatible(bytes)

@@ -137,6 +137,41 @@ fn bitcode_images_are_compiled_once_and_cached() {
     let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
     assert_eq!(entries.len(), 1, "one cached image, no temporary left over");
 
+    // A corrupted entry is reported by name and compiled again, not run.
+    let entry = entries[0].path();
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&entry, &bytes).unwrap();
+    let out = run(&b, &b.jit, &env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert!(
+        err.contains(&format!("JIT cache entry {} is corrupt", entry.display())),
+        "{err}"
+    );
+    let runs = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(runs.lines().count(), 2, "recompiled once");
+    assert_ne!(
+        std::fs::read(&entry).unwrap(),
+        bytes,
+        "the entry was replaced"
+    );
+
+    // A cache others can write to is not used (one warning naming it).
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = run(&b, &b.jit, &env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert!(
+        err.contains(&format!("JIT cache {} not used", cache.display())),
+        "{err}"
+    );
+    let runs = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(runs.lines().count(), 3, "compiled without the cache");
+
     // LLVM 22's runtime cannot run the bitcode image on this machine.
     let llvm = Command::new(&b.jit)
         .env("LD_LIBRARY_PATH", LLVM_LIB)

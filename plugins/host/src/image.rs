@@ -12,7 +12,7 @@
 //! or crash. A rejected image is an `InvalidBinary` error naming the bad
 //! field; the process goes on.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CString};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -36,6 +36,11 @@ pub struct LoadedImage {
     memfd: Option<OwnedFd>,
     /// Sizes of the data symbols the image defines (dlsym gives no size).
     object_sizes: HashMap<String, u64>,
+    /// The functions and data objects the image itself defines and exports
+    /// (its defined `.dynsym` entries). Only these are looked up: `dlsym`
+    /// on the image's handle also searches its dependencies, and would
+    /// hand out `system` or `dlopen` from libc as a "kernel".
+    exported: HashSet<String>,
     /// Whether `dlclose` leaves the image loaded, when the validator could
     /// tell from the file (`None`: ask the loader after `dlclose`).
     stays_loaded: Option<bool>,
@@ -61,22 +66,42 @@ impl LoadedImage {
         let stays_loaded = None;
         let object_sizes =
             elf::object_sizes(bytes).map_err(|e| Error::invalid_binary(format!("{label}: {e}")))?;
+        let exported = offload_image::entries::exported_symbols(bytes)
+            .map_err(|e| Error::invalid_binary(format!("{label}: {e}")))?
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
         let (library, memfd) = open_from_memory(bytes, label)?;
         Ok(LoadedImage {
             library: Some(library),
             memfd,
             object_sizes,
+            exported,
             stays_loaded,
         })
     }
 
-    fn symbol(&self, name: &str) -> Option<*const c_void> {
-        let cname = CString::new(name).ok()?;
-        // SAFETY: looking up an address; nothing is called here.
-        let library = self.library.as_ref()?;
-        let sym = unsafe { library.get::<*const c_void>(cname.as_bytes_with_nul()) }.ok()?;
+    /// The address of `name`, a symbol the image itself defines; never one
+    /// of its dependencies' (`system`, `dlopen`, `printf` are NotFound).
+    fn symbol(&self, name: &str) -> Result<*const c_void> {
+        if !self.exported.contains(name) {
+            return Err(Error::not_found(format!(
+                "'{name}' is not defined by the image"
+            )));
+        }
+        let missing = || Error::not_found(format!("'{name}' not found in the loaded image"));
+        let cname = CString::new(name).map_err(|_| missing())?;
+        let library = self.library.as_ref().ok_or_else(missing)?;
+        // SAFETY: looking up an address; nothing is called here. The name is
+        // one the image defines, and the handle's lookup scope starts with
+        // the image itself, so the address is the image's own definition.
+        let sym = unsafe { library.get::<*const c_void>(cname.as_bytes_with_nul()) }
+            .map_err(|_| missing())?;
         let addr = sym.into_raw() as *const c_void;
-        (!addr.is_null()).then_some(addr)
+        if addr.is_null() {
+            return Err(missing());
+        }
+        Ok(addr)
     }
 }
 
@@ -159,10 +184,7 @@ pub struct HostProgram {
 
 impl plugin::Program for HostProgram {
     fn kernel(&self, name: &str) -> Result<Arc<dyn plugin::Kernel>> {
-        let entry = self
-            .image
-            .symbol(name)
-            .ok_or_else(|| Error::not_found(format!("kernel '{name}' not found in the image")))?;
+        let entry = self.image.symbol(name)?;
         if self.image.object_sizes.contains_key(name) {
             return Err(Error::new(
                 offload_core::ErrorCode::SymbolKind,
@@ -177,10 +199,7 @@ impl plugin::Program for HostProgram {
     }
 
     fn global(&self, name: &str) -> Result<(DevicePtr, u64)> {
-        let addr = self
-            .image
-            .symbol(name)
-            .ok_or_else(|| Error::not_found(format!("global '{name}' not found in the image")))?;
+        let addr = self.image.symbol(name)?;
         let size = *self.image.object_sizes.get(name).ok_or_else(|| {
             Error::new(
                 offload_core::ErrorCode::SymbolKind,

@@ -458,3 +458,37 @@ fn memory_kinds_frees_and_copies() {
         "double free"
     );
 }
+
+/// Kernels and globals are looked up only among the symbols the image
+/// itself defines: `dlsym` on the image's handle would also find its
+/// dependencies' (libc's `system`, `dlopen`, `printf`), and a "kernel"
+/// `system` launched with a pointer to "sh -c ..." runs a shell command.
+#[test]
+fn lookups_find_only_what_the_image_defines() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_so(
+        dir.path(),
+        "own",
+        "#include <stdio.h>\n#include <stdlib.h>\n\
+         int g_own = 7;\n\
+         void own(void *a, void *i) { (void)a; (void)i; if (g_own == 0) { printf(\"x\"); system(\"true\"); } }\n",
+        &[],
+    );
+    let rt = runtime(1);
+    let dev = &rt.devices()[0];
+    let program = dev.load_program(&image).unwrap();
+    program.kernel("own").unwrap();
+    assert_eq!(program.global("g_own").unwrap().1, 4);
+    for name in ["system", "dlopen", "printf", "malloc", "_init", "environ"] {
+        let Err(e) = program.kernel(name) else {
+            panic!("kernel '{name}' was found in an image that does not define it")
+        };
+        assert_eq!(e.code(), ErrorCode::NotFound, "{name}: {e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("'{name}' is not defined by the image")),
+            "{name}: {e}"
+        );
+        assert!(program.global(name).is_err(), "global '{name}'");
+    }
+}

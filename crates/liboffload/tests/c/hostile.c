@@ -4,6 +4,7 @@
 #include "common.h"
 
 #include <stdint.h>
+#include <sys/mman.h>
 
 static ol_device_handle_t D, H;
 
@@ -91,11 +92,31 @@ int main(int argc, char **argv) {
   MUST(olCreateProgram(D, image, ksize, &prog));
   ol_symbol_handle_t k;
   MUST(olGetSymbol(prog, "empty_kernel", OL_SYMBOL_KIND_KERNEL, &k));
+  /* Only what the image itself defines: never its dependencies' symbols
+   * (libc's `system` as a "kernel" would run a shell command). */
+  const char *foreign[] = {"system", "dlopen", "printf", "malloc"};
+  for (int i = 0; i < 4; i++) {
+    ol_symbol_handle_t s = NULL;
+    EXPECT(OL_ERRC_NOT_FOUND, olGetSymbol(prog, foreign[i], OL_SYMBOL_KIND_KERNEL, &s));
+    EXPECT(OL_ERRC_NOT_FOUND,
+           olGetSymbol(prog, foreign[i], OL_SYMBOL_KIND_GLOBAL_VARIABLE, &s));
+  }
+  EXPECT(OL_ERRC_NOT_FOUND, olGetSymbol(prog, "stdout", OL_SYMBOL_KIND_GLOBAL_VARIABLE, &k));
+  MUST(olGetSymbol(prog, "empty_kernel", OL_SYMBOL_KIND_KERNEL, &k));
   ol_kernel_launch_size_args_t zero = {1, {0, 1, 1}, {1, 1, 1}, 0};
   EXPECT(OL_ERRC_INVALID_SIZE, olLaunchKernel(q, D, k, NULL, 0, &zero));
   ol_kernel_launch_size_args_t huge = {1, {1, 1, 1}, {1u << 30, 1, 1}, 0};
   CHECK(olLaunchKernel(q, D, k, NULL, 0, &huge) != NULL);
   OK(olSyncQueue(q));
+
+  /* An image larger than any program (4 GiB + 1 page of /dev/zero-like
+   * pages, never touched): refused at once, not parsed or copied. */
+  size_t huge_len = ((size_t)4 << 30) + 4096;
+  void *zeros = mmap(NULL, huge_len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (zeros != MAP_FAILED) {
+    EXPECT(OL_ERRC_INVALID_SIZE, olCreateProgram(D, zeros, huge_len, &prog));
+    munmap(zeros, huge_len);
+  }
 
   /* Truncated and garbage images. */
   EXPECT(OL_ERRC_INVALID_BINARY, olCreateProgram(D, image, 64, &prog));
