@@ -48,6 +48,38 @@ pub struct Args {
     /// instead of listening on the network; libmpi is loaded only then.
     #[arg(long)]
     mpi: bool,
+    /// Run session workers without the sandbox (namespaces, dedicated uid,
+    /// seccomp, limits): a kernel can then reach other sessions and the
+    /// server. Needed to serve non-loopback clients where no sandbox can be
+    /// made (not root and no user namespaces).
+    #[arg(long)]
+    insecure_no_sandbox: bool,
+    /// Uids (and gids) sessions run as when the server is root: BASE:COUNT,
+    /// one per session, never used by anything else.
+    #[arg(long, value_name = "BASE:COUNT", value_parser = parse_uid_range)]
+    sandbox_uids: Option<(u32, u32)>,
+    /// Most processes and threads one session may have.
+    #[arg(long, default_value_t = 512)]
+    max_session_processes: u64,
+    /// Seconds a session may go without calls or copies before it is closed (0: never).
+    #[arg(long, default_value_t = 600)]
+    session_idle_timeout: u64,
+    /// Seconds calls in flight may take to finish after SIGTERM/SIGINT
+    /// before the sessions end.
+    #[arg(long, default_value_t = 30)]
+    drain_timeout: u64,
+}
+
+fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
+    let (base, count) = s
+        .split_once(':')
+        .ok_or_else(|| format!("expected BASE:COUNT, got {s:?}"))?;
+    let base: u32 = base.parse().map_err(|e| format!("BASE: {e}"))?;
+    let count: u32 = count.parse().map_err(|e| format!("COUNT: {e}"))?;
+    if base == 0 || count == 0 || base.checked_add(count).is_none() {
+        return Err("the range must be non-empty, above uid 0 and below 2^32".into());
+    }
+    Ok((base, count))
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -86,6 +118,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_sessions: args.max_sessions,
         max_session_memory: args.max_session_memory,
         metrics_listen: args.metrics_listen,
+        sandbox: {
+            let default = offload_server::SandboxOptions::default();
+            let (uid_base, uid_count) = args
+                .sandbox_uids
+                .unwrap_or((default.uid_base, default.uid_count));
+            offload_server::SandboxOptions {
+                disabled: args.insecure_no_sandbox,
+                uid_base,
+                uid_count,
+                max_processes: args.max_session_processes,
+                ..default
+            }
+        },
+        session_idle_timeout: Some(std::time::Duration::from_secs(args.session_idle_timeout)),
+        drain_timeout: Some(std::time::Duration::from_secs(args.drain_timeout)),
+        in_process: args.sessions_in_process,
     };
     offload_server::validate(&options, args.listen).map_err(anyhow::Error::msg)?;
     let sessions = if args.sessions_in_process {

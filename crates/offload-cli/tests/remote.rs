@@ -726,8 +726,11 @@ int main(void) {
     // The region ran in the session's worker process: neither the client
     // nor the supervisor.
     assert_ne!(pid, server.child.id(), "the region ran in the supervisor");
+    // (In the session sandbox the worker is pid 1 of its PID namespace.)
+    let log = server.log();
     assert!(
-        server.log().contains(&format!("worker_pid={pid}")),
+        log.contains(&format!("worker_pid={pid}"))
+            || (pid == 1 && log.contains("pid=1 sandboxed=sandbox:")),
         "pid {pid} is not a session worker:\n{}",
         server.log()
     );
@@ -1764,7 +1767,15 @@ int main(void) {
         .success();
     assert!(ok, "clang-22 -fopenmp-target-jit failed");
     let cache = dir.path().join("server-cache");
-    let server = Server::start_env(None, &[], 2, &[("OFFLOAD_JIT_CACHE", &cache)]);
+    // The server's configured cache folder (a private temporary folder of
+    // this test) is out of a sandboxed worker's reach: its cache is its
+    // session's own /tmp.
+    let server = Server::start_env(
+        None,
+        &["--insecure-no-sandbox"],
+        2,
+        &[("OFFLOAD_JIT_CACHE", &cache)],
+    );
     let run = |exe: &Path| {
         Command::new(env!("CARGO_BIN_EXE_offload"))
             .arg("exec")
@@ -1829,9 +1840,11 @@ fn fake_cuda(dir: &Path) -> (PathBuf, Vec<u8>) {
 fn a_servers_cuda_device_is_served_to_remote_clients() {
     let dir = tempfile::tempdir().unwrap();
     let (driver, ptx) = fake_cuda(dir.path());
+    // The fake driver lies in a private temporary folder, which a
+    // sandboxed worker (its own /tmp, its own uid) cannot see.
     let server = Server::start_env(
         Some("gpu"),
-        &[],
+        &["--insecure-no-sandbox"],
         0,
         &[
             ("OFFLOAD_PLUGINS", Path::new("cuda")),

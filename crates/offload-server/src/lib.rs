@@ -21,6 +21,7 @@ mod incoming;
 pub mod metrics;
 pub mod mpi;
 mod refusals;
+pub mod sandbox;
 mod secret;
 mod service;
 mod session;
@@ -34,6 +35,7 @@ use offload_core::{Config, Runtime};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
+pub use sandbox::SandboxOptions;
 pub use service::{Service, ERRC_HEADER};
 pub use supervisor::WorkerCommand;
 
@@ -81,7 +83,25 @@ pub struct ServeOptions {
     pub max_session_memory: Option<u64>,
     /// Address of the Prometheus metrics endpoint (`--metrics-listen`).
     pub metrics_listen: Option<SocketAddr>,
+    /// How session workers are sandboxed (`--insecure-no-sandbox`, `--sandbox-*`).
+    pub sandbox: SandboxOptions,
+    /// A session without calls or copies this long ends
+    /// (`--session-idle-timeout`; default [`DEFAULT_IDLE_TIMEOUT`]; zero: never).
+    pub session_idle_timeout: Option<std::time::Duration>,
+    /// After SIGTERM, how long calls in flight may finish before sessions
+    /// end (`--drain-timeout`; default [`DEFAULT_DRAIN_TIMEOUT`]).
+    pub drain_timeout: Option<std::time::Duration>,
+    /// Sessions run in this process (`--sessions-in-process`): unsandboxed.
+    pub in_process: bool,
 }
+
+/// Default `--session-idle-timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Default `--drain-timeout`.
+pub const DEFAULT_DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest message the supervisor accepts: it serves only Ping and Hello,
+/// before any session exists (bulk calls go to the session's worker).
+pub const MAX_SUPERVISOR_MESSAGE_BYTES: usize = 64 << 10;
 
 /// The gRPC server settings both the main server and session workers use.
 pub(crate) fn grpc_server_builder() -> Server {
@@ -103,9 +123,6 @@ pub(crate) fn offload_service(
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
 
-/// How long calls in flight may run on after a shutdown signal.
-const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Default listening address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50151";
 
@@ -120,6 +137,13 @@ pub fn validate(options: &ServeOptions, addr: SocketAddr) -> Result<(), String> 
     if options.token.is_none() && !addr.ip().is_loopback() && !options.insecure {
         return Err(format!(
             "refusing to listen on non-loopback address {addr} without a token: set OFFLOAD_REMOTE_TOKEN or --token-file (or pass --insecure)"
+        ));
+    }
+    let unsandboxed = options.in_process || sandbox::detect(&options.sandbox) == sandbox::Mode::Off;
+    if unsandboxed && !addr.ip().is_loopback() && !options.sandbox.disabled {
+        return Err(format!(
+            "refusing to serve non-loopback address {addr} without a session sandbox ({}): run as root or allow user namespaces, or pass --insecure-no-sandbox",
+            if options.in_process { "--sessions-in-process" } else { "not root and no user namespaces" }
         ));
     }
     Ok(())
@@ -174,6 +198,7 @@ pub async fn serve(
                 "sessions run in this process"
             );
             offload_core::stats::enable();
+            eprintln!("offload serve: session sandbox OFF (--sessions-in-process): every session shares this process");
             metrics.count_local(runtime.clone());
             (
                 Service::new(runtime, options.token.clone(), data_port),
@@ -182,10 +207,20 @@ pub async fn serve(
         }
         Sessions::Workers(command) => {
             tracing::info!(worker = %command.program.display(), "each session runs in its own process");
+            // Nothing of the same uid may read this process's memory.
+            if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+                tracing::warn!(error = %e, "cannot make the server undumpable");
+            }
+            let mode = sandbox::detect(&options.sandbox);
+            eprintln!("{}", sandbox::describe(mode, &options.sandbox));
             let workers = Arc::new(supervisor::Workers::new(
-                command,
-                options.token.clone(),
-                options.tls.clone(),
+                supervisor::WorkerSettings {
+                    command,
+                    tls: options.tls.clone(),
+                    sandbox: mode,
+                    sandbox_options: options.sandbox.clone(),
+                    idle_timeout: options.session_idle_timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT),
+                },
                 metrics.clone(),
             ));
             let service = Service::supervisor(workers.clone(), options.token.clone(), data_port);
@@ -220,8 +255,22 @@ pub async fn serve(
         };
         data::spawn(listener, destination);
     }
-    let svc = offload_service(service);
-    let mut builder = grpc_server_builder();
+    let supervising = workers.is_some();
+    let svc = if supervising {
+        // Before a session exists: small messages, small windows.
+        offload_proto::offload_server::OffloadServer::new(service)
+            .max_decoding_message_size(MAX_SUPERVISOR_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    } else {
+        offload_service(service)
+    };
+    let mut builder = if supervising {
+        Server::builder()
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
+            .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+    } else {
+        grpc_server_builder()
+    };
     if let Some((cert, key)) = &options.tls {
         builder =
             builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
@@ -233,14 +282,20 @@ pub async fn serve(
     health
         .set_serving::<offload_proto::offload_server::OffloadServer<Service>>()
         .await;
+    let drain = options.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT);
+    let draining = workers.clone();
     let signal = async move {
         shutdown.await;
+        if let Some(w) = &draining {
+            w.set_drain(drain);
+        }
         health
             .set_not_serving::<offload_proto::offload_server::OffloadServer<Service>>()
             .await;
         let _ = stop_tx.send(true);
     };
     let router = builder.add_service(health_service).add_service(svc);
+    let workers_left = workers.clone();
     // `tcp_nodelay` of the builder applies only to listeners it binds
     // itself: the incoming streams set it on every accepted socket (without
     // it a reply that leaves in pieces waits for the peer's delayed ACK).
@@ -258,11 +313,21 @@ pub async fn serve(
     let mut stopping = stop_rx;
     let grace = async move {
         let _ = stopping.wait_for(|s| *s).await;
-        tokio::time::sleep(DRAIN_GRACE).await;
+        tokio::time::sleep(drain + std::time::Duration::from_secs(1)).await;
     };
     tokio::select! {
         r = serving => r?,
-        _ = grace => tracing::warn!(grace_secs = DRAIN_GRACE.as_secs(), "calls still in flight after the grace period; stopping anyway"),
+        _ = grace => tracing::warn!(drain_secs = drain.as_secs(), "calls still in flight after --drain-timeout; stopping anyway"),
+    }
+    if let Some(w) = workers_left {
+        // Sessions end: workers that are not done by now are killed.
+        if tokio::time::timeout(std::time::Duration::from_secs(2), w.all_exited())
+            .await
+            .is_err()
+        {
+            w.kill_all();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), w.all_exited()).await;
+        }
     }
     tracing::info!("offload server stopped");
     Ok(())

@@ -26,7 +26,8 @@ pub struct Service {
     mode: Mode,
     /// Port of the bulk-data listener (0 = none).
     data_port: u16,
-    token: Option<String>,
+    /// The server's token, kept only hashed.
+    token: Option<crate::secret::Hashed>,
     sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
     server_name: String,
     /// Turns true when the server shuts down: session streams end.
@@ -76,7 +77,7 @@ impl Service {
         Service {
             mode,
             data_port,
-            token,
+            token: token.as_deref().map(crate::secret::Hashed::new),
             sessions: Default::default(),
             server_name: server_name(),
             stopping: tokio::sync::watch::channel(false).1,
@@ -128,7 +129,7 @@ impl Service {
             .get("authorization")
             .and_then(|v| v.to_str().ok());
         match given.and_then(|g| g.strip_prefix("Bearer ")) {
-            Some(g) if crate::secret::equal(g.as_bytes(), token.as_bytes()) => Ok(()),
+            Some(g) if token.matches(g) => Ok(()),
             None => {
                 self.refusals.note(req.remote_addr(), "no token");
                 Err(Status::unauthenticated(
@@ -202,17 +203,23 @@ impl Service {
         let counted = |c: &std::sync::atomic::AtomicU64| {
             c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         };
-        if let Some(max) = self.limits.max_sessions {
-            if workers.len() >= max {
-                counted(&workers.metrics.sessions_refused);
-                tracing::warn!(%peer, max, "session refused: server full");
-                return Err(Status::resource_exhausted(format!(
-                    "offload server: {max} sessions open, the most it serves (offload serve --max-sessions); try again later"
-                )));
-            }
-        }
+        // The place is taken before the worker starts: concurrent Hellos
+        // cannot overshoot --max-sessions.
+        let Some(admission) = workers.admit(self.limits.max_sessions) else {
+            let max = self.limits.max_sessions.unwrap_or(0);
+            counted(&workers.metrics.sessions_refused);
+            tracing::warn!(%peer, max, "session refused: server full");
+            return Err(Status::resource_exhausted(format!(
+                "offload server: {max} sessions open, the most it serves (offload serve --max-sessions); try again later"
+            )));
+        };
         let started = std::time::Instant::now();
-        let (worker, mut greeting) = workers
+        let crate::supervisor::Started {
+            worker,
+            hello: mut greeting,
+            credential,
+            data_secret,
+        } = workers
             .start(hello.client.clone(), self.limits.max_session_memory)
             .await
             .map_err(|e| {
@@ -222,12 +229,12 @@ impl Service {
             })?;
         counted(&workers.metrics.sessions_opened);
         info!(session = %worker.id, client = %hello.client, %peer, worker_pid = worker.pid, start_us = started.elapsed().as_micros() as u64, "session opened");
-        greeting.session = worker.credential();
+        greeting.session = credential;
         greeting.protocol_version = PROTOCOL_VERSION;
         greeting.session_connection = true;
         greeting.data_port = self.data_port as u32;
         greeting.data_secret = if self.data_port != 0 {
-            worker.data_secret().to_string()
+            data_secret
         } else {
             String::new()
         };
@@ -244,10 +251,12 @@ impl Service {
                 worker,
                 workers,
                 client: hello.client,
+                _admission: admission,
             },
             stopped,
             ended,
             done: false,
+            draining: false,
         })))
     }
 }
@@ -260,12 +269,17 @@ struct SupervisedStream {
     /// Resolves with how the worker process ended.
     ended: Pin<Box<dyn std::future::Future<Output = String> + Send>>,
     done: bool,
+    /// The server is stopping: the worker was told to finish; the stream
+    /// ends when it has.
+    draining: bool,
 }
 
 struct WorkerGuard {
     worker: Arc<crate::supervisor::Worker>,
     workers: Arc<crate::supervisor::Workers>,
     client: String,
+    /// The session's place among --max-sessions, given back at its end.
+    _admission: crate::supervisor::Admission,
 }
 
 impl Drop for WorkerGuard {
@@ -286,17 +300,31 @@ impl Stream for SupervisedStream {
         }
         if let Poll::Ready(how) = self.ended.as_mut().poll(cx) {
             self.done = true;
+            if self.draining {
+                return Poll::Ready(None);
+            }
             let id = self.guard.worker.id.clone();
             tracing::warn!(session = %id, pid = self.guard.worker.pid, worker = %how, "session worker ended; session closed");
+            let why = if how.contains("--session-idle-timeout") {
+                "the session was idle for too long"
+            } else {
+                "a kernel or image of this session crashed or exited"
+            };
             return Poll::Ready(Some(Err(Status::aborted(format!(
-                "offload server: the session's process (pid {}) {how}; the session is closed (a kernel or image of this session crashed or exited)",
+                "offload server: the session's process (pid {}) {how}; the session is closed ({why})",
                 self.guard.worker.pid
             )))));
         }
-        match self.stopped.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
+        if !self.draining {
+            if let Poll::Ready(()) = self.stopped.as_mut().poll(cx) {
+                // Drain: the worker finishes the calls in flight and exits
+                // (killed after --drain-timeout); this stream ends then.
+                self.draining = true;
+                self.guard.workers.close(&self.guard.worker);
+                return self.as_mut().poll_next(cx);
+            }
         }
+        Poll::Pending
     }
 }
 

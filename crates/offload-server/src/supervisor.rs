@@ -19,7 +19,7 @@ use std::time::Duration;
 use offload_proto::{HelloEvent, WorkerConfig, WorkerReady};
 use prost::Message;
 
-use crate::secret::random_hex;
+use crate::secret::{random_hex, Hashed};
 use crate::worker::{read_frame, write_frame, CONTROL_FD_ENV, TAG_DATA, TAG_GRPC};
 
 /// How to start a worker: this executable and the arguments that make it
@@ -39,8 +39,9 @@ const EXIT_GRACE: Duration = Duration::from_secs(3);
 pub(crate) struct Worker {
     /// Public session id.
     pub id: String,
-    secret: String,
-    data_secret: String,
+    /// Only hashes of the session's secrets stay in the supervisor.
+    secret: Hashed,
+    data_secret: Hashed,
     pub pid: u32,
     /// The control socket (None once the session is closing).
     control: Mutex<Option<UnixStream>>,
@@ -52,15 +53,31 @@ pub(crate) struct Worker {
     closing: std::sync::atomic::AtomicBool,
 }
 
+/// What a new session gets from [`Workers::start`]: its worker and the
+/// secrets to hand the client (kept nowhere else in the supervisor).
+pub(crate) struct Started {
+    pub worker: Arc<Worker>,
+    pub hello: HelloEvent,
+    /// `<id>.<secret>`, for the client.
+    pub credential: String,
+    pub data_secret: String,
+}
+
+/// A place among `--max-sessions`, taken before a worker starts and given
+/// back when the session ends (or never started).
+pub(crate) struct Admission {
+    workers: Arc<Workers>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.workers
+            .admitted
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 impl Worker {
-    pub fn credential(&self) -> String {
-        format!("{}.{}", self.id, self.secret)
-    }
-
-    pub fn data_secret(&self) -> &str {
-        &self.data_secret
-    }
-
     /// Resolves with how the process ended.
     pub fn ended(&self) -> impl std::future::Future<Output = String> + Send + 'static {
         let mut rx = self.ended.clone();
@@ -83,7 +100,7 @@ impl Worker {
 
     /// End the session: the worker sees its control socket close and
     /// exits; one that does not within [`EXIT_GRACE`] is killed.
-    fn close(&self) {
+    fn close(&self, grace: Duration) {
         self.closing
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let control = self
@@ -100,7 +117,7 @@ impl Worker {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
                     rt.spawn(async move {
-                        tokio::time::sleep(EXIT_GRACE).await;
+                        tokio::time::sleep(grace).await;
                         let _ = kill.send(());
                     });
                 }
@@ -115,11 +132,34 @@ impl Worker {
 /// The supervisor's session workers.
 pub(crate) struct Workers {
     command: WorkerCommand,
-    token: Option<String>,
     tls: Option<(Vec<u8>, Vec<u8>)>,
     map: Mutex<HashMap<String, Arc<Worker>>>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    sandbox: crate::sandbox::Mode,
+    sandbox_options: crate::sandbox::SandboxOptions,
+    uids: crate::sandbox::UidPool,
+    /// Sessions admitted (starting or running).
+    admitted: std::sync::atomic::AtomicUsize,
+    /// Worker processes not yet reaped.
+    running: tokio::sync::watch::Sender<usize>,
+    /// A session idle this long ends (0 = never).
+    idle_timeout: Duration,
+    /// How long a closed session's worker may take to exit (the drain
+    /// timeout once the server stops).
+    grace: Mutex<Duration>,
 }
+
+/// Settings of the supervisor's workers.
+pub(crate) struct WorkerSettings {
+    pub command: WorkerCommand,
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
+    pub sandbox: crate::sandbox::Mode,
+    pub sandbox_options: crate::sandbox::SandboxOptions,
+    pub idle_timeout: Duration,
+}
+
+/// Exit status of a worker that ended its session for being idle.
+pub const IDLE_EXIT: i32 = 75;
 
 /// Words for how a process ended.
 pub(crate) fn describe_exit(status: std::io::Result<std::process::ExitStatus>) -> String {
@@ -127,6 +167,9 @@ pub(crate) fn describe_exit(status: std::io::Result<std::process::ExitStatus>) -
         Err(e) => format!("could not be waited for ({e})"),
         Ok(s) => match (s.code(), s.signal()) {
             (Some(0), _) => "exited normally".to_string(),
+            (Some(IDLE_EXIT), _) => {
+                "ended the session: idle for longer than --session-idle-timeout".to_string()
+            }
             (Some(c), _) => format!("exited with status {c}"),
             (_, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
             _ => format!("ended ({s})"),
@@ -148,18 +191,58 @@ fn signal_name(sig: i32) -> &'static str {
 }
 
 impl Workers {
-    pub fn new(
-        command: WorkerCommand,
-        token: Option<String>,
-        tls: Option<(Vec<u8>, Vec<u8>)>,
-        metrics: Arc<crate::metrics::Metrics>,
-    ) -> Self {
+    pub fn new(settings: WorkerSettings, metrics: Arc<crate::metrics::Metrics>) -> Self {
         Workers {
-            command,
-            token,
-            tls,
+            command: settings.command,
+            tls: settings.tls,
             map: Mutex::new(HashMap::new()),
             metrics,
+            uids: crate::sandbox::UidPool::new(&settings.sandbox_options),
+            sandbox: settings.sandbox,
+            sandbox_options: settings.sandbox_options,
+            admitted: Default::default(),
+            running: tokio::sync::watch::channel(0).0,
+            idle_timeout: settings.idle_timeout,
+            grace: Mutex::new(EXIT_GRACE),
+        }
+    }
+
+    /// Take a place for a new session, atomically: None when `max` are
+    /// admitted already.
+    pub fn admit(self: &Arc<Self>, max: Option<usize>) -> Option<Admission> {
+        use std::sync::atomic::Ordering::AcqRel;
+        let limit = max.unwrap_or(usize::MAX);
+        self.admitted
+            .fetch_update(AcqRel, std::sync::atomic::Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Admission {
+            workers: self.clone(),
+        })
+    }
+
+    /// The server stops: closed sessions' workers get `drain` to finish
+    /// what they are doing before they are killed.
+    pub fn set_drain(&self, drain: Duration) {
+        *self.grace.lock().unwrap_or_else(|e| e.into_inner()) = drain;
+    }
+
+    /// Resolves once every worker process has been reaped.
+    pub fn all_exited(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.running.subscribe();
+        async move {
+            let _ = rx.wait_for(|n| *n == 0).await;
+        }
+    }
+
+    /// Kill every worker still running (the drain timeout passed).
+    pub fn kill_all(&self) {
+        let workers: Vec<_> = self.map().values().cloned().collect();
+        for w in workers {
+            if let Some(kill) = w.kill.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = kill.send(());
+            }
         }
     }
 
@@ -177,11 +260,49 @@ impl Workers {
         self: &Arc<Self>,
         client: String,
         quota: Option<u64>,
-    ) -> Result<(Arc<Worker>, HelloEvent), String> {
-        let (ours, theirs) = UnixStream::pair().map_err(|e| format!("control socket: {e}"))?;
+    ) -> Result<Started, String> {
+        use crate::sandbox::{Mode, Plan, PLAN_ENV};
+        let uid = match self.sandbox {
+            Mode::Root => Some(self.uids.take().ok_or_else(|| {
+                "every uid of the sandbox range is in use (offload serve --sandbox-uids)"
+                    .to_string()
+            })?),
+            _ => None,
+        };
+        let give_back_uid = |uid: Option<u32>| {
+            if let Some(u) = uid {
+                self.uids.put(u);
+            }
+        };
+        let plan = Plan {
+            mode: self.sandbox,
+            uid: uid.unwrap_or(0),
+            memory: quota.map_or(0, |q| q.saturating_add(crate::sandbox::WORKER_ALLOWANCE)),
+            max_processes: self.sandbox_options.max_processes,
+            tmp_bytes: self.sandbox_options.tmp_bytes,
+        };
+        let (ours, theirs) = UnixStream::pair().map_err(|e| {
+            give_back_uid(uid);
+            format!("control socket: {e}")
+        })?;
         let mut cmd = tokio::process::Command::new(&self.command.program);
+        // An environment without credentials: only the server's OFFLOAD_*
+        // configuration (the worker empties even that once it is up).
         cmd.args(&self.command.args)
+            .env_clear()
+            .envs(
+                std::env::vars_os()
+                    .filter(|(k, _)| k.to_str().is_some_and(crate::sandbox::passes_to_worker)),
+            )
             .env(CONTROL_FD_ENV, "3")
+            .env(PLAN_ENV, plan.encode())
+            .env(
+                crate::worker::IDLE_ENV,
+                self.idle_timeout.as_millis().to_string(),
+            )
+            // Its own process group: a kill(0, ...) of a kernel reaches no
+            // one outside the session.
+            .process_group(0)
             .stdin(std::process::Stdio::null());
         let theirs_fd = theirs.as_raw_fd();
         // SAFETY: only async-signal-safe calls between fork and exec.
@@ -199,18 +320,24 @@ impl Workers {
                 Ok(())
             });
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", self.command.program.display()))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            give_back_uid(uid);
+            format!("starting {}: {e}", self.command.program.display())
+        })?;
         drop(theirs);
+        self.running.send_modify(|n| *n += 1);
         let pid = child.id().unwrap_or(0);
         let (id, secret, data_secret) = (random_hex(8), random_hex(16), random_hex(32));
+        let (secret_hash, data_hash) = (Hashed::new(&secret), Hashed::new(&data_secret));
+        let credential = format!("{id}.{secret}");
         let config = WorkerConfig {
             session_id: id.clone(),
-            secret: secret.clone(),
+            secret,
             data_secret: data_secret.clone(),
             client,
-            token: self.token.clone().unwrap_or_default(),
+            // The worker checks the session credential; the server's token
+            // never enters a process that runs client code.
+            token: String::new(),
             quota: quota.unwrap_or(0),
             tls_cert: self
                 .tls
@@ -234,32 +361,45 @@ impl Workers {
                 c.set_read_timeout(None)?;
                 Ok((c, reply))
             });
+        let failed = |child: tokio::process::Child, why: String| {
+            let (workers, uid) = (self.clone(), uid);
+            async move {
+                let mut child = child;
+                let _ = child.start_kill();
+                let how = describe_exit(child.wait().await);
+                if let Some(u) = uid {
+                    workers.uids.put(u);
+                }
+                workers.running.send_modify(|n| *n = n.saturating_sub(1));
+                format!("{why}; it {how}")
+            }
+        };
         let (control, reply) = match exchange.await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
-                let _ = child.start_kill();
-                let how = describe_exit(child.wait().await);
-                return Err(format!(
-                    "the session worker (pid {pid}) did not start: {e}; it {how}"
-                ));
+                let why = format!("the session worker (pid {pid}) did not start: {e}");
+                return Err(failed(child, why).await);
             }
-            Err(e) => return Err(format!("starting a session worker: {e}")),
+            Err(e) => return Err(failed(child, format!("starting a session worker: {e}")).await),
         };
-        let ready = WorkerReady::decode(reply.as_slice())
-            .map_err(|e| format!("the session worker answered garbage: {e}"))?;
+        let ready = match WorkerReady::decode(reply.as_slice()) {
+            Ok(r) => r,
+            Err(e) => {
+                let why = format!("the session worker answered garbage: {e}");
+                return Err(failed(child, why).await);
+            }
+        };
         if !ready.error.is_empty() {
-            return Err(format!(
-                "the session worker could not start: {}",
-                ready.error
-            ));
+            let why = format!("the session worker could not start: {}", ready.error);
+            return Err(failed(child, why).await);
         }
         let (ended_tx, ended_rx) = tokio::sync::watch::channel(None);
         let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
         let reports = control.try_clone().ok();
         let worker = Arc::new(Worker {
             id: id.clone(),
-            secret,
-            data_secret,
+            secret: secret_hash,
+            data_secret: data_hash,
             pid,
             control: Mutex::new(Some(control)),
             ended: ended_rx,
@@ -269,7 +409,7 @@ impl Workers {
         if let Some(reports) = reports {
             self.read_reports(reports, id.clone());
         }
-        let (watched, metrics) = (worker.clone(), self.metrics.clone());
+        let (watched, metrics, workers) = (worker.clone(), self.metrics.clone(), self.clone());
         tokio::spawn(async move {
             let status = tokio::select! {
                 s = child.wait() => s,
@@ -278,7 +418,12 @@ impl Workers {
                     child.wait().await
                 }
             };
-            let clean = matches!(&status, Ok(s) if s.success());
+            // Reaped: the session's PID namespace is empty, its uid free.
+            if let Some(u) = uid {
+                workers.uids.put(u);
+            }
+            workers.running.send_modify(|n| *n = n.saturating_sub(1));
+            let clean = matches!(&status, Ok(s) if s.success() || s.code() == Some(IDLE_EXIT));
             if !clean && !watched.closing.load(std::sync::atomic::Ordering::SeqCst) {
                 metrics
                     .worker_crashes
@@ -287,7 +432,12 @@ impl Workers {
             let _ = ended_tx.send(Some(describe_exit(status)));
         });
         self.map().insert(id, worker.clone());
-        Ok((worker, ready.hello.unwrap_or_default()))
+        Ok(Started {
+            worker,
+            hello: ready.hello.unwrap_or_default(),
+            credential,
+            data_secret,
+        })
     }
 
     /// Keep the metrics' view of a worker's totals current (its reports on
@@ -312,7 +462,18 @@ impl Workers {
     /// The session is over: forget its worker and let it go.
     pub fn close(&self, worker: &Worker) {
         self.map().remove(&worker.id);
-        worker.close();
+        worker.close(*self.grace.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Whether `credential` (`<id>.<secret>`) names the open session `id`
+    /// (its secret compared by hash, in constant time).
+    #[allow(dead_code)]
+    pub fn credential_matches(&self, credential: &str) -> bool {
+        let Some((id, secret)) = credential.split_once('.') else {
+            return false;
+        };
+        let worker = self.map().get(id).cloned();
+        worker.is_some_and(|w| w.secret.matches(secret))
     }
 
     /// Hand a session connection (its preamble read) to the worker of
@@ -331,9 +492,10 @@ impl Workers {
         if secret.is_empty() {
             return false;
         }
+        let given = Hashed::new(secret);
         let mut found = None;
         for w in self.map().values() {
-            if crate::secret::equal(w.data_secret.as_bytes(), secret.as_bytes()) {
+            if w.data_secret.equals(&given) {
                 found = Some(w.clone());
             }
         }

@@ -31,6 +31,9 @@ pub const TAG_GRPC: u8 = b'g';
 pub const TAG_DATA: u8 = b'd';
 /// Environment variable naming the control socket's descriptor.
 pub const CONTROL_FD_ENV: &str = "OFFLOAD_WORKER_FD";
+/// Environment variable with the session's idle timeout in milliseconds
+/// (0: none), set by the supervisor.
+pub const IDLE_ENV: &str = "OFFLOAD_WORKER_IDLE_MS";
 /// Largest control frame accepted (a config with TLS material is a few KiB).
 const MAX_FRAME: usize = 1 << 20;
 
@@ -74,12 +77,24 @@ pub fn control_socket_from_env() -> Result<UnixStream, String> {
 
 /// Serve one session until the supervisor closes `control`.
 pub fn run(mut control: UnixStream) -> Result<(), String> {
+    // First, while this process has one thread and has read nothing from
+    // anyone: the sandbox (the process the supervisor started stays
+    // outside as its waiter and never returns from here).
+    let sandboxed = crate::sandbox::enter_from_env()?;
+    let idle = std::env::var(IDLE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(std::time::Duration::from_millis);
+    std::env::remove_var(IDLE_ENV);
     let frame = read_frame(&mut control).map_err(|e| format!("reading the session config: {e}"))?;
     let config =
         WorkerConfig::decode(frame.as_slice()).map_err(|e| format!("bad session config: {e}"))?;
     // Counted for the supervisor's metrics (bytes moved, launches).
     offload_core::stats::enable();
     let runtime = Arc::new(crate::local_runtime());
+    // The runtime has read its configuration: a kernel's getenv finds nothing.
+    crate::sandbox::clear_environment();
     let session = Arc::new(Session::with_credentials(
         crate::session::Credentials {
             id: config.session_id.clone(),
@@ -100,7 +115,24 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     };
     write_frame(&mut control, &ready.encode_to_vec())
         .map_err(|e| format!("answering the supervisor: {e}"))?;
-    tracing::info!(session = %session.id, client = %session.client, pid = std::process::id(), "session worker started");
+    tracing::info!(session = %session.id, client = %session.client, pid = std::process::id(), %sandboxed, "session worker started");
+    let activity = Activity::new();
+    if let Some(idle) = idle {
+        let watched = activity.clone();
+        std::thread::Builder::new()
+            .name("offload-worker-idle".into())
+            .spawn(move || loop {
+                std::thread::sleep(idle.min(std::time::Duration::from_secs(1)));
+                if watched.idle_for() >= idle {
+                    tracing::info!(
+                        idle_secs = idle.as_secs_f64(),
+                        "session idle; closing it (--session-idle-timeout)"
+                    );
+                    std::process::exit(crate::supervisor::IDLE_EXIT);
+                }
+            })
+            .map_err(|e| format!("starting the idle watch: {e}"))?;
+    }
 
     let token = (!config.token.is_empty()).then(|| config.token.clone());
     let service = Service::for_worker(runtime.clone(), token, session.clone());
@@ -114,6 +146,7 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
     let handle = rt.handle().clone();
     let data_session = session.clone();
+    let data_activity = activity.clone();
     let reports = control
         .try_clone()
         .map_err(|e| format!("control socket: {e}"))?;
@@ -128,7 +161,7 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     std::thread::Builder::new()
         .name("offload-worker-control".into())
         .spawn(move || {
-            receive_connections(&control, &handle, &conns_tx, &data_session);
+            receive_connections(&control, &handle, &conns_tx, &data_session, &data_activity);
             let _ = closed_tx.send(());
         })
         .map_err(|e| format!("starting the control thread: {e}"))?;
@@ -149,6 +182,7 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
             let _ = closed_rx.await;
         };
         builder
+            .layer(ActivityLayer(activity))
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, closed)
             .await
@@ -188,6 +222,7 @@ fn receive_connections(
     rt: &tokio::runtime::Handle,
     grpc: &tokio::sync::mpsc::Sender<std::io::Result<tokio::net::TcpStream>>,
     session: &Arc<Session>,
+    activity: &Activity,
 ) {
     loop {
         let (tag, fd) = match crate::fdpass::recv_fd(control) {
@@ -210,12 +245,15 @@ fn receive_connections(
                 }
             }
             TAG_DATA => {
-                let session = session.clone();
+                let (session, activity) = (session.clone(), activity.clone());
                 let spawned = std::thread::Builder::new()
                     .name("offload-data".into())
                     .spawn(move || {
-                        if let Err(e) = crate::data::serve_authenticated(stream, &session, || true)
-                        {
+                        let touch = || {
+                            activity.touch();
+                            true
+                        };
+                        if let Err(e) = crate::data::serve_authenticated(stream, &session, touch) {
                             tracing::debug!(error = %e, "data connection ended");
                         }
                     });
@@ -225,5 +263,114 @@ fn receive_connections(
             }
             other => tracing::warn!(tag = other, "unknown connection tag from the supervisor"),
         }
+    }
+}
+
+/// When the session last did something, and what it is doing now: calls
+/// in flight never count as idle.
+#[derive(Clone)]
+pub(crate) struct Activity(Arc<ActivityState>);
+
+struct ActivityState {
+    start: std::time::Instant,
+    /// Milliseconds after `start` of the last call's start or end.
+    last_ms: std::sync::atomic::AtomicU64,
+    in_flight: std::sync::atomic::AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity(Arc::new(ActivityState {
+            start: std::time::Instant::now(),
+            last_ms: Default::default(),
+            in_flight: Default::default(),
+        }))
+    }
+
+    fn touch(&self) {
+        let now = self.0.start.elapsed().as_millis() as u64;
+        self.0
+            .last_ms
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long nothing has happened (zero while a call is in flight).
+    fn idle_for(&self) -> std::time::Duration {
+        if self.0.in_flight.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return std::time::Duration::ZERO;
+        }
+        let last = self.0.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        self.0
+            .start
+            .elapsed()
+            .saturating_sub(std::time::Duration::from_millis(last))
+    }
+
+    fn begin(&self) -> CallGuard {
+        self.0
+            .in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.touch();
+        CallGuard(self.clone())
+    }
+}
+
+struct CallGuard(Activity);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+             .0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Tower layer marking every call of the worker's gRPC service as activity.
+#[derive(Clone)]
+struct ActivityLayer(Activity);
+
+impl<S> tower_layer::Layer<S> for ActivityLayer {
+    type Service = Tracked<S>;
+    fn layer(&self, inner: S) -> Tracked<S> {
+        Tracked {
+            inner,
+            activity: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Tracked<S> {
+    inner: S,
+    activity: Activity,
+}
+
+impl<S, B> tower_service::Service<tonic::codegen::http::Request<B>> for Tracked<S>
+where
+    S: tower_service::Service<tonic::codegen::http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: tonic::codegen::http::Request<B>) -> Self::Future {
+        let guard = self.activity.begin();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let r = fut.await;
+            drop(guard);
+            r
+        })
     }
 }

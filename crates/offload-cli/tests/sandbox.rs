@@ -1,0 +1,526 @@
+//! The session sandbox of `offload serve` against hostile kernels
+//! (`tests/sandbox/hostile.c`): each attack of issue 22 is tried from a
+//! real session's worker and must stay inside that session. The server
+//! runs on loopback; every loop is bounded. Under `CI=true` a missing
+//! mechanism (clang-22, root) fails instead of skipping.
+
+mod common;
+use common::skip;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
+use offload_core::{Config, Device, Runtime};
+
+struct Server {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_offload"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("OFFLOAD_HOST_DEVICES", "1")
+            .env("OFFLOAD_REMOTE_TOKEN", "sandbox-test-token")
+            .env_remove("OFFLOAD_REMOTE")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            line.contains("listening on"),
+            "unexpected first line: {line}"
+        );
+        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+        Server {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Host pids of the session workers the log names, in order.
+    fn worker_pids(&self) -> Vec<i64> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("session opened"))
+            .filter_map(|l| {
+                let rest = l.split("worker_pid=").nth(1)?;
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client(addr: &str) -> Runtime {
+    let config = Config {
+        plugins: Some(vec!["remote".into()]),
+        remote_servers: vec![addr.to_string()],
+        remote_token: Some("sandbox-test-token".into()),
+        remote_timeout_secs: 10,
+        remote_chunk_size: 1 << 20,
+        ..Config::default()
+    };
+    Runtime::new(config, &offload::builtin_plugins())
+}
+
+/// Whether this machine can run the sandbox tests (clang-22, root).
+fn ready() -> bool {
+    if Command::new("clang-22").arg("--version").output().is_err() {
+        skip("clang-22 not found");
+        return false;
+    }
+    if !nix_is_root() {
+        skip("not root: the sandbox runs sessions under their own uids only as root");
+        return false;
+    }
+    true
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
+}
+
+fn hostile_so(dir: &Path) -> Vec<u8> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = dir.join("hostile.so");
+    let ok = Command::new("clang-22")
+        .args(["-O1", "-fPIC", "-shared", "-I"])
+        .arg(root.join("include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/hostile.c"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "clang-22 failed on hostile.c");
+    std::fs::read(out).unwrap()
+}
+
+fn packed<T>(v: &T) -> &[u8] {
+    // SAFETY: plain-old-data argument structs of this file.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast(), std::mem::size_of::<T>()) }
+}
+
+/// Run kernel `name` of `image` once with `args`.
+fn run<T>(dev: &Arc<Device>, image: &[u8], name: &str, args: &T) -> offload_core::Result<()> {
+    let program = dev.load_program(image)?;
+    let kernel = program.kernel(name)?;
+    dev.launch(
+        &kernel,
+        KernelArgs::Packed(packed(args)),
+        &LaunchConfig::linear(1, 1),
+    )
+}
+
+fn read_words(dev: &Arc<Device>, at: offload_core::DevicePtr, n: usize) -> Vec<i64> {
+    let mut back = vec![0i64; n];
+    // SAFETY: `back` holds n words.
+    unsafe {
+        dev.copy_from_device(back.as_mut_ptr().cast(), at, n * 8)
+            .unwrap()
+    };
+    back
+}
+
+#[repr(C)]
+struct Probe {
+    out: u64,
+    sibling: i64,
+    tag: i64,
+}
+
+/// What a kernel sees from inside its session: no other process, no pid
+/// of the server or another session, no ptrace/pidfd/process_vm, no root,
+/// a /tmp and /dev/shm of its own, no token in an empty environment, no
+/// namespaces or mounts, no descriptor but the worker's own.
+#[test]
+fn a_kernel_sees_only_its_own_session() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let server = Server::start(&[]);
+    let victim = client(&server.addr);
+    let vdev = victim.devices()[0].clone();
+    let attacker = client(&server.addr);
+    let dev = attacker.devices()[0].clone();
+    let pids = server.worker_pids();
+    assert_eq!(pids.len(), 2, "{}", server.log());
+    let tag = std::process::id() as i64 * 2;
+
+    // The victim leaves a file in its /tmp.
+    let vout = vdev.alloc(17 * 8, AllocKind::Device).unwrap();
+    let vprobe = Probe {
+        out: vout.0,
+        sibling: pids[1],
+        tag: tag + 1,
+    };
+    run(&vdev, &image, "probe", &vprobe).unwrap();
+
+    let out = dev.alloc(17 * 8, AllocKind::Device).unwrap();
+    let probe = Probe {
+        out: out.0,
+        sibling: pids[0],
+        tag,
+    };
+    run(&dev, &image, "probe", &probe).unwrap();
+    let w = read_words(&dev, out, 17);
+    let log = server.log();
+    assert!(
+        w[0] >= 1 && w[0] <= 4,
+        "processes visible in /proc: {} ({w:?})",
+        w[0]
+    );
+    assert_eq!(w[1], libc::ENOENT as i64, "/proc/<sibling>/mem: {w:?}");
+    assert_eq!(w[2], libc::ESRCH as i64, "kill(sibling, 0): {w:?}");
+    assert_eq!(
+        w[3], 0,
+        "the parent is outside the session's PID namespace: {w:?}"
+    );
+    assert_eq!(w[4], libc::EPERM as i64, "pidfd_open: {w:?}");
+    assert_eq!(w[5], libc::EPERM as i64, "ptrace: {w:?}");
+    assert_eq!(w[6], libc::EPERM as i64, "process_vm_readv: {w:?}");
+    assert!(w[7] >= 2_100_000_000, "uid {} (never root)", w[7]);
+    assert_eq!(w[8], 0, "its own /tmp is writable: {w:?}");
+    assert_eq!(w[9], 0, "its own /dev/shm is writable: {w:?}");
+    assert_eq!(w[10], 0, "OFFLOAD_REMOTE_TOKEN reached the kernel");
+    // PATH, LD_LIBRARY_PATH (cargo sets it) and the server's OFFLOAD_* config at most.
+    assert!(
+        w[11] <= 5,
+        "the environment holds more than PATH and OFFLOAD_*: {w:?}"
+    );
+    assert_eq!(w[12], libc::EPERM as i64, "unshare: {w:?}");
+    assert_eq!(w[13], libc::EPERM as i64, "mount: {w:?}");
+    assert_eq!(w[14], 0, "saw the other session's /tmp file");
+    assert_eq!(w[15], libc::EPERM as i64, "pidfd_getfd: {w:?}");
+    assert!(w[16] <= 64, "descriptors up to {} are open", w[16]);
+    assert!(log.contains("sandbox:"), "{log}");
+    // Nothing reached the host's /tmp or /dev/shm; the victim is intact.
+    for t in [tag, tag + 1] {
+        assert!(!Path::new(&format!("/tmp/offload-sandbox-{t}")).exists());
+        assert!(!Path::new(&format!("/dev/shm/offload-sandbox-{t}")).exists());
+    }
+    let v = read_words(&vdev, vout, 17);
+    assert_eq!(v[8], 0);
+}
+
+/// kill(getppid(), 9) and kill(<another session's worker>, 9): the server
+/// and the other session go on.
+#[test]
+fn kernels_cannot_kill_the_server_or_other_sessions() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let mut server = Server::start(&[]);
+    let victim = client(&server.addr);
+    let vdev = victim.devices()[0].clone();
+    let data = vdev.alloc(64, AllocKind::Device).unwrap();
+    vdev.fill(data, &[0x5A], 64).unwrap();
+    let attacker = client(&server.addr);
+    let dev = attacker.devices()[0].clone();
+    let pids = server.worker_pids();
+    let _ = run(&dev, &image, "killer", &pids[0]);
+    let server_pid = server.child.id() as i64;
+    let _ = run(&dev, &image, "killer", &server_pid);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(server.alive(), "the server died: {}", server.log());
+    let mut back = [0u8; 64];
+    // SAFETY: `back` holds 64 bytes.
+    unsafe { vdev.copy_from_device(back.as_mut_ptr(), data, 64).unwrap() };
+    assert_eq!(back, [0x5A; 64], "the victim's session is gone or changed");
+    // The attacker's own session also survived its kernel.
+    dev.alloc(64, AllocKind::Device).unwrap();
+}
+
+fn processes_named(name: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name))
+        .count()
+}
+
+/// A kernel's setsid grandchild dies with the session (here ended by
+/// `--session-idle-timeout`), and its cgroups go with it.
+#[test]
+fn a_sessions_processes_end_with_it() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let server = Server::start(&["--session-idle-timeout", "2"]);
+    let tag = (std::process::id() as i64) % 100_000_000;
+    let name = format!("ofsurv{tag}");
+    {
+        let attacker = client(&server.addr);
+        let dev = attacker.devices()[0].clone();
+        run(&dev, &image, "survivor", &tag).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while processes_named(&name) == 0 {
+            assert!(Instant::now() < deadline, "the survivor never started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_named(&name) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a kernel's process outlived its session: {}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = server.worker_pids()[0];
+    let cgroup = format!("offload-session-{pid}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Command::new("find")
+        .args([
+            "/sys/fs/cgroup/memory",
+            "/sys/fs/cgroup/pids",
+            "-name",
+            &cgroup,
+        ])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty())
+    {
+        assert!(Instant::now() < deadline, "cgroup {cgroup} left behind");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[repr(C)]
+struct Counted {
+    out: u64,
+    n: i64,
+}
+
+/// `--max-session-memory` bounds everything the session's processes take
+/// (a kernel's malloc too): the hog's session ends, another goes on.
+/// `--max-session-processes` bounds a fork bomb.
+#[test]
+fn memory_and_processes_are_bounded_per_session() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let server = Server::start(&[
+        "--max-session-memory",
+        &(64u64 << 20).to_string(),
+        "--max-session-processes",
+        "64",
+    ]);
+    let bystander = client(&server.addr);
+    let bdev = bystander.devices()[0].clone();
+    let keep = bdev.alloc(4096, AllocKind::Device).unwrap();
+    {
+        let attacker = client(&server.addr);
+        let dev = attacker.devices()[0].clone();
+        let out = dev.alloc(8, AllocKind::Device).unwrap();
+        // Within the limit: fine.
+        let small = Counted {
+            out: out.0,
+            n: 16 << 20,
+        };
+        run(&dev, &image, "hog", &small).unwrap();
+        assert_eq!(read_words(&dev, out, 1)[0], 2);
+        // Far beyond it (2 GiB): refused or the session ends.
+        let big = Counted {
+            out: out.0,
+            n: 2 << 30,
+        };
+        dev.fill(out, &[0], 8).unwrap();
+        let r = run(&dev, &image, "hog", &big);
+        match r {
+            Ok(()) => assert_eq!(read_words(&dev, out, 1)[0], 1, "2 GiB were granted"),
+            Err(e) => assert!(e.message().contains("signal 9"), "{e}"),
+        }
+    }
+    {
+        let attacker = client(&server.addr);
+        let dev = attacker.devices()[0].clone();
+        let out = dev.alloc(8, AllocKind::Device).unwrap();
+        let bomb = Counted {
+            out: out.0,
+            n: 1000,
+        };
+        run(&dev, &image, "bomb", &bomb).unwrap();
+        let forks = read_words(&dev, out, 1)[0];
+        assert!(forks < 64, "{forks} forks with --max-session-processes 64");
+    }
+    bdev.fill(keep, &[1], 4096).unwrap();
+    bdev.free(keep).unwrap();
+}
+
+/// N clients at once against `--max-sessions 3`: exactly 3 get in.
+#[test]
+fn max_sessions_holds_under_concurrency() {
+    let server = Server::start(&["--max-sessions", "3"]);
+    let n = 8;
+    let barrier = Arc::new(Barrier::new(n));
+    let addr = server.addr.clone();
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let (barrier, addr) = (barrier.clone(), addr.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let rt = client(&addr);
+                let admitted = !rt.devices().is_empty();
+                // Hold the session until every client has tried.
+                std::thread::sleep(Duration::from_secs(2));
+                admitted
+            })
+        })
+        .collect();
+    let admitted = handles
+        .into_iter()
+        .filter(|_| true)
+        .map(|h| h.join().unwrap())
+        .filter(|&a| a)
+        .count();
+    assert_eq!(admitted, 3, "{}", server.log());
+}
+
+/// `--session-idle-timeout`: an idle session is closed, its client told why.
+#[test]
+fn idle_sessions_are_closed() {
+    let server = Server::start(&["--session-idle-timeout", "1"]);
+    let rt = client(&server.addr);
+    let dev = rt.devices()[0].clone();
+    dev.alloc(64, AllocKind::Device).unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let e = dev.alloc(64, AllocKind::Device).unwrap_err();
+    assert!(e.message().contains("idle"), "{e}");
+    assert!(server.log().contains("session idle"), "{}", server.log());
+}
+
+/// The start line says how sessions are sandboxed.
+#[test]
+fn the_server_says_how_it_sandboxes() {
+    let server = Server::start(&[]);
+    let log = server.log();
+    if nix_is_root() {
+        assert!(log.contains("session sandbox on"), "{log}");
+    }
+    drop(server);
+    let server = Server::start(&["--insecure-no-sandbox"]);
+    assert!(
+        server.log().contains("session sandbox OFF"),
+        "{}",
+        server.log()
+    );
+}
+
+/// What the sandbox costs: session start (the server's `start_us`), launch
+/// round trip and 64 MiB copies, with and without it. Run by hand:
+/// `cargo test -p offload-cli --test sandbox --release -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_sandbox_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    for extra in [&["--insecure-no-sandbox"][..], &[][..]] {
+        let server = Server::start(extra);
+        let mut starts = Vec::new();
+        let (mut launch_us, mut h2d, mut d2h) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..5 {
+            let rt = client(&server.addr);
+            let dev = rt.devices()[0].clone();
+            let out = dev.alloc(8, AllocKind::Device).unwrap();
+            let program = dev.load_program(&image).unwrap();
+            let kernel = program.kernel("bomb").unwrap();
+            let args = Counted { out: out.0, n: 0 };
+            let t = Instant::now();
+            for _ in 0..200 {
+                dev.launch(
+                    &kernel,
+                    KernelArgs::Packed(packed(&args)),
+                    &LaunchConfig::linear(1, 1),
+                )
+                .unwrap();
+            }
+            launch_us.push(t.elapsed().as_secs_f64() * 1e6 / 200.0);
+            let n = 64 << 20;
+            let buf = vec![7u8; n];
+            let mut back = vec![0u8; n];
+            let d = dev.alloc(n, AllocKind::Device).unwrap();
+            for _ in 0..3 {
+                let t = Instant::now();
+                // SAFETY: both buffers hold n bytes.
+                unsafe { dev.copy_to_device(d, buf.as_ptr(), n).unwrap() };
+                h2d.push(n as f64 / t.elapsed().as_secs_f64() / 1e9);
+                let t = Instant::now();
+                unsafe { dev.copy_from_device(back.as_mut_ptr(), d, n).unwrap() };
+                d2h.push(n as f64 / t.elapsed().as_secs_f64() / 1e9);
+            }
+            dev.free(d).unwrap();
+        }
+        for l in server
+            .log()
+            .lines()
+            .filter(|l| l.contains("session opened"))
+        {
+            if let Some(v) = l.split("start_us=").nth(1) {
+                starts.push(v.trim().parse::<f64>().unwrap_or(0.0) / 1000.0);
+            }
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
+        };
+        println!(
+            "{:<22} session start {:6.1} ms  launch {:7.1} us  h2d {:5.2} GB/s  d2h {:5.2} GB/s",
+            if extra.is_empty() {
+                "sandbox"
+            } else {
+                "--insecure-no-sandbox"
+            },
+            med(&mut starts),
+            med(&mut launch_us),
+            med(&mut h2d),
+            med(&mut d2h)
+        );
+    }
+}
