@@ -10,6 +10,8 @@
 # 2. does it again with -fsanitize=thread and runs them under TSan
 #    (TSAN_OPTIONS=halt_on_error=1: a race fails the test), in quick mode
 #    (TF_QUICK=1: fewer sizes);
+# Also builds and runs devicertl/tests/schedule_coverage.c (workshare.c
+# alone, rtl.h stubbed) with the plain build.
 # 3. builds the runtime with -fsanitize=address,undefined and runs the tests
 #    in quick mode under it.
 # Fails (non-zero) when clang-22 is missing, a build fails, or any test
@@ -137,13 +139,34 @@ run_mode() {
   done
 }
 
+# workshare.c alone against stubbed rtl.h functions (devicertl/tests/):
+# millions of schedule cases, every iteration once, one "last".
+run_schedule_unit() {
+  local bin="$out/plain/schedule_coverage" t0 line
+  t0=$(date +%s)
+  if ! "$CLANG" -std=c11 -O1 -g -pthread -I "$root/devicertl/src" \
+      "$root/devicertl/tests/schedule_coverage.c" "$root/devicertl/src/workshare.c" \
+      -o "$bin" >"$bin.log" 2>&1; then
+    summary+=("FAIL [plain] schedule_coverage: not built (see $bin.log)")
+    failures+=("[plain] schedule_coverage")
+    return
+  fi
+  if line="$(timeout "$TIMEOUT" "$bin" 2>&1 | tail -1)" && [[ "$line" == *": ok" ]]; then
+    summary+=("PASS [plain] $line ($(( $(date +%s) - t0 ))s)")
+  else
+    summary+=("FAIL [plain] schedule_coverage: ${line:-no output}")
+    failures+=("[plain] schedule_coverage")
+  fi
+}
+
 for mode in $MODES; do
   t0=$(date +%s)
   case "$mode" in
     plain)
       build_mode plain || failures+=("[plain] build")
       built_plain=1
-      run_mode plain ;;
+      run_mode plain
+      run_schedule_unit ;;
     self)
       # The plain build again, with plat_active_mask = the caller's lane only
       # (what sm_70+ hardware may return in diverged code).

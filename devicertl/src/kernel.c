@@ -29,11 +29,17 @@ static uint32_t main_thread_id(void) {
   return (plat_block_size() - 1) & ~(plat_warp_size() - 1);
 }
 
-/* Generic mode: every full warp but the main thread's. */
+/* Generic mode: the block less one warp, as OpenMPOpt's custom state
+ * machine decides it (workers are the threads below
+ * __kmpc_get_hardware_num_threads_in_block() - __kmpc_get_warp_size(); the
+ * others return) and as the host sizes the block (thread_limit + one warp).
+ * Never a thread of the main warp: main_thread_id() >= block - warp. With
+ * a block whose size is not a multiple of the warp, the team ends mid-warp
+ * (thread_limit(48): 80 threads, workers 0..47, main thread 64). */
 static uint32_t generic_team_threads(void) {
   uint32_t block = plat_block_size();
   uint32_t warp = plat_warp_size();
-  return block % warp ? block - block % warp : block - warp;
+  return block > warp ? block - warp : 0;
 }
 
 const DeviceEnvironmentTy *rtl_device_environment(void) {

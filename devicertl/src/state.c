@@ -68,26 +68,38 @@ static RtlDataEnv **make_env_heads(void) {
  * lane waits on its own warp. */
 static RtlDataEnv **env_heads(bool create) {
   RtlDataEnv ***where = &team()->envs;
-  RtlDataEnv **heads = __atomic_load_n(where, __ATOMIC_ACQUIRE);
-  if (heads == HEADS_BEING_MADE)
-    heads = NULL;
-  if (heads || !create)
+  /* Every omp_get_thread_num() and the like gets here: while no thread of
+   * the team has a data environment (the common case) this is one relaxed
+   * load, and the acquire (a block fence) is paid only once heads exist. */
+  RtlDataEnv **heads = __atomic_load_n(where, RTL_BLOCK_ORDER(__ATOMIC_ACQUIRE));
+  if ((uintptr_t)heads > (uintptr_t)HEADS_BEING_MADE) {
+    if (RTL_DEVICE_TARGET)
+      plat_fence_block();
     return heads;
+  }
+  if (!create)
+    return NULL;
   uint64_t lanes = rtl_arriving_lanes();
   if (rtl_is_lowest_lane(lanes)) {
     RtlDataEnv **expected = NULL;
     if (__scoped_atomic_compare_exchange_n(where, &expected, HEADS_BEING_MADE, false,
-                                           __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE,
+                                           RTL_BLOCK_ORDER(__ATOMIC_ACQUIRE),
+                                           RTL_BLOCK_ORDER(__ATOMIC_ACQUIRE),
                                            __MEMORY_SCOPE_WRKGRP)) {
-      __scoped_atomic_store_n(where, make_env_heads(), __ATOMIC_RELEASE, __MEMORY_SCOPE_WRKGRP);
+      RtlDataEnv **made = make_env_heads();
+      plat_fence_block(); /* the NULL entries before the pointer */
+      __scoped_atomic_store_n(where, made, RTL_BLOCK_ORDER(__ATOMIC_RELEASE),
+                              __MEMORY_SCOPE_WRKGRP);
     } else {
-      while (__scoped_atomic_load_n(where, __ATOMIC_ACQUIRE, __MEMORY_SCOPE_WRKGRP) ==
-             HEADS_BEING_MADE)
+      while (__scoped_atomic_load_n(where, RTL_BLOCK_ORDER(__ATOMIC_ACQUIRE),
+                                    __MEMORY_SCOPE_WRKGRP) == HEADS_BEING_MADE)
         plat_yield();
     }
   }
   rtl_sync_lanes(lanes);
-  return __atomic_load_n(where, __ATOMIC_ACQUIRE);
+  heads = __atomic_load_n(where, RTL_BLOCK_ORDER(__ATOMIC_ACQUIRE));
+  plat_fence_block();
+  return heads;
 }
 
 RtlDataEnv *rtl_env_top(void) {

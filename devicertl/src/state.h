@@ -15,6 +15,19 @@
 static inline uint32_t rtl_load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 static inline void rtl_store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 
+/* Memory order of an atomic that synchronises threads of one block and is
+ * paired with plat_fence_block() on both sides. clang-22 drops the memory
+ * scope of __scoped_atomic_* for NVPTX: every acquire or release becomes a
+ * system-scope one (ld.acquire.sys invalidates the L1 cache, st.release.sys
+ * waits for system-wide visibility). On GPUs such atomics are therefore
+ * relaxed and the ordering comes from the block-scope fences; the host
+ * emulation keeps the ordered atomic (ThreadSanitizer ignores fences). */
+#if RTL_DEVICE_TARGET
+#define RTL_BLOCK_ORDER(order) __ATOMIC_RELAXED
+#else
+#define RTL_BLOCK_ORDER(order) (order)
+#endif
+
 /* The lanes that act together with the caller where lanes must not wait on
  * one another: with lockstep warps the lanes executing with it (their
  * lowest lane acts for all), otherwise the caller alone (the active mask is

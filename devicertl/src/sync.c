@@ -26,15 +26,21 @@ RTL_CONVERGENT void rtl_counter_barrier(uint32_t num_threads) {
   rtl_sync_lanes(lanes);
   if (rtl_is_lowest_lane(lanes)) {
     uint32_t count = (uint32_t)__builtin_popcountll(lanes);
-    uint32_t old = __scoped_atomic_fetch_add(counter(), count, __ATOMIC_ACQ_REL,
+    /* Ordering: the block fences around this (the atomics are relaxed on
+     * GPUs, see RTL_BLOCK_ORDER). The release is a read-modify-write, so it
+     * continues every arrival's release sequence and a waiter that reads it
+     * synchronises with all of them. */
+    uint32_t old = __scoped_atomic_fetch_add(counter(), count,
+                                             RTL_BLOCK_ORDER(__ATOMIC_ACQ_REL),
                                              __MEMORY_SCOPE_WRKGRP);
     uint32_t generation = old & ~ARRIVED_MASK;
     if ((old & ARRIVED_MASK) + count == num_threads) {
       /* Last in: zero the arrivals and start the next generation at once. */
-      __scoped_atomic_store_n(counter(), generation + GENERATION_ONE, __ATOMIC_RELEASE,
-                              __MEMORY_SCOPE_WRKGRP);
+      __scoped_atomic_fetch_add(counter(), GENERATION_ONE - num_threads,
+                                RTL_BLOCK_ORDER(__ATOMIC_RELEASE), __MEMORY_SCOPE_WRKGRP);
     } else {
-      while ((__scoped_atomic_load_n(counter(), __ATOMIC_ACQUIRE, __MEMORY_SCOPE_WRKGRP) &
+      while ((__scoped_atomic_load_n(counter(), RTL_BLOCK_ORDER(__ATOMIC_ACQUIRE),
+                                     __MEMORY_SCOPE_WRKGRP) &
               ~ARRIVED_MASK) == generation)
         plat_yield();
     }

@@ -87,6 +87,10 @@ uint64_t __kmpc_warp_active_thread_mask(void);
 void __kmpc_syncwarp(uint64_t mask);
 void __kmpc_barrier(IdentTy *, int32_t gtid);
 void __kmpc_barrier_simple_spmd(IdentTy *, int32_t gtid);
+void __kmpc_barrier_simple_generic(IdentTy *, int32_t gtid);
+/* parallel.c: the worker side OpenMPOpt's custom state machines call */
+bool __kmpc_kernel_parallel(void **work_fn);
+void __kmpc_kernel_end_parallel(void);
 typedef int32_t kmp_critical_name[8];
 void __kmpc_critical(IdentTy *, int32_t gtid, kmp_critical_name *lck);
 void __kmpc_end_critical(IdentTy *, int32_t gtid, kmp_critical_name *lck);

@@ -503,7 +503,9 @@ static void check_region(seen *s, int32_t want_max, int exact, uint32_t team, co
     CHECK_MSG(s->nthreads[t] == n, "%s: thread %d saw omp_get_num_threads() = %d, %d ran",
               what, t, s->nthreads[t], n);
     /* A one-thread region may run on the main thread (serialised). */
-    CHECK_MSG(s->hw[t] >= 0 && ((uint32_t)s->hw[t] < workers || (n == 1 && s->hw[t] == (int32_t)workers)),
+    /* The main thread: the first lane of the block's last warp. */
+    int32_t main_hw = (int32_t)((workers + warp - 1) & ~(warp - 1));
+    CHECK_MSG(s->hw[t] >= 0 && ((uint32_t)s->hw[t] < workers || (n == 1 && s->hw[t] == main_hw)),
               "%s: thread %d runs on hardware thread %d (not a worker)", what, t, s->hw[t]);
   }
   CHECK_EQ(s->level, 1);
@@ -630,6 +632,91 @@ static void test_solo(uint32_t wk, uint32_t w) {
   tf_end();
 }
 
+/* --- OpenMPOpt's custom state machine (UseGenericStateMachine 0) --------------------------- */
+/* What clang-22's device LTO emits for a generic kernel whose parallel
+ * regions it knows (checked in the PTX of an sm_90 build): a worker is a
+ * thread below __kmpc_get_hardware_num_threads_in_block() - warp size; the
+ * others return. With thread_limit(48) the host launches 48 + 32 = 80
+ * threads, so threads 48..63 leave: the runtime must not count them in the
+ * team (it did: a team of 64, whose last 16 threads never came). */
+static KernelEnvironmentTy env_custom = {{0, 1, OMP_TGT_EXEC_MODE_GENERIC, 1, 1024, -1, -1, 0, 0},
+                                         &loc, &dyn_env};
+static seen *custom_seen; /* [2]: default team, num_threads(40) */
+static int32_t custom_limit, custom_bad;
+static void custom_outlined(int32_t *gtid, int32_t *btid, seen *s) {
+  (void)btid;
+  note(s);
+  __kmpc_barrier(&loc_barrier, *gtid); /* a barrier of the whole team */
+  note(&s[2]);
+}
+static void custom_wrapper(int16_t zero, int32_t gtid) {
+  (void)zero;
+  int32_t btid = 0, g = gtid;
+  void **args;
+  __kmpc_get_shared_variables(&args);
+  custom_outlined(&g, &btid, args[0]);
+}
+static void k_custom(KernelLaunchEnvironmentTy *dyn_ptr) {
+  int32_t tid = __kmpc_target_init(&env_custom, dyn_ptr);
+  if (tid != -1) {
+    int32_t workers_hw =
+        (int32_t)__kmpc_get_hardware_num_threads_in_block() - (int32_t)__kmpc_get_warp_size();
+    if (tid >= workers_hw)
+      return;
+    for (;;) {
+      __kmpc_barrier_simple_generic(&loc, tid);
+      void *fn = NULL;
+      bool active = __kmpc_kernel_parallel(&fn);
+      if (!fn)
+        return;
+      if (active) {
+        ((ParallelWrapperFnTy)fn)(0, tid);
+        __kmpc_kernel_end_parallel();
+      }
+      __kmpc_barrier_simple_generic(&loc, tid);
+    }
+  }
+  int32_t gtid = __kmpc_global_thread_num(&loc);
+  custom_limit = omp_get_thread_limit();
+  if (omp_get_max_threads() != custom_limit)
+    __atomic_fetch_add(&custom_bad, 1, __ATOMIC_RELAXED);
+  void *args[1] = {&custom_seen[0]};
+  __kmpc_parallel_60(&loc, gtid, 1, -1, -1, (void *)custom_outlined, (void *)custom_wrapper, args, 1,
+                     0);
+  void *args2[1] = {&custom_seen[1]};
+  __kmpc_parallel_60(&loc, gtid, 1, 40, -1, (void *)custom_outlined, (void *)custom_wrapper, args2,
+                     1, 0);
+  __kmpc_target_deinit();
+}
+static void e_custom(void *dyn, void **args) {
+  (void)args;
+  k_custom(dyn);
+}
+static void test_custom_state_machine(uint32_t thread_limit, uint32_t w) {
+  seen *s = calloc(4, sizeof *s);
+  custom_seen = s;
+  custom_limit = -1;
+  custom_bad = 0;
+  workers = thread_limit;
+  warp = w;
+  tf_begin("generic: OpenMPOpt's custom state machine, thread_limit(%u) (block %u), warp %u",
+           thread_limit, thread_limit + w, w);
+  /* Regions 0 and 1 note into s[0], s[1] before their barrier and into
+   * s[2], s[3] after it. */
+  env_set(&env_custom, (int32_t)(thread_limit + w), 1, 0, 0);
+  memset(&launch_env, 0, sizeof launch_env);
+  tf_launch(1, thread_limit + w, w, 0, e_custom, &launch_env, NULL);
+  CHECK_EQ(custom_limit, (int32_t)thread_limit);
+  CHECK_EQ(custom_bad, 0);
+  int32_t nt2 = thread_limit < 40 ? (int32_t)thread_limit : 40;
+  check_region(&s[0], (int32_t)thread_limit, 1, 0, "default team, before its barrier");
+  check_region(&s[2], (int32_t)thread_limit, 1, 0, "default team, after its barrier");
+  check_region(&s[1], nt2, 1, 0, "num_threads(40), before its barrier");
+  check_region(&s[3], nt2, 1, 0, "num_threads(40), after its barrier");
+  free(s);
+  tf_end();
+}
+
 /* --- generic-SPMD (3): generic code clang's optimiser made SPMD ----------------------------- */
 static int32_t gs_x;
 static int32_t gs_runs, gs_bad;
@@ -701,6 +788,10 @@ int main(int argc, char **argv) {
   test_solo(64, 32);
   if (!quick)
     test_solo(128, 64);
+  test_rows(1, 48, 32); /* thread_limit(48): a team that ends mid-warp */
+  test_custom_state_machine(48, 32);
+  test_custom_state_machine(64, 32);
+  test_custom_state_machine(100, 64);
   test_generic_spmd(64, 32);
   test_generic_spmd(100, 32);
   if (!quick)
