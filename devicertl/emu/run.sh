@@ -7,11 +7,11 @@
 # 1. builds src/*.c (the whole runtime) + emu.c + each tests/test_*.c with
 #    clang-22 for x86_64 and runs every test; then runs them again with
 #    EMU_ACTIVE_MASK=self (plat_active_mask = the caller's lane only);
+#    the plain build also runs devicertl/tests/schedule_coverage.c
+#    (workshare.c alone, rtl.h stubbed: millions of schedule cases);
 # 2. does it again with -fsanitize=thread and runs them under TSan
 #    (TSAN_OPTIONS=halt_on_error=1: a race fails the test), in quick mode
 #    (TF_QUICK=1: fewer sizes);
-# Also builds and runs devicertl/tests/schedule_coverage.c (workshare.c
-# alone, rtl.h stubbed) with the plain build.
 # 3. builds the runtime with -fsanitize=address,undefined and runs the tests
 #    in quick mode under it.
 # Fails (non-zero) when clang-22 is missing, a build fails, or any test
