@@ -94,6 +94,8 @@ static void worker_state_machine(uint32_t tid) {
 RTL_EXPORT int32_t __kmpc_target_init(KernelEnvironmentTy *env,
                                       KernelLaunchEnvironmentTy *launch) {
   uint32_t tid = plat_thread_id();
+  /* Each thread's own state, before anything reads it. */
+  rtl_parallel_init_thread();
   if (env->Configuration.ExecMode != OMP_TGT_EXEC_MODE_GENERIC) {
     if (tid == 0)
       init_team(env, launch);
@@ -118,10 +120,9 @@ RTL_EXPORT int32_t __kmpc_target_init(KernelEnvironmentTy *env,
 
 RTL_EXPORT void __kmpc_target_deinit(void) {
   if (rtl_is_spmd()) {
-    /* Every thread must be done with the team state before it goes. */
-    plat_sync_block();
-    if (plat_thread_id() == 0)
-      rtl_state_fini();
+    /* No barrier: each thread just leaves, unless threads made data
+     * environments, whose per-thread list heads the last one out frees. */
+    rtl_state_leave_spmd();
     return;
   }
   /* Generic: workers (also in a custom state machine) never get here while

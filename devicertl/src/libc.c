@@ -71,19 +71,29 @@ static BlockHeader *block_at(Arena a, uint32_t slot) {
   return (BlockHeader *)(a.base + (uint64_t)slot * HEAP_HEADER);
 }
 
+/* Ordering (device scope, RTL_DEVICE_ORDER): a push publishes the block's
+ * `next` and everything its last owner wrote to it with a fence before its
+ * compare-exchange; a pop fences after reading the head, before it reads
+ * `next` or hands the block out. */
 static BlockHeader *pop_free(Arena a, uint32_t cls) {
   uint64_t *head = &heap_free_lists[cls];
-  uint64_t old = __scoped_atomic_load_n(head, __ATOMIC_ACQUIRE, __MEMORY_SCOPE_DEVICE);
+  uint64_t old = __scoped_atomic_load_n(head, RTL_DEVICE_ORDER(__ATOMIC_ACQUIRE),
+                                        __MEMORY_SCOPE_DEVICE);
   for (;;) {
     uint32_t slot = (uint32_t)old;
     if (!slot)
       return NULL;
+    plat_fence_device(); /* acquire: the push that published `slot` */
     BlockHeader *block = block_at(a, slot);
     /* A stale `next` (the block was taken meanwhile) fails the tagged CAS. */
     uint32_t next = __scoped_atomic_load_n(&block->next, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
     uint64_t fresh = ((old >> 32) + 1) << 32 | next;
-    if (__scoped_atomic_compare_exchange_n(head, &old, fresh, true, __ATOMIC_ACQUIRE,
-                                           __ATOMIC_ACQUIRE, __MEMORY_SCOPE_DEVICE))
+    /* On success the CAS read the very value acquired above (the tag makes
+     * each head value unique); on failure `old` is acquired next round. */
+    if (__scoped_atomic_compare_exchange_n(head, &old, fresh, true,
+                                           RTL_DEVICE_ORDER(__ATOMIC_ACQUIRE),
+                                           RTL_DEVICE_ORDER(__ATOMIC_ACQUIRE),
+                                           __MEMORY_SCOPE_DEVICE))
       return block;
   }
 }
@@ -94,9 +104,11 @@ static void push_free(Arena a, BlockHeader *block) {
   uint64_t old = __scoped_atomic_load_n(head, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
   for (;;) {
     __scoped_atomic_store_n(&block->next, (uint32_t)old, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
+    plat_fence_device(); /* release: the block and its `next` */
     uint64_t fresh = ((old >> 32) + 1) << 32 | slot;
-    if (__scoped_atomic_compare_exchange_n(head, &old, fresh, true, __ATOMIC_RELEASE,
-                                           __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE))
+    if (__scoped_atomic_compare_exchange_n(head, &old, fresh, true,
+                                           RTL_DEVICE_ORDER(__ATOMIC_RELEASE), __ATOMIC_RELAXED,
+                                           __MEMORY_SCOPE_DEVICE))
       return;
   }
 }

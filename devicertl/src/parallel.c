@@ -5,14 +5,22 @@
  * level. Nested regions, regions inside explicit tasks, if(0) regions and
  * one-thread regions run serialised on the encountering thread inside a
  * data environment of its own (state.c), which is what omp_get_level() and
- * friends then read. The active region's facts live in team-shared memory:
+ * friends then read. Whether a thread is in the active region is its own
+ * byte in team-shared memory (`in_region`, indexed by hardware thread id,
+ * read and written only by that thread); the region's size is one
+ * team-shared word:
  *
- *   SPMD     every thread calls __kmpc_parallel_60; threads below the team
- *            size run the outlined function directly, the rest wait at the
- *            region's closing barrier.
- *   generic  the main thread publishes the wrapper and the arguments and
- *            releases the workers (kernel.c's state machine or OpenMPOpt's
- *            custom one); workers 0..n-1 run the wrapper, so thread 0 of the
+ *   SPMD     every thread calls __kmpc_parallel_60 and stores the region's
+ *            size (the same value in every thread, so no thread needs to
+ *            wait for another to publish it); threads below the size mark
+ *            themselves in the region and run the outlined function
+ *            directly; every thread then meets at the region's one closing
+ *            barrier, which also keeps the next region's store of its size
+ *            from racing a thread still reading this one's.
+ *   generic  the main thread publishes the wrapper, the arguments and the
+ *            size and releases the workers (kernel.c's state machine or
+ *            OpenMPOpt's custom one); workers 0..n-1 mark themselves in
+ *            __kmpc_kernel_parallel and run the wrapper, so thread 0 of the
  *            region is worker 0, not the main thread. */
 #include "parallel.h"
 #include "state.h"
@@ -20,33 +28,38 @@
 enum { SHARED_ARG_SLOTS = 32 };
 
 typedef struct ParallelTeam {
-  uint32_t level;        /* 1 while a region is active, else 0 */
-  uint32_t active_level; /* 1 while that region has more than one thread */
-  uint32_t team_size;    /* its threads (1 when none) */
+  uint32_t team_size;    /* threads of the latest active region */
   void *region_fn;       /* generic: the wrapper workers run; NULL: none */
   void **args;           /* generic: the published arguments */
   void *arg_slots[SHARED_ARG_SLOTS];
 } ParallelTeam;
 
 static RTL_SHARED ParallelTeam parallel_team;
+/* Per hardware thread: 1 while the thread runs the implicit task of the
+ * team's active region (level 1), else 0. Only its own thread touches it. */
+static RTL_SHARED uint8_t in_region[RTL_MAX_THREADS];
 
 static ParallelTeam *team(void) { return RTL_TEAM_PTR(ParallelTeam, parallel_team); }
 
 void rtl_parallel_init(void) {
   ParallelTeam *t = team();
-  t->level = 0;
-  t->active_level = 0;
-  t->team_size = 1;
+  rtl_store32(&t->team_size, 1);
   t->region_fn = NULL;
   t->args = NULL;
 }
+
+void rtl_parallel_init_thread(void) { in_region[plat_thread_id()] = 0; }
+
+static bool thread_in_region(void) { return in_region[plat_thread_id()]; }
+static void enter_region(void) { in_region[plat_thread_id()] = 1; }
+static void leave_region(void) { in_region[plat_thread_id()] = 0; }
 
 void rtl_parallel_end_kernel(void) { __atomic_store_n(&team()->region_fn, NULL, __ATOMIC_RELAXED); }
 
 /* --- what a thread sees ---------------------------------------------------- */
 
-uint32_t rtl_team_level(void) { return rtl_load32(&team()->level); }
-uint32_t rtl_team_active_level(void) { return rtl_load32(&team()->active_level); }
+uint32_t rtl_team_level(void) { return thread_in_region(); }
+uint32_t rtl_team_active_level(void) { return thread_in_region() && rtl_team_size() > 1; }
 uint32_t rtl_team_size(void) { return rtl_load32(&team()->team_size); }
 
 uint32_t rtl_level(void) {
@@ -65,14 +78,14 @@ uint32_t rtl_thread_num(void) {
     return env->thread_num;
   /* Threads of the active region are numbered by hardware id (SPMD threads
    * and generic workers alike); the sequential part is thread 0. */
-  return rtl_team_level() ? plat_thread_id() : 0;
+  return thread_in_region() ? plat_thread_id() : 0;
 }
 
 uint32_t rtl_num_threads(void) {
   RtlDataEnv *env = rtl_env_top();
   if (env)
     return env->num_threads;
-  return rtl_team_level() ? rtl_team_size() : 1;
+  return thread_in_region() ? rtl_team_size() : 1;
 }
 
 uint32_t rtl_team_num(void) { return plat_block_id(); }
@@ -132,43 +145,27 @@ static void run_serialised(void *fn, void **args, int64_t nargs) {
 
 /* Threads for an active region: the clause, else nthreads-var, at most the
  * team's. Any count works (barriers of odd sizes use the counter barrier). */
-static uint32_t region_threads(int32_t clause) {
+static uint32_t region_threads(int32_t clause, uint32_t nthreads_var) {
   uint32_t most = rtl_max_team_threads();
-  uint32_t wanted = clause > 0 ? (uint32_t)clause : rtl_icvs().nthreads;
+  uint32_t wanted = clause > 0 ? (uint32_t)clause : nthreads_var;
   return wanted && wanted < most ? wanted : most;
 }
 
-static bool must_serialise(int32_t if_expr) {
-  return !if_expr || rtl_env_top() || rtl_team_level() > 0 || rtl_icvs().max_active_levels == 0;
-}
-
-static void set_region(uint32_t threads) {
-  ParallelTeam *t = team();
-  rtl_store32(&t->team_size, threads);
-  rtl_store32(&t->active_level, threads > 1);
-  rtl_store32(&t->level, 1);
-}
-
-static void clear_region(void) {
-  ParallelTeam *t = team();
-  rtl_store32(&t->level, 0);
-  rtl_store32(&t->active_level, 0);
-  rtl_store32(&t->team_size, 1);
-}
-
-/* SPMD: every thread is here. Each writes the same region facts; the first
- * barrier keeps them from changing under a thread still deciding whether to
- * serialise, the second closes the region. */
-static void run_spmd(void *fn, void **args, int64_t nargs, int32_t num_threads) {
-  uint32_t threads = region_threads(num_threads);
-  plat_sync_block();
-  set_region(threads);
+/* SPMD: every thread is here, and every thread stores the same size before
+ * it reads it, so nothing has to be published before the region starts. The
+ * closing barrier ends the region (OpenMP's implicit barrier); a thread that
+ * leaves it may store the next region's size at once: every thread that read
+ * this one's has reached the barrier. Threads from the size on only wait at
+ * the barrier; their in_region stays 0. */
+static void run_spmd(void *fn, void **args, int64_t nargs, uint32_t threads) {
+  rtl_store32(&team()->team_size, threads);
   if (plat_thread_id() < threads) {
+    enter_region();
     run_outlined(fn, args, nargs);
     rtl_env_reset_thread();
+    leave_region();
   }
   plat_sync_block();
-  clear_region();
 }
 
 /* Generic: only the main thread is here. Arguments go to team-shared memory
@@ -198,10 +195,9 @@ static void run_generic(void *wrapper, void **args, int64_t nargs, uint32_t thre
   ParallelTeam *t = team();
   void **slots = publish_args(args, nargs);
   t->region_fn = wrapper;
-  set_region(threads);
+  rtl_store32(&t->team_size, threads);
   plat_sync_block(); /* workers start */
   plat_sync_block(); /* workers are done */
-  clear_region();
   t->region_fn = NULL;
   withdraw_args(slots);
 }
@@ -210,15 +206,23 @@ RTL_EXPORT void __kmpc_parallel_60(IdentTy *ident, int32_t gtid, int32_t if_expr
                                    int32_t num_threads, int32_t proc_bind, void *fn,
                                    void *wrapper_fn, void **args, int64_t nargs,
                                    int32_t strict) {
-  if (must_serialise(if_expr)) {
+  /* Inside the active region, a serialised one or a task, or if(0): run
+   * serialised. Otherwise the thread has no data environment of its own and
+   * the team's ICVs are its. */
+  if (!if_expr || thread_in_region() || rtl_env_top()) {
     run_serialised(fn, args, nargs);
     return;
   }
-  if (rtl_is_spmd()) {
-    run_spmd(fn, args, nargs, num_threads);
+  RtlIcvs icv = rtl_team_icvs();
+  if (icv.max_active_levels == 0) {
+    run_serialised(fn, args, nargs);
     return;
   }
-  uint32_t threads = region_threads(num_threads);
+  uint32_t threads = region_threads(num_threads, icv.nthreads);
+  if (rtl_is_spmd()) {
+    run_spmd(fn, args, nargs, threads);
+    return;
+  }
   if (threads <= 1 || !wrapper_fn) {
     run_serialised(fn, args, nargs);
     return;
@@ -231,10 +235,17 @@ RTL_EXPORT void __kmpc_parallel_60(IdentTy *ident, int32_t gtid, int32_t if_expr
 RTL_EXPORT bool __kmpc_kernel_parallel(void **work_fn) {
   void *fn = __atomic_load_n(&team()->region_fn, __ATOMIC_RELAXED);
   *work_fn = fn;
-  return fn && plat_thread_id() < rtl_team_size();
+  bool active = fn && plat_thread_id() < rtl_team_size();
+  if (active)
+    enter_region();
+  return active;
 }
 
-RTL_EXPORT void __kmpc_kernel_end_parallel(void) { rtl_env_reset_thread(); }
+/* Called by the workers that were active (both state machines). */
+RTL_EXPORT void __kmpc_kernel_end_parallel(void) {
+  rtl_env_reset_thread();
+  leave_region();
+}
 
 RTL_EXPORT void __kmpc_get_shared_variables(void ***args) { *args = team()->args; }
 

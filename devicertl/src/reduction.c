@@ -139,41 +139,57 @@ RTL_EXPORT void *__kmpc_reduction_get_fixed_buffer(void) { return reduction_env(
  *     many teams has arrived, so a slot is reused only after its previous
  *     writer has finished.
  *   ReductionCnt: arrivals so far; arrival number nteams - 1 is the last
- *     team, which has then seen every deposit (acq_rel at device scope). */
+ *     team, which has then seen every deposit.
+ * Ordering is device scope: relaxed atomics between plat_fence_device()s
+ * (see RTL_DEVICE_ORDER in rtl.h): a release fence before each arrival,
+ * an acquire fence after reading a counter another team advanced. */
 static bool deposit(KernelLaunchEnvironmentTy *env, void *buf, uint32_t records, void *data,
                     ListGlobalFnTy lgcpy, ListGlobalFnTy lgred) {
   uint32_t team = rtl_team_num(), nteams = rtl_num_teams();
-  while ((uint64_t)team >= (uint64_t)__scoped_atomic_load_n(&env->ReductionIterCnt, __ATOMIC_ACQUIRE,
-                                                            __MEMORY_SCOPE_DEVICE) + records)
+  while ((uint64_t)team >=
+         (uint64_t)__scoped_atomic_load_n(&env->ReductionIterCnt,
+                                          RTL_DEVICE_ORDER(__ATOMIC_ACQUIRE),
+                                          __MEMORY_SCOPE_DEVICE) +
+             records)
     plat_yield();
-  plat_fence_device();
+  plat_fence_device(); /* acquire: the slot's previous writer */
   uint32_t slot = team % records;
   if (team < records)
     lgcpy(buf, (int)slot, data); /* first use of the slot in this launch */
   else
     lgred(buf, (int)slot, data);
-  plat_fence_device();
-  uint32_t arrival =
-      __scoped_atomic_fetch_add(&env->ReductionCnt, 1u, __ATOMIC_ACQ_REL, __MEMORY_SCOPE_DEVICE);
+  plat_fence_device(); /* release: the deposit before the arrival */
+  uint32_t arrival = __scoped_atomic_fetch_add(&env->ReductionCnt, 1u,
+                                               RTL_DEVICE_ORDER(__ATOMIC_ACQ_REL),
+                                               __MEMORY_SCOPE_DEVICE);
   if (arrival == nteams - 1)
     return true;
-  if (arrival % records == records - 1) /* a window is complete: open the next */
-    __scoped_atomic_store_n(&env->ReductionIterCnt, arrival + 1, __ATOMIC_RELEASE,
-                            __MEMORY_SCOPE_DEVICE);
+  if (arrival % records == records - 1) {
+    /* A window is complete: open the next. The fence passes on what this
+     * arrival acquired (the window's deposits) to the teams it admits. */
+    plat_fence_device();
+    __scoped_atomic_store_n(&env->ReductionIterCnt, arrival + 1,
+                            RTL_DEVICE_ORDER(__ATOMIC_RELEASE), __MEMORY_SCOPE_DEVICE);
+  }
   return false;
 }
 
 /* Every lane that reads the buffer acquires the deposits for itself. */
 static void acquire_deposits(KernelLaunchEnvironmentTy *env) {
-  (void)__scoped_atomic_load_n(&env->ReductionCnt, __ATOMIC_ACQUIRE, __MEMORY_SCOPE_DEVICE);
+  (void)__scoped_atomic_load_n(&env->ReductionCnt, RTL_DEVICE_ORDER(__ATOMIC_ACQUIRE),
+                               __MEMORY_SCOPE_DEVICE);
   plat_fence_device();
 }
 
 /* The last team leaves the counters as the host set them, for hosts that
- * reuse a launch environment; every other team has arrived by now. */
+ * reuse a launch environment; every other team has arrived by now. Atomic
+ * exchanges rather than stores: NVPTX emits read-modify-writes at device
+ * scope and stores at system scope. */
 static void reset_counters(KernelLaunchEnvironmentTy *env) {
-  __scoped_atomic_store_n(&env->ReductionCnt, 0u, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
-  __scoped_atomic_store_n(&env->ReductionIterCnt, 0u, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
+  (void)__scoped_atomic_exchange_n(&env->ReductionCnt, 0u, __ATOMIC_RELAXED,
+                                   __MEMORY_SCOPE_DEVICE);
+  (void)__scoped_atomic_exchange_n(&env->ReductionIterCnt, 0u, __ATOMIC_RELAXED,
+                                   __MEMORY_SCOPE_DEVICE);
 }
 
 /* Generic mode: only the main thread takes part; it combines alone. */

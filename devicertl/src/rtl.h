@@ -21,6 +21,31 @@
 #include "abi.h"
 #include "platform.h"
 
+/* --- memory orders on GPUs ---------------------------------------------- */
+/* clang-22 drops the memory scope of __scoped_atomic_* for NVPTX, and its
+ * NVPTX back end treats orders unevenly: an acquire load or release store
+ * becomes a system-scope one (ld.acquire.sys invalidates the L1 cache,
+ * st.release.sys waits for system-wide visibility), a compare-exchange
+ * gets `fence.sc.sys` and `.acquire.sys`, and every other read-modify-write
+ * (add, sub, exchange, ...) becomes a plain device-scope `atom` with no
+ * ordering at all, whatever order was asked for. So on GPUs every atomic
+ * that orders memory is relaxed, and the ordering comes from explicit fences
+ * of the right scope on both sides:
+ *
+ *   RTL_BLOCK_ORDER   threads of one block, with plat_fence_block()
+ *   RTL_DEVICE_ORDER  threads of any team (teams reduction, device heap,
+ *                     locks), with plat_fence_device() (membar.gl)
+ *
+ * The host emulation keeps the ordered atomic: ThreadSanitizer ignores
+ * fences, and its fences are stronger anyway. */
+#if RTL_DEVICE_TARGET
+#define RTL_BLOCK_ORDER(order) __ATOMIC_RELAXED
+#define RTL_DEVICE_ORDER(order) __ATOMIC_RELAXED
+#else
+#define RTL_BLOCK_ORDER(order) (order)
+#define RTL_DEVICE_ORDER(order) (order)
+#endif
+
 /* --- kernel.c: facts of the running kernel ----------------------------- */
 /* True when every thread runs the region (SPMD, generic-SPMD, bare). */
 bool rtl_is_spmd(void);

@@ -21,6 +21,7 @@ typedef struct StateTeam {
   RtlIcvs icv;
   RtlDataEnv **envs; /* per hardware thread id: innermost environment */
   uint32_t stack_top; /* bytes of main_stack in use */
+  uint32_t departed;  /* SPMD: threads that left once envs existed */
 } StateTeam;
 
 /* Marks the list-head array while one thread allocates it. */
@@ -40,15 +41,42 @@ void rtl_state_init(void) {
   t->icv.max_active_levels = 1;
   t->envs = NULL;
   t->stack_top = 0;
+  t->departed = 0;
 }
 
 void rtl_state_fini(void) {
   StateTeam *t = team();
-  RtlDataEnv **envs = __atomic_load_n(&t->envs, __ATOMIC_ACQUIRE);
+  /* Ordered after every use by a barrier (generic) or the count (SPMD). */
+  RtlDataEnv **envs = __atomic_load_n(&t->envs, RTL_BLOCK_ORDER(__ATOMIC_ACQUIRE));
   if (envs && envs != HEADS_BEING_MADE) {
     t->envs = NULL;
     rtl_heap_free(envs);
   }
+}
+
+/* SPMD threads leave without a barrier. While no thread has made the list
+ * heads (the common case: no serialised region, task or ICV change inside
+ * a region) there is nothing to free and a thread just goes. Once they
+ * exist, every thread that sees them counts itself out and the last one
+ * frees them. Every thread does see them when they were made inside a
+ * parallel region (its closing barrier orders that before the rest of the
+ * kernel) or in sequential code that every thread runs (each thread then
+ * used them itself). Only heads first made in sequential code that some
+ * threads skip, after the last region (nothing clang or OpenMPOpt emit for
+ * SPMD kernels), would let threads leave uncounted: the heads then leak
+ * (block size x 8 bytes of device heap), nothing worse. */
+void rtl_state_leave_spmd(void) {
+  StateTeam *t = team();
+  if (!__atomic_load_n(&t->envs, __ATOMIC_RELAXED))
+    return;
+  plat_fence_block(); /* this thread's use of its list before the count */
+  uint32_t before = __scoped_atomic_fetch_add(&t->departed, 1u,
+                                              RTL_BLOCK_ORDER(__ATOMIC_ACQ_REL),
+                                              __MEMORY_SCOPE_WRKGRP);
+  if (before + 1 != plat_block_size())
+    return;
+  plat_fence_block(); /* every other thread's use before the free */
+  rtl_state_fini();
 }
 
 /* --- data environments ------------------------------------------------- */
@@ -107,7 +135,7 @@ RtlDataEnv *rtl_env_top(void) {
   return heads ? heads[plat_thread_id()] : NULL;
 }
 
-static RtlIcvs team_icvs(void) {
+RtlIcvs rtl_team_icvs(void) {
   RtlIcvs *icv = &team()->icv;
   RtlIcvs copy = {
       .nthreads = rtl_load32(&icv->nthreads),
@@ -123,7 +151,7 @@ void rtl_env_push(RtlDataEnv *env, uint32_t kind) {
   if (current) {
     *env = *current;
   } else {
-    env->icv = team_icvs();
+    env->icv = rtl_team_icvs();
     env->level = rtl_level();
     env->active_level = rtl_active_level();
     env->thread_num = rtl_thread_num();
@@ -160,7 +188,7 @@ void rtl_env_reset_thread(void) {
 
 RtlIcvs rtl_icvs(void) {
   RtlDataEnv *env = rtl_env_top();
-  return env ? env->icv : team_icvs();
+  return env ? env->icv : rtl_team_icvs();
 }
 
 /* Where an ICV change goes: the thread's own environment, or NULL for the

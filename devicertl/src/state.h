@@ -15,19 +15,6 @@
 static inline uint32_t rtl_load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 static inline void rtl_store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 
-/* Memory order of an atomic that synchronises threads of one block and is
- * paired with plat_fence_block() on both sides. clang-22 drops the memory
- * scope of __scoped_atomic_* for NVPTX: every acquire or release becomes a
- * system-scope one (ld.acquire.sys invalidates the L1 cache, st.release.sys
- * waits for system-wide visibility). On GPUs such atomics are therefore
- * relaxed and the ordering comes from the block-scope fences; the host
- * emulation keeps the ordered atomic (ThreadSanitizer ignores fences). */
-#if RTL_DEVICE_TARGET
-#define RTL_BLOCK_ORDER(order) __ATOMIC_RELAXED
-#else
-#define RTL_BLOCK_ORDER(order) (order)
-#endif
-
 /* The lanes that act together with the caller where lanes must not wait on
  * one another: with lockstep warps the lanes executing with it (their
  * lowest lane acts for all), otherwise the caller alone (the active mask is
@@ -84,8 +71,14 @@ typedef struct RtlDataEnv {
 void rtl_state_init(void);
 void rtl_parallel_init(void);
 void rtl_sync_init(void);
-/* At __kmpc_target_deinit, once no other thread uses the team's state. */
+/* Every thread of the block, in __kmpc_target_init, before it reads team
+ * state: the calling thread's own part of it. */
+void rtl_parallel_init_thread(void);
+/* Generic __kmpc_target_deinit, once no other thread uses the team's state. */
 void rtl_state_fini(void);
+/* SPMD __kmpc_target_deinit, every thread: leave without waiting for the
+ * others; the last to leave frees what the team allocated, if anything. */
+void rtl_state_leave_spmd(void);
 
 /* --- state.c: data environments ---------------------------------------- */
 RtlDataEnv *rtl_env_top(void);
@@ -99,6 +92,9 @@ void rtl_env_reset_thread(void);
 
 /* --- state.c: ICVs of the calling thread's data environment ------------ */
 RtlIcvs rtl_icvs(void);
+/* The team's ICVs (what a thread without a data environment of its own
+ * sees). */
+RtlIcvs rtl_team_icvs(void);
 void rtl_set_nthreads(uint32_t n);
 void rtl_set_schedule(uint32_t kind, int32_t chunk);
 void rtl_set_max_active_levels(uint32_t levels);

@@ -100,11 +100,18 @@ RTL_EXPORT RTL_CONVERGENT void __kmpc_syncwarp(uint64_t mask) { plat_sync_warp(m
 
 /* --- spin locks ------------------------------------------------------------------ */
 
-/* The word counts the lanes holding the lock (all of one warp). */
+/* The word counts the lanes holding the lock (all of one warp). Ordering is
+ * device scope (RTL_DEVICE_ORDER): a fence after taking the lock, one before
+ * letting it go. (NVPTX would emit the release decrement with no ordering at
+ * all, and an acquire compare-exchange at system scope.) */
 static bool try_take(uint32_t *word, uint32_t holders) {
   uint32_t expected = 0;
-  return __scoped_atomic_compare_exchange_n(word, &expected, holders, false, __ATOMIC_ACQUIRE,
-                                            __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
+  if (!__scoped_atomic_compare_exchange_n(word, &expected, holders, false,
+                                          RTL_DEVICE_ORDER(__ATOMIC_ACQUIRE), __ATOMIC_RELAXED,
+                                          __MEMORY_SCOPE_DEVICE))
+    return false;
+  plat_fence_device();
+  return true;
 }
 
 void rtl_lock_acquire(uint32_t *word) {
@@ -122,7 +129,8 @@ void rtl_lock_acquire(uint32_t *word) {
 int rtl_lock_try(uint32_t *word) { return try_take(word, 1); }
 
 void rtl_lock_release(uint32_t *word) {
-  __scoped_atomic_fetch_sub(word, 1u, __ATOMIC_RELEASE, __MEMORY_SCOPE_DEVICE);
+  plat_fence_device();
+  __scoped_atomic_fetch_sub(word, 1u, RTL_DEVICE_ORDER(__ATOMIC_RELEASE), __MEMORY_SCOPE_DEVICE);
 }
 
 /* --- critical -------------------------------------------------------------------- */
@@ -201,9 +209,11 @@ RTL_EXPORT void omp_destroy_nest_lock(omp_nest_lock_t *lock) { omp_init_nest_loc
 
 static bool take_nest(NestLock *l, uint32_t me) {
   uint32_t expected = 0;
-  if (!__scoped_atomic_compare_exchange_n(&l->owner, &expected, me, false, __ATOMIC_ACQUIRE,
-                                          __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE))
+  if (!__scoped_atomic_compare_exchange_n(&l->owner, &expected, me, false,
+                                          RTL_DEVICE_ORDER(__ATOMIC_ACQUIRE), __ATOMIC_RELAXED,
+                                          __MEMORY_SCOPE_DEVICE))
     return false;
+  plat_fence_device();
   l->count = 1;
   return true;
 }
@@ -223,8 +233,12 @@ RTL_EXPORT void omp_set_nest_lock(omp_nest_lock_t *lock) {
 
 RTL_EXPORT void omp_unset_nest_lock(omp_nest_lock_t *lock) {
   NestLock *l = (NestLock *)lock;
-  if (--l->count == 0)
-    __scoped_atomic_store_n(&l->owner, 0u, __ATOMIC_RELEASE, __MEMORY_SCOPE_DEVICE);
+  if (--l->count == 0) {
+    plat_fence_device();
+    /* An exchange, not a store: NVPTX emits it at device scope. */
+    (void)__scoped_atomic_exchange_n(&l->owner, 0u, RTL_DEVICE_ORDER(__ATOMIC_RELEASE),
+                                     __MEMORY_SCOPE_DEVICE);
+  }
 }
 
 RTL_EXPORT int omp_test_nest_lock(omp_nest_lock_t *lock) {

@@ -166,6 +166,141 @@ static void time_outlined(int32_t *gtid, int32_t *btid) {
     __atomic_fetch_add(&time_bad, 1, __ATOMIC_RELAXED);
 }
 
+
+/* --- regions in a row: one closing barrier per region ---------------------------- */
+/* A distribute loop's chunks as clang emits them in SPMD kernels: one
+ * __kmpc_parallel_60 per chunk, each with its own num_threads, back to back
+ * (no barrier of the runtime's before a region), with queries between the
+ * regions right after each returns, nested serialised regions inside, and
+ * ICV changes inside a region (a data environment of the thread's own, so
+ * the per-thread list heads exist and __kmpc_target_deinit frees them). */
+#define ROW_REGIONS 12
+static const int32_t row_nt[ROW_REGIONS] = {-1, 5, 1, 40, -1, 33, 2, -1, 64, 7, 1, -1};
+static int32_t row_serial_if0; /* region 3 and 9 run with if(0) */
+static int32_t row_icv_change; /* threads change nthreads-var inside the regions */
+static int32_t row_bad, row_ran[ROW_REGIONS], row_nested_bad, row_after_bad;
+
+static void row_nested(int32_t *gtid, int32_t *btid, void *outer_tid, void *level_p) {
+  (void)gtid;
+  (void)btid;
+  /* Serialised inside the active region: one level down, one thread. */
+  int32_t t = (int32_t)(intptr_t)outer_tid, level = (int32_t)(intptr_t)level_p;
+  int32_t active = omp_get_team_size(1) > 1; /* num_threads(1) regions are inactive */
+  if (omp_get_level() != level || omp_get_active_level() != active ||
+      omp_get_thread_num() != 0 || omp_get_num_threads() != 1 ||
+      omp_get_ancestor_thread_num(1) != t || omp_get_ancestor_thread_num(2) != 0 ||
+      omp_in_parallel() != active)
+    __atomic_fetch_add(&row_nested_bad, 1, __ATOMIC_RELAXED);
+}
+
+static void row_nested2(int32_t *gtid, int32_t *btid, void *outer_tid, void *size) {
+  (void)btid;
+  int32_t t = (int32_t)(intptr_t)outer_tid, n = (int32_t)(intptr_t)size;
+  if (omp_get_level() != 2 || omp_get_team_size(1) != n || omp_get_team_size(2) != 1 ||
+      omp_get_ancestor_thread_num(1) != t)
+    __atomic_fetch_add(&row_nested_bad, 1, __ATOMIC_RELAXED);
+  /* And one more level. */
+  void *args[2] = {outer_tid, (void *)(intptr_t)3};
+  __kmpc_parallel_60(&loc, *gtid, 1, 4, -1, (void *)row_nested, NULL, args, 2, 0);
+  if (omp_get_level() != 2)
+    __atomic_fetch_add(&row_nested_bad, 1, __ATOMIC_RELAXED);
+}
+
+static void row_outlined(int32_t *gtid, int32_t *btid, void *region_p, void *want_p) {
+  (void)btid;
+  int32_t region = (int32_t)(intptr_t)region_p, want = (int32_t)(intptr_t)want_p;
+  int32_t t = omp_get_thread_num(), n = omp_get_num_threads();
+  int32_t hw = __kmpc_get_hardware_thread_id_in_block();
+  __atomic_fetch_add(&row_ran[region], 1, __ATOMIC_RELAXED);
+  if (row_serial_if0 && (region == 3 || region == 9)) {
+    /* if(0): every thread runs the region alone, one level down. */
+    if (t != 0 || n != 1 || omp_get_level() != 1 || omp_get_active_level() != 0 ||
+        omp_in_parallel())
+      __atomic_fetch_add(&row_bad, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  if (t != hw || n != want || omp_get_level() != 1 || omp_get_active_level() != (n > 1) ||
+      omp_in_parallel() != (n > 1) || omp_get_team_size(1) != n)
+    __atomic_fetch_add(&row_bad, 1, __ATOMIC_RELAXED);
+  if (row_icv_change && (t % 3) == 0)
+    omp_set_num_threads(t + 1); /* the thread's own copy, dropped at the region's end */
+  void *args1[2] = {(void *)(intptr_t)t, (void *)(intptr_t)2};
+  __kmpc_parallel_60(&loc, *gtid, 1, -1, -1, (void *)row_nested, NULL, args1, 2, 0);
+  void *args2[2] = {(void *)(intptr_t)t, (void *)(intptr_t)n};
+  __kmpc_parallel_60(&loc, *gtid, 1, 3, -1, (void *)row_nested2, NULL, args2, 2, 0);
+  /* Back at level 1 with the team's view. */
+  if (omp_get_level() != 1 || omp_get_thread_num() != t || omp_get_num_threads() != n)
+    __atomic_fetch_add(&row_bad, 1, __ATOMIC_RELAXED);
+  if (row_icv_change && (t % 3) == 0 && omp_get_max_threads() != t + 1)
+    __atomic_fetch_add(&row_bad, 1, __ATOMIC_RELAXED);
+}
+
+static void k_row(KernelLaunchEnvironmentTy *dyn_ptr) {
+  if (__kmpc_target_init(&env_spmd, dyn_ptr) != -1)
+    return;
+  int32_t gtid = __kmpc_global_thread_num(&loc);
+  int32_t block = __kmpc_get_hardware_num_threads_in_block();
+  for (int32_t r = 0; r < ROW_REGIONS; r++) {
+    int32_t nt = row_nt[r];
+    int32_t want = nt < 0 || nt > block ? block : nt;
+    void *args[2] = {(void *)(intptr_t)r, (void *)(intptr_t)want};
+    int32_t if_expr = !(row_serial_if0 && (r == 3 || r == 9));
+    __kmpc_parallel_60(&loc, gtid, if_expr, nt, -1, (void *)row_outlined, NULL, args, 2, 0);
+    /* Right after the region: sequential again, whatever the others do. */
+    if (omp_get_level() != 0 || omp_in_parallel() || omp_get_active_level() != 0 ||
+        omp_get_num_threads() != 1 || omp_get_thread_num() != 0 ||
+        omp_get_max_threads() != block)
+      __atomic_fetch_add(&row_after_bad, 1, __ATOMIC_RELAXED);
+  }
+  __kmpc_target_deinit();
+}
+static void e_row(void *dyn, void **args) {
+  (void)args;
+  k_row(dyn);
+}
+
+void *rtl_heap_alloc(uint64_t bytes);
+void rtl_heap_free(void *ptr);
+
+static void test_row(uint32_t teams, uint32_t threads, uint32_t w, int if0, int icv) {
+  row_bad = row_nested_bad = row_after_bad = 0;
+  memset(row_ran, 0, sizeof row_ran);
+  row_serial_if0 = if0;
+  row_icv_change = icv;
+  tf_begin("SPMD regions in a row (num_threads -1,5,1,40,..., nested serialised%s%s): %u teams "
+           "x %u threads, warp %u",
+           if0 ? ", if(0)" : "", icv ? ", ICV changes" : "", teams, threads, w);
+  /* The per-thread list heads a launch makes come back to the heap: the
+   * same block serves the next launch and then this allocation (teams run
+   * one after another here). Only where no other runtime allocation (the
+   * ICV copies: 64-byte blocks) shares the heads' size class. */
+  void *before = NULL, *after = NULL;
+  for (int rep = 0; rep < 3; rep++) {
+    launch_spmd(teams, threads, w, 0, e_row, NULL);
+    void *p = rtl_heap_alloc((uint64_t)threads * sizeof(void *));
+    rtl_heap_free(p);
+    if (rep == 1)
+      before = p;
+    if (rep == 2)
+      after = p;
+  }
+  if ((if0 || icv) && threads * sizeof(void *) + 16 > 64)
+    CHECK_MSG(before == after, "the per-thread list heads were not freed (%p then %p)", before,
+              after);
+  for (int r = 0; r < ROW_REGIONS; r++) {
+    int32_t nt = row_nt[r];
+    int32_t want = nt < 0 || nt > (int32_t)threads ? (int32_t)threads : nt;
+    if (if0 && (r == 3 || r == 9))
+      want = (int32_t)threads;
+    CHECK_MSG(row_ran[r] == (int32_t)(3 * teams) * want, "region %d ran %d times, want %d", r,
+              row_ran[r], 3 * (int32_t)teams * want);
+  }
+  CHECK_EQ(row_bad, 0);
+  CHECK_EQ(row_nested_bad, 0);
+  CHECK_EQ(row_after_bad, 0);
+  tf_end();
+}
+
 /* --- the kernel ------------------------------------------------------------------------- */
 enum { S_VIEW, S_SYNC, S_LOCK, S_TIME };
 static void k_spmd(KernelLaunchEnvironmentTy *dyn_ptr) {
@@ -305,5 +440,11 @@ int main(int argc, char **argv) {
   test_lock(1);
   test_lock(70);
   test_time();
+  static const uint32_t row_shapes[][3] = {{1, 64, 32}, {2, 100, 32}, {2, 96, 64}, {1, 1, 32},
+                                           {1, 256, 32}, {2, 3, 32}};
+  for (unsigned s = 0; s < sizeof row_shapes / sizeof *row_shapes; s++)
+    for (int mode = 0; mode < 3; mode++)
+      if (!quick || s < 3)
+        test_row(row_shapes[s][0], row_shapes[s][1], row_shapes[s][2], mode == 1, mode == 2);
   return tf_summary();
 }
