@@ -52,17 +52,27 @@ OUT="${CARGO_TARGET_DIR:-target}/release"
 RTL="${CARGO_TARGET_DIR:-target}/devicertl"
 RTL_TRIPLES=(nvptx64-nvidia-cuda amdgcn-amd-amdhsa)
 
+# One line per phase (with how long it took); cargo shows its own progress
+# (a bar on a terminal, a line per crate otherwise). A first release build
+# takes minutes: one optimisation unit across crates (fat LTO).
+phase_start=$(date +%s)
+phase() {
+  local now; now=$(date +%s)
+  echo "install: [$1] $2 ($((now - phase_start)) s so far)" >&2
+}
 if [ "$BUILD" = 1 ]; then
-  echo "install: building (release)" >&2
-  cargo build --release --quiet -p offload-cli
+  phase 1/5 "building the offload command (release, fat LTO: a first build takes several minutes)"
+  cargo build --release -p offload-cli
   # The libraries in their own invocation so that --host-only's features
   # are not unified with the command's.
+  phase 2/5 "building libomptarget.so and libLLVMOffload.so (release)"
   if [ "$HOST_ONLY" = 1 ]; then
-    cargo build --release --quiet -p omptarget -p liboffload --no-default-features
+    cargo build --release -p omptarget -p liboffload --no-default-features
   else
-    cargo build --release --quiet -p omptarget -p liboffload
+    cargo build --release -p omptarget -p liboffload
   fi
   # The OpenMP device runtime (needs clang-22 and llvm-ar-22: scripts/setup.sh).
+  phase 3/5 "building the OpenMP device runtime (devicertl/build.sh)"
   devicertl/build.sh "$RTL"
 fi
 for f in offload libomptarget.so libLLVMOffload.so; do
@@ -75,6 +85,7 @@ for t in "${RTL_TRIPLES[@]}"; do
 done
 
 ROOT="$DESTDIR$PREFIX"
+phase 4/5 "installing into $ROOT (stripping, split debug info)"
 DEBUG_ROOT="$ROOT/lib/debug$PREFIX"
 install -d "$ROOT/bin" "$ROOT/lib/offload" "$ROOT/lib/pkgconfig" "$ROOT/include/offload" \
   "$ROOT/share/man/man1" "$ROOT/share/bash-completion/completions" \
@@ -118,3 +129,4 @@ echo "install: installed into $ROOT" >&2
 for f in "$ROOT/bin/offload" "$ROOT/lib/offload/"*.so.22.1 "$ROOT/lib/offload/"*/libompdevice.a; do
   printf 'install:   %-50s %6s KiB\n' "${f#"$ROOT"/}" $(( $(stat -c %s "$f") / 1024 )) >&2
 done
+phase 5/5 "done: $ROOT"

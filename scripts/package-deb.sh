@@ -16,7 +16,9 @@ trap 'rm -rf "$STAGE"' EXIT
 RUNTIME="$STAGE/offload"
 DBG="$STAGE/offload-dbgsym"
 
+echo "package-deb: building and staging the install layout (scripts/install.sh --prefix /usr)" >&2
 scripts/install.sh --prefix /usr --destdir "$RUNTIME" "$@"
+echo "package-deb: computing dependencies and writing the control files" >&2
 mkdir -p "$DBG/usr/lib" "$RUNTIME/usr/share/doc/offload" "$DBG/usr/share/doc"
 mv "$RUNTIME/usr/lib/debug" "$DBG/usr/lib/debug"
 ln -s offload "$DBG/usr/share/doc/offload-dbgsym"
@@ -82,8 +84,10 @@ CONTROL
 (cd "$RUNTIME" && find usr -type f -exec md5sum {} + >DEBIAN/md5sums)
 (cd "$DBG" && find usr -type f -exec md5sum {} + >DEBIAN/md5sums)
 
+echo "package-deb: compressing the packages (xz; about a minute)" >&2
 mkdir -p target/debian
 OUT="target/debian/offload_${VERSION}_${ARCH}.deb"
 dpkg-deb --root-owner-group -Zxz --build "$RUNTIME" "$OUT" >&2
 dpkg-deb --root-owner-group -Zxz --build "$DBG" "target/debian/offload-dbgsym_${VERSION}_${ARCH}.deb" >&2
+echo "package-deb: done: $OUT" >&2
 echo "$OUT"

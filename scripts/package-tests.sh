@@ -85,6 +85,14 @@ echo "$out" | grep "libomptarget from $PREFIX/lib/offload/libomptarget.so.22.1" 
   || fail "GPU build not on our libomptarget: $out"
 check "GPU OpenMP program (sm_90, gfx90a) built with the prefix's clang-flags, run on the host"
 PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --exists offload || fail "pkg-config"
+# Both spellings of LLVM's header: <OffloadAPI.h> and <offload/OffloadAPI.h>.
+for h in OffloadAPI.h offload/OffloadAPI.h; do
+  printf '#include <stdbool.h>\n#include <stddef.h>\n#include <%s>\n#include <offload/interop.h>\nint main(void) { return olInit() != NULL; }\n' "$h" >"$WORK/inc.c"
+  # shellcheck disable=SC2046
+  cc $(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --cflags offload) -c -o "$WORK/inc.o" "$WORK/inc.c" \
+    || fail "#include <$h> with pkg-config --cflags offload"
+done
+check "pkg-config: #include <OffloadAPI.h> and <offload/OffloadAPI.h>"
 
 if [ "$(id -u)" -ne 0 ] || ! command -v dpkg >/dev/null; then
   [ "${CI:-}" = true ] && fail "the Debian package test needs root and dpkg (CI=true)"

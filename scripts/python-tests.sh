@@ -44,4 +44,7 @@ cd "$ROOT/target"
 export OFFLOAD_BIN=$ROOT/target/debug/offload
 python "$ROOT/python/examples/saxpy_reduce.py"
 python -m pytest -q -p no:cacheprovider "$ROOT/python/tests" -rs
+# The type stubs agree with the extension module (mypy's stubtest).
+python -m pip install -q --disable-pip-version-check "mypy>=1.10" || fail_or_skip "cannot install mypy"
+python -m mypy.stubtest offload
 echo "python-tests: OK (build $((built - start)) s, total $(( $(date +%s) - start )) s)" >&2

@@ -44,7 +44,12 @@ run_programs() { # ADDRESS LABEL
   # --workspace (not -p omptarget): the same feature set as the workspace
   # build, and Cargo.toml's [profile.dev.build-override] keeps host
   # dependencies the same whatever is built, so nothing is compiled again.
-  OFFLOAD_TEST_REMOTE="$1" cargo test -q --workspace --test c_programs -- --test-threads=2
+  # A sandboxed session worker has a /tmp of its own: the programs and the
+  # shared libraries their device images need (shared_lib.c) are built
+  # where it can read them.
+  local tmp="$PWD/target/remote-tests-tmp"
+  mkdir -p "$tmp" && chmod 755 "$tmp"
+  TMPDIR="$tmp" OFFLOAD_TEST_REMOTE="$1" cargo test -q --workspace --test c_programs -- --test-threads=2
 }
 
 # 1. Loopback.

@@ -14,6 +14,7 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # emulation of blocks, warps, barriers and shared memory on threads.
 ./devicertl/emu/run.sh
 cargo test --workspace --no-fail-fast
+./scripts/check-light-deps.sh   # an outside crate on offload-runtime's default features: <= 60 crates, builds offline
 # The GPU bundle (scripts/gpu-tests.sh) rehearsed against the fake CUDA
 # driver: built from the debug build above, then run as on a GPU machine
 # (no clang or cargo on PATH). Only its checks count; its timings mean nothing.

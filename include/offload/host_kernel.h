@@ -16,14 +16,52 @@
  * (lay it out as a struct, as for a CUDA kernel parameter block).
  *
  * Execution model: groups (blocks) are spread over a pool of worker threads
- * sized to the machine; the work items of one group run one after another on
- * a single worker, in x-fastest order. Hence:
- *   - group memory (`item->group_memory`, the launch's dynamic shared memory)
- *     is private to the group and persists across its work items;
- *   - barriers inside a group are NOT supported (there is no concurrent
- *     sibling to wait for); a kernel must not wait for other work items;
- *   - work items of different groups may run concurrently: use atomics for
+ * sized to the machine; all work items of one group run on one worker.
+ *   - A kernel declared with OFFLOAD_HOST_KERNEL (ABI v1 and v2): the items
+ *     of a group run one after another, in x-fastest order, as plain calls
+ *     (the fast path: no context switch). Group memory persists across the
+ *     group's items. Such a kernel must not call offload_group_barrier (the
+ *     launch fails with an error saying so: nobody could be waited for).
+ *   - A kernel declared with OFFLOAD_HOST_KERNEL_BARRIER (ABI v2): every work
+ *     item of a group is a lightweight context (a stackful coroutine with
+ *     its own stack) on the group's worker thread. offload_group_barrier(item)
+ *     switches to the next item of the group; once all items of the group
+ *     wait at the barrier, they all go on. Group memory (dynamic and static)
+ *     is shared by the group's items as on a GPU.
+ *       * Stack per item: 64 KiB by default, OFFLOAD_HOST_ITEM_STACK=<bytes>
+ *         (or 128K, 1M; 16 KiB..64 MiB) to change it. A guard page ends
+ *         each stack: overflowing it crashes the process (SIGSEGV). Keep
+ *         large arrays in group memory or device memory, not on the stack.
+ *       * Every item of a group must call the barrier the same number of
+ *         times. When some items of a group wait at a barrier while others
+ *         have returned (a barrier in divergent control flow), the waiting
+ *         items are abandoned (they never run again) and the launch fails
+ *         with an error naming the group and the barrier; it never hangs.
+ *         Items that reach *different* barrier calls the same number of times
+ *         are not detected: they pass each other's barriers.
+ *       * Cost: one stack switch per item per barrier (tens of ns); the first
+ *         launch maps the stacks, later groups and launches reuse them.
+ *   - Work items of different groups may run concurrently: use atomics for
  *     results they share (e.g. __atomic_fetch_add for a reduction).
+ *
+ * Static group memory: a kernel declares a struct of per-group arrays with
+ * OFFLOAD_HOST_GROUP_STATIC(kernel, type); OFFLOAD_GROUP_STATIC(item, type)
+ * is a pointer to the group's instance (uninitialised, like GPU shared
+ * memory), separate from the launch's dynamic group memory:
+ *
+ *   struct tiles { float a[16][16], b[16][16]; };
+ *   OFFLOAD_HOST_GROUP_STATIC(matmul, struct tiles);
+ *   OFFLOAD_HOST_KERNEL_BARRIER(matmul) {
+ *     struct tiles *t = OFFLOAD_GROUP_STATIC(item, struct tiles);
+ *     ...; offload_group_barrier(item); ...
+ *   }
+ *
+ * Declarations are exported constants the runtime reads when it looks the
+ * kernel up (`<kernel>_offload_barrier`, `<kernel>_offload_group_static_size`);
+ * kernels stay plain `clang -O2 -fPIC -shared` objects with no link-time
+ * dependency on the runtime (the barrier is a function pointer in the item).
+ * Launch limits: 1024 items per group, 1 MiB of group memory (dynamic plus
+ * static), 2^48 work items per launch.
  */
 #ifndef OFFLOAD_HOST_KERNEL_H
 #define OFFLOAD_HOST_KERNEL_H
@@ -31,7 +69,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OFFLOAD_HOST_KERNEL_ABI_VERSION 1
+#define OFFLOAD_HOST_KERNEL_ABI_VERSION 2
 
 /* What a work item knows about itself. Read-only for the kernel. */
 typedef struct offload_host_item {
@@ -43,6 +81,11 @@ typedef struct offload_host_item {
   uint32_t local_id[3];     /* this item's index inside its group */
   void *group_memory;       /* dynamic group memory, NULL if none requested */
   uint64_t group_memory_size;
+  /* ABI version 2 (abi_version >= 2): */
+  void (*barrier)(const struct offload_host_item *item); /* use offload_group_barrier */
+  void *group_static;       /* static group memory, NULL if the kernel declares none */
+  uint64_t group_static_size;
+  void *runtime;            /* the runtime's; do not touch */
 } offload_host_item_t;
 
 #ifdef __cplusplus
@@ -55,6 +98,28 @@ typedef struct offload_host_item {
 #define OFFLOAD_HOST_KERNEL(name)                                              \
   OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void name(        \
       const void *args, const offload_host_item_t *item)
+
+/* Declares a kernel whose work items call offload_group_barrier: its groups
+ * run as coroutines (see the execution model above). */
+#define OFFLOAD_HOST_KERNEL_BARRIER(name)                                      \
+  OFFLOAD_HOST_EXTERN __attribute__((visibility("default"), used))            \
+  const uint32_t name##_offload_barrier = 1;                                   \
+  OFFLOAD_HOST_KERNEL(name)
+
+/* Reserves sizeof(type) bytes of static group memory for kernel `name`. */
+#define OFFLOAD_HOST_GROUP_STATIC(name, type)                                  \
+  OFFLOAD_HOST_EXTERN __attribute__((visibility("default"), used))            \
+  const uint64_t name##_offload_group_static_size = sizeof(type)
+
+/* The group's static group memory as a `type *`. */
+#define OFFLOAD_GROUP_STATIC(item, type) ((type *)(item)->group_static)
+
+/* Wait until every work item of the group has called it (kernels declared
+ * with OFFLOAD_HOST_KERNEL_BARRIER only). Also orders group memory: writes
+ * before it are seen by every item of the group after it. */
+static inline void offload_group_barrier(const offload_host_item_t *item) {
+  item->barrier(item);
+}
 
 static inline size_t offload_global_id(const offload_host_item_t *item, int dim) {
   return (size_t)item->group_id[dim] * item->group_size[dim] + item->local_id[dim];

@@ -1,6 +1,7 @@
 //! Device arrays: typed, shaped device memory, copied from and to anything
 //! with the buffer protocol, exported through DLPack.
 
+use offload::internals::CoreAccess as _;
 use std::sync::Arc;
 
 use offload::{Device, DeviceBuffer};
@@ -48,13 +49,54 @@ pub fn nbytes(shape: &[usize], dtype: DType) -> PyResult<usize> {
         .ok_or_else(|| PyValueError::new_err("array size overflows"))
 }
 
-/// A shape argument: an int or a sequence of ints.
+/// A shape argument: an int or a sequence of ints, none negative.
 pub fn shape_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    if let Ok(n) = obj.extract::<usize>() {
-        return Ok(vec![n]);
+    let dims: Vec<i128> = if let Ok(n) = obj.extract::<i128>() {
+        vec![n]
+    } else {
+        obj.extract::<Vec<i128>>()
+            .map_err(|_| PyTypeError::new_err("shape must be an int or a sequence of ints"))?
+    };
+    dims.iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| {
+                PyValueError::new_err(if d < 0 {
+                    format!("negative dimension {d} in shape {dims:?}: dimensions must be >= 0")
+                } else {
+                    format!("dimension {d} in shape {dims:?} is too large")
+                })
+            })
+        })
+        .collect()
+}
+
+/// Untyped bytes (`bytes`, `bytearray`, a `B` memoryview, a uint8 array)
+/// copy into any array of their size; a typed source or destination must
+/// have the array's element type and shape.
+fn check_host_layout(host: &HostBuffer<'_>, array: &PyArray, what: &str) -> PyResult<()> {
+    let raw_bytes = matches!(host.format(), "B" | "c") && host.shape().len() <= 1;
+    if raw_bytes {
+        return Ok(());
     }
-    obj.extract::<Vec<usize>>()
-        .map_err(|_| PyTypeError::new_err("shape must be an int or a sequence of ints"))
+    match host.dtype() {
+        Some(d) if d == array.dtype => {}
+        d => {
+            return Err(PyTypeError::new_err(format!(
+                "{what} has dtype {}, the array {}: convert it first (numpy: .astype('{}')), or pass raw bytes (.view(numpy.uint8))",
+                d.map_or_else(|| format!("of format {:?}", host.format()), |d| d.name().to_string()),
+                array.dtype.name(),
+                array.dtype.name()
+            )))
+        }
+    }
+    let shape = host.shape();
+    if shape != array.shape && !(shape.len() <= 1 && array.shape.len() <= 1) {
+        return Err(PyValueError::new_err(format!(
+            "{what} has shape {:?}, the array {:?}",
+            shape, array.shape
+        )));
+    }
+    Ok(())
 }
 
 /// Wait for `queue`'s work, without the GIL, when one is given.
@@ -265,6 +307,7 @@ impl PyArray {
     ) -> PyResult<()> {
         sync_first(py, queue)?;
         let dst = HostBuffer::get(out, true)?;
+        check_host_layout(&dst, self, "destination")?;
         if dst.len() != self.buf.len() {
             return Err(PyValueError::new_err(format!(
                 "destination has {} bytes, the array {}",
@@ -300,6 +343,7 @@ impl PyArray {
     ) -> PyResult<()> {
         sync_first(py, queue)?;
         let src = HostBuffer::get(src, false)?;
+        check_host_layout(&src, self, "source")?;
         if src.len() != self.buf.len() {
             return Err(PyValueError::new_err(format!(
                 "source has {} bytes, the array {}",
@@ -352,6 +396,32 @@ impl PyArray {
             dtype: self.dtype,
             shape,
         })
+    }
+
+    /// CUDA Array Interface v3 (CuPy, PyTorch, Numba) for arrays on CUDA
+    /// devices: the device pointer, shape and ``typestr``, C-contiguous
+    /// (``strides`` None). ``stream`` is None: the consumer does not wait
+    /// on a stream, so synchronise the queues that write the array first.
+    /// Other devices have no such attribute (``hasattr`` is False).
+    #[getter]
+    fn __cuda_array_interface__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        if self.buf.device().info().backend != offload::Backend::Cuda {
+            return Err(pyo3::exceptions::PyAttributeError::new_err(format!(
+                "__cuda_array_interface__: the array is on {}, not a CUDA device",
+                self.buf.device()
+            )));
+        }
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        d.set_item("typestr", self.dtype.typestr())?;
+        d.set_item("data", (self.buf.device_ptr().0, false))?;
+        d.set_item("version", 3)?;
+        d.set_item("strides", py.None())?;
+        d.set_item("stream", py.None())?;
+        Ok(d)
     }
 
     /// numpy's array protocol: ``numpy.asarray(a)`` copies the array to

@@ -1,5 +1,6 @@
 //! Devices and platforms.
 
+use offload::internals::CoreAccess as _;
 use offload::Device;
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
@@ -115,7 +116,7 @@ impl PyDevice {
     /// dict with the same keys (LLVM's labels in snake case, then ours).
     #[getter]
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let rt = offload::runtime();
+        let rt = offload::internals::runtime();
         let facts = info::platform_of(rt, self.dev.id());
         json_loads(
             py,
@@ -126,7 +127,7 @@ impl PyDevice {
     /// The platform (plugin) of the device.
     #[getter]
     fn platform(&self) -> PyPlatform {
-        PyPlatform::of(offload::runtime(), self.dev.id())
+        PyPlatform::of(offload::internals::runtime(), self.dev.id())
     }
 
     fn __repr__(&self) -> String {
@@ -237,7 +238,7 @@ pub struct PyPlatform {
 }
 
 impl PyPlatform {
-    fn of(rt: &offload::Runtime, id: usize) -> Self {
+    fn of(rt: &offload::internals::Runtime, id: usize) -> Self {
         platforms_of(rt)
             .into_iter()
             .find(|(range, _)| range.contains(&id))
@@ -252,7 +253,7 @@ impl PyPlatform {
     }
 }
 
-fn platforms_of(rt: &offload::Runtime) -> Vec<(std::ops::Range<usize>, PyPlatform)> {
+fn platforms_of(rt: &offload::internals::Runtime) -> Vec<(std::ops::Range<usize>, PyPlatform)> {
     Python::attach(|py| {
         rt.plugins()
             .map(|(plugin, range)| {
@@ -332,6 +333,6 @@ pub fn host_device(py: Python<'_>) -> PyResult<PyDevice> {
 /// (without the virtual HOST platform: see ``offload.info()``).
 #[pyfunction]
 pub fn platforms(py: Python<'_>) -> Vec<PyPlatform> {
-    let rt = py.detach(offload::runtime);
+    let rt = py.detach(offload::internals::runtime);
     platforms_of(rt).into_iter().map(|(_, p)| p).collect()
 }

@@ -10,6 +10,7 @@
 //! same storage (no copy); any other `kDLCPU` tensor (numpy's) is copied
 //! into new device memory, since it is not memory the runtime allocated.
 
+use offload::internals::CoreAccess as _;
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 

@@ -40,6 +40,20 @@ const ALL: [(&str, Kind, usize); 14] = [
 ];
 
 impl DType {
+    /// The array-interface type string (`<f4`, `|u1`): little-endian, as
+    /// every device the runtime has.
+    pub fn typestr(self) -> String {
+        let kind = match self.kind {
+            Kind::Bool => 'b',
+            Kind::Int => 'i',
+            Kind::UInt => 'u',
+            Kind::Float => 'f',
+            Kind::Complex => 'c',
+        };
+        let order = if self.size == 1 { '|' } else { '<' };
+        format!("{order}{kind}{}", self.size)
+    }
+
     /// numpy's name of the type (`float32`).
     pub fn name(self) -> &'static str {
         ALL.iter()

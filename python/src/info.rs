@@ -5,7 +5,8 @@
 //! `offload_core::facts` and the device types' own names, and the pytest
 //! suite compares the two documents key for key.
 
-use offload::{Backend, Runtime};
+use offload::internals::Runtime;
+use offload::Backend;
 use offload_core::{facts, Device};
 use pyo3::prelude::*;
 use serde_json::{json, Value};
@@ -251,5 +252,5 @@ pub fn report(runtime: &Runtime) -> Value {
 /// `offload info --json` as a string (``offload.info()`` parses it).
 #[pyfunction]
 pub fn info_json() -> String {
-    report(offload::runtime()).to_string()
+    report(offload::internals::runtime()).to_string()
 }

@@ -1,5 +1,6 @@
 //! Programs, kernels and launches.
 
+use offload::internals::CoreAccess as _;
 use offload::{Kernel, LaunchConfig, Program};
 use offload_core::plugin::KernelArgs as RawArgs;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -182,6 +183,7 @@ impl PyKernel {
             dyn_group_memory: shared_mem,
             tripcount: 0,
         };
+        check_launch_size(&config, self.kernel.device().info())?;
         let mut packed: Vec<u8> = Vec::with_capacity(64);
         let mut word_list: Vec<u64> = Vec::new();
         let mut keep: Vec<Storage> = Vec::new();
@@ -262,4 +264,41 @@ impl PyKernel {
             self.kernel.device()
         )
     }
+}
+
+/// The launch's sizes against the device's limits (0: the plugin gives
+/// none), checked before anything is enqueued, so that a block too large
+/// is an error at `launch()`, not at `synchronize()`.
+fn check_launch_size(config: &LaunchConfig, info: &offload::DeviceInfo) -> PyResult<()> {
+    const AXES: [char; 3] = ['x', 'y', 'z'];
+    for (i, axis) in AXES.iter().enumerate() {
+        let (b, max) = (config.group_size[i], info.max_group_size_per_dim[i]);
+        if max > 0 && b > max {
+            return Err(PyValueError::new_err(format!(
+                "block {:?}: {b} work items in {axis} exceed the device's {max}",
+                config.group_size
+            )));
+        }
+        let (g, max) = (config.num_groups[i], info.max_num_groups[i]);
+        if max > 0 && g > max {
+            return Err(PyValueError::new_err(format!(
+                "grid {:?}: {g} groups in {axis} exceed the device's {max}",
+                config.num_groups
+            )));
+        }
+    }
+    let items = config.total_items_per_group();
+    if info.max_group_size > 0 && items > u64::from(info.max_group_size) {
+        return Err(PyValueError::new_err(format!(
+            "block {:?}: {items} work items per group exceed the device's {}",
+            config.group_size, info.max_group_size
+        )));
+    }
+    if info.group_memory_bytes > 0 && u64::from(config.dyn_group_memory) > info.group_memory_bytes {
+        return Err(PyValueError::new_err(format!(
+            "shared_mem {}: more than the device's {} bytes of group memory",
+            config.dyn_group_memory, info.group_memory_bytes
+        )));
+    }
+    Ok(())
 }

@@ -109,3 +109,32 @@ def test_arrays_are_freed_when_collected(host):
         d = host.zeros(16 << 20, np.uint8)  # 16 MiB each, 1 GiB in all
         del d
     gc.collect()
+
+
+def test_copies_check_dtype_and_shape(host):
+    a = host.zeros(4, np.int32)
+    with pytest.raises(TypeError, match="float32.*int32"):
+        a.copy_from_host(np.ones(4, np.float32))  # same byte size, other type
+    with pytest.raises(TypeError, match="float32.*int32"):
+        a.copy_to_host(np.empty(4, np.float32))
+    m = host.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"shape \[3, 2\].*\[2, 3\]"):
+        m.copy_from_host(np.ones((3, 2), np.float32))
+    # Raw bytes of the right size are accepted, as are matching arrays.
+    a.copy_from_host(np.arange(4, dtype=np.int32).tobytes())
+    assert a.to_numpy().tolist() == [0, 1, 2, 3]
+    a.copy_from_host(np.arange(4, dtype=np.int32).view(np.uint8))
+    m.copy_from_host(np.ones((2, 3), np.float32))
+
+
+def test_negative_shape_is_named(host):
+    with pytest.raises(ValueError, match="negative dimension -3"):
+        host.zeros(-3, np.float32)
+    with pytest.raises(ValueError, match="negative dimension -1"):
+        host.empty((2, -1), np.float32)
+    with pytest.raises(TypeError, match="shape must be an int"):
+        host.zeros("x", np.float32)
+
+
+def test_cuda_array_interface_only_on_cuda_devices(host):
+    assert not hasattr(host.zeros(4, np.float32), "__cuda_array_interface__")

@@ -39,3 +39,10 @@ def test_error_pickles():
 def test_no_such_device():
     with pytest.raises(IndexError):
         offload.device(10_000)
+
+
+def test_error_code_members_match_the_runtime():
+    """ErrorCode is spelled out for type checkers: it must list exactly the
+    runtime's codes, names and numbers."""
+    native = [(name, value) for name, value, _ in offload._offload.error_codes()]
+    assert [(c.name, c.value) for c in ErrorCode] == native

@@ -184,3 +184,13 @@ def test_special_files_are_refused_as_programs(host, tmp_path):
         with pytest.raises(offload.OffloadError) as e:
             host.load_program(path)
         assert path in str(e.value) and "regular file" in str(e.value)
+
+
+def test_launch_sizes_are_checked_at_launch(host, program):
+    q = host.queue()
+    k = program.kernel("sleep_ms")
+    with pytest.raises(ValueError, match="block"):
+        k.launch(q, grid=1, block=10**9, args=[np.uint32(0)])
+    with pytest.raises(ValueError, match="block"):
+        k.launch(q, grid=1, block=(100000, 100000), args=[np.uint32(0)])
+    q.synchronize()  # nothing was enqueued

@@ -68,6 +68,15 @@ fn built() -> &'static Built {
                 .arg("-o")
                 .arg(dir.join("kernels.so")),
         );
+        // GPU-style kernels (barriers, group memory): the host plugin's.
+        run_checked(
+            Command::new(CLANG)
+                .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-I"])
+                .arg(&include)
+                .arg(manifest_dir().join("../../plugins/host/tests/kernels/group_kernels.c"))
+                .arg("-o")
+                .arg(dir.join("group_kernels.so")),
+        );
         run_checked(
             Command::new(OFFLOAD_BINARY_TOOL)
                 .arg("-o")
@@ -86,6 +95,7 @@ fn built() -> &'static Built {
             "async",
             "hostile",
             "sim_faults",
+            "group",
         ] {
             run_checked(
                 Command::new(CLANG)
@@ -209,6 +219,23 @@ fn llvm_unittest_conformance() {
         &[("OFFLOAD_HOST_DEVICES", "2")],
     );
     assert_passed("conformance", &out);
+}
+
+/// GPU-style kernels on the CPU devices (host_kernel.h ABI v2): LLVM's
+/// local-memory reduction and static local-memory tests, tiled matrix
+/// multiply, group scan, many barriers, divergent barriers as errors, grid
+/// limits and a queued launch that runs asynchronously.
+#[test]
+fn group_barriers_and_local_memory() {
+    let b = built();
+    let kernels = b.dir.join("group_kernels.so");
+    let out = run(
+        "group",
+        &b.lib_dir,
+        &[&kernels],
+        &[("OFFLOAD_HOST_DEVICES", "2")],
+    );
+    assert_passed("group", &out);
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //!
 //! Each with no arguments and with two (a buffer and a `u32`).
 
+use offload::internals::CoreAccess as _;
 use std::time::Instant;
 
 use offload::{Device, KernelArgs, LaunchConfig};
@@ -25,12 +26,7 @@ fn best_ns(reps: usize, n: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-pub fn run(args: &[String]) {
-    let so = args
-        .first()
-        .expect("usage: offload-bench launch SO [-n N] [--reps R]");
-    let opt = |name: &str, default: usize| crate::opt(args, name, default);
-    let (n, reps) = (opt("-n", 100_000), opt("--reps", 5));
+pub fn run(so: &std::path::Path, n: usize, reps: usize) {
     let image = std::fs::read(so).expect("the kernels' shared object");
     let device = Device::host().expect("a host device");
     let program = device.load_program(&image).expect("loadable kernels");

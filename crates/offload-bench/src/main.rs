@@ -34,37 +34,70 @@ use std::time::{Duration, Instant};
 use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
 use offload_core::{Config, Runtime};
 
+/// The project's benchmark harness. Bad options and values are errors
+/// (exit status 2), never silently defaulted.
+#[derive(clap::Parser, Debug)]
+#[command(name = "offload-bench")]
+enum Cmd {
+    /// Remote offloading against gRPC and plain-TCP baselines.
+    Remote {
+        /// One JSON document instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Fewer rounds (a smoke test).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Launch latency of the Rust API and the core on a host device.
+    Launch {
+        /// The kernels' shared object (with a kernel `empty`).
+        so: std::path::PathBuf,
+        /// Launches per round.
+        #[arg(short = 'n', default_value_t = 100_000)]
+        n: usize,
+        /// Rounds (the best counts).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+    },
+    /// The MPI plugin (under mpirun, with `offload serve --mpi` ranks).
+    Mpi {
+        /// One JSON document instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Fewer rounds (a smoke test).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Stream-ordered queue memory against plain allocations.
+    QueueMemory {
+        /// Cycles per round.
+        #[arg(short = 'n', default_value_t = 2000)]
+        n: usize,
+        /// Rounds (the best counts).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+    },
+    /// The server side of `remote` (started by it).
+    #[command(hide = true)]
+    ServeSide,
+    /// One session of the server side (started by it).
+    #[command(hide = true)]
+    ServeWorker,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("serve-side") => serve_side(),
-        Some("serve-worker") => {
+    use clap::Parser;
+    match Cmd::parse() {
+        Cmd::ServeSide => serve_side(),
+        Cmd::ServeWorker => {
             let control = offload_server::worker::control_socket_from_env().unwrap();
             offload_server::worker::run(control).unwrap();
         }
-        Some("launch") => launch::run(&args[1..]),
-        Some("mpi") => mpi::run(&args[1..]),
-        Some("queue-memory") => queue_memory::run(&args[1..]),
-        Some("remote") => remote(
-            args.iter().any(|a| a == "--json"),
-            args.iter().any(|a| a == "--quick"),
-        ),
-        _ => {
-            eprintln!(
-                "usage: offload-bench remote [--json] [--quick] | launch SO [-n N] [--reps R] | mpi [--json] [--quick] (under mpirun) | queue-memory [-n N] [--reps R]"
-            );
-            std::process::exit(2);
-        }
+        Cmd::Launch { so, n, reps } => launch::run(&so, n, reps),
+        Cmd::Mpi { json, quick } => mpi::run(json, quick),
+        Cmd::QueueMemory { n, reps } => queue_memory::run(n, reps),
+        Cmd::Remote { json, quick } => remote(json, quick),
     }
-}
-
-/// The number after `name` in `args`, or `default`.
-pub(crate) fn opt(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// The server process: the gRPC service plus a raw TCP sink/source.
@@ -218,7 +251,7 @@ fn clients_ops_per_s(config: &Config, image: &[u8], clients: usize, iters: usize
         .map(|c| {
             let (config, image, ready) = (config.clone(), image.to_vec(), ready.clone());
             std::thread::spawn(move || {
-                let rt = Runtime::new(config, &offload::builtin_plugins());
+                let rt = Runtime::new(config, &offload::internals::builtin_plugins());
                 let dev = rt.devices().first().expect("no remote device").clone();
                 let program = dev.load_program(&image).unwrap();
                 let kernel = program.kernel("empty").unwrap();
@@ -345,8 +378,7 @@ fn remote(json: bool, quick: bool) {
         }
         let mut session = main.hello(hello()).await.unwrap().into_inner();
         let greeting = session.message().await.unwrap().unwrap();
-        let id = greeting.session.split('.').next().unwrap().to_string();
-        let ch = offload_plugin_remote::connect_session(&endpoint, &id)
+        let ch = offload_plugin_remote::connect_session(&endpoint, &greeting.session)
             .await
             .unwrap();
         (
@@ -361,7 +393,7 @@ fn remote(json: bool, quick: bool) {
         remote_servers: vec![grpc.clone()],
         ..Config::from_env()
     };
-    let rt = Runtime::new(config.clone(), &offload::builtin_plugins());
+    let rt = Runtime::new(config.clone(), &offload::internals::builtin_plugins());
     let dev = rt.devices().first().expect("no remote device").clone();
     let program = dev.load_program(&empty_kernel_image()).unwrap();
     let kernel = program.kernel("empty").unwrap();

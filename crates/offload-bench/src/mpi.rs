@@ -26,14 +26,12 @@ use offload_core::{Config, Location, Runtime};
 
 use crate::{empty_kernel_image, median, Row};
 
-pub fn run(args: &[String]) {
-    let quick = args.iter().any(|a| a == "--quick");
-    let json = args.iter().any(|a| a == "--json");
+pub fn run(json: bool, quick: bool) {
     let config = Config {
         plugins: Some(vec!["mpi".into()]),
         ..Config::from_env()
     };
-    let rt = Runtime::new(config, &offload::builtin_plugins());
+    let rt = Runtime::new(config, &offload::internals::builtin_plugins());
     let t = offload_plugin_mpi::transport()
         .expect("no MPI transport: start under mpirun with `offload serve --mpi` ranks");
     let devs: Vec<_> = rt.devices().to_vec();

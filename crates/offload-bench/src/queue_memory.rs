@@ -23,10 +23,8 @@ fn best_us(reps: usize, n: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-pub fn run(args: &[String]) {
-    let opt = |name: &str, default: usize| crate::opt(args, name, default);
-    let (n, reps) = (opt("-n", 2000), opt("--reps", 3));
-    let rt = Runtime::new(Config::from_env(), &offload::builtin_plugins());
+pub fn run(n: usize, reps: usize) {
+    let rt = Runtime::new(Config::from_env(), &offload::internals::builtin_plugins());
     let Some(device) = rt
         .devices()
         .iter()

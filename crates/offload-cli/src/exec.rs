@@ -3,8 +3,10 @@
 //!
 //! The lib dir (set up as by `offload lib-dir`) goes first on
 //! `LD_LIBRARY_PATH`, the existing value follows, and `/usr/lib/llvm-22/lib`
-//! (when it exists) comes last so `libomp.so.5` resolves. The program then
-//! replaces this process (`exec`), so its exit status and signals are its own.
+//! (when it exists) comes last so `libomp.so.5` resolves (`-v` prints the
+//! value on stderr). The program then replaces this process (`exec`), so its
+//! exit status and signals are its own; `OFFLOAD_EXEC_NOTE=1` asks its
+//! runtime to say at exit when it launched no kernel on any device.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
@@ -18,6 +20,9 @@ pub const LLVM_LIB_DIR: &str = "/usr/lib/llvm-22/lib";
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    /// Print the LD_LIBRARY_PATH the program gets on stderr first.
+    #[arg(short, long)]
+    verbose: bool,
     /// The program to run and its arguments, passed as they are (options
     /// after PROGRAM, `--help` included, belong to the program).
     #[arg(
@@ -60,7 +65,25 @@ pub fn library_path(lib_dir: &Path, existing: Option<&OsStr>, llvm_lib: Option<&
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    run_with_env(&args.command, &[])
+    crate::check_plugin_names()?;
+    if args.verbose {
+        let cmd = command_with_libraries(&args.command)?;
+        if let Some((_, Some(v))) = cmd.get_envs().find(|(k, _)| *k == "LD_LIBRARY_PATH") {
+            eprintln!(
+                "offload exec: LD_LIBRARY_PATH={} (the drop-in libraries first{})",
+                v.to_string_lossy(),
+                if Path::new(LLVM_LIB_DIR).is_dir() {
+                    format!(", {LLVM_LIB_DIR} last for libomp.so.5")
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    run_with_env(
+        &args.command,
+        &[(offload_plugins::EXEC_NOTE, OsString::from("1"))],
+    )
 }
 
 /// `command` with the drop-in libraries first, and `env` set.

@@ -556,7 +556,8 @@ pub fn render(r: &Report) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let report = collect(offload::runtime());
+    crate::check_plugin_names()?;
+    let report = collect(offload::internals::runtime());
     let printed = if args.json {
         output::emit_json(&report)
     } else {

@@ -650,7 +650,7 @@ pub fn render(r: &Report) -> String {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let bytes = read_file(&args.file)?;
     let name = args.file.display().to_string();
-    let report = analyse(&name, &bytes, offload::runtime())?;
+    let report = analyse(&name, &bytes, offload::internals::runtime())?;
     if args.json {
         output::emit_json(&report)
     } else {

@@ -34,6 +34,7 @@ mod inspect;
 mod lib_dir;
 mod output;
 mod pack;
+mod progress;
 mod record;
 mod serve;
 
@@ -59,7 +60,8 @@ enum Command {
     Pack(pack::Args),
     /// Print (and set up) the directory holding the drop-in shared libraries.
     LibDir(lib_dir::Args),
-    /// Run a program with the drop-in libraries first on LD_LIBRARY_PATH.
+    /// Run a program with the drop-in libraries first on LD_LIBRARY_PATH
+    /// (and LLVM's /usr/lib/llvm-22/lib last, for libomp.so.5; -v shows it).
     Exec(exec::Args),
     /// Print the clang-22 flags that build an OpenMP program for GPUs against
     /// the project's device runtime: `clang-22 -fopenmp $(offload clang-flags
@@ -76,7 +78,6 @@ enum Command {
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(generate::CompletionsArgs),
     /// Write man pages for `offload` and its commands into a directory.
-    #[command(hide = true)]
     Man(generate::ManArgs),
     /// One session of `offload serve` (started by the server, not by hand).
     #[command(hide = true)]
@@ -113,6 +114,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Completions(a) => generate::completions(a, Cli::command()),
         Command::Man(a) => generate::man(a, Cli::command()),
     }
+}
+
+/// An error when `OFFLOAD_PLUGINS` names a plugin this build does not
+/// have (the libraries only warn).
+pub fn check_plugin_names() -> anyhow::Result<()> {
+    offload_plugins::check_plugin_names(offload_core::Config::get()).map_err(anyhow::Error::msg)
 }
 
 /// Prints `offload: error: MESSAGE` as one line.

@@ -24,6 +24,7 @@ use offload_image::offload_binary::{self, ImageKind, OffloadBinary, OffloadKind}
 use offload_image::{detect, ImageFormat};
 
 use crate::inspect::read_file;
+use crate::progress::{self, Progress};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -241,18 +242,36 @@ fn binary_entry<'a>(
     Ok(entry)
 }
 
-/// Builds the output bytes for `args` without writing them.
-pub fn build(args: &Args) -> anyhow::Result<Vec<u8>> {
+/// Input this large (all images together) shows a spinner with the phase
+/// on a terminal.
+const LARGE_INPUT: u64 = 64 << 20;
+
+/// Builds the output bytes for `args` without writing them, telling
+/// `progress` each phase.
+fn build(args: &Args, progress: &mut Progress) -> anyhow::Result<Vec<u8>> {
     let specs = args
         .images
         .iter()
         .map(|s| parse_image_spec(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let meta = parse_meta(&args.meta)?;
-    let files = specs
-        .iter()
-        .map(|s| read_file(&s.file))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut files = Vec::with_capacity(specs.len());
+    for (i, s) in specs.iter().enumerate() {
+        progress.phase(format!(
+            "reading image {}/{}: {}",
+            i + 1,
+            specs.len(),
+            s.file.display()
+        ));
+        files.push(read_file(&s.file)?);
+    }
+    let total: u64 = files.iter().map(|f| f.len() as u64).sum();
+    progress.phase(format!(
+        "checking and packing {} image{} ({})",
+        files.len(),
+        if files.len() == 1 { "" } else { "s" },
+        progress::bytes(total)
+    ));
     match args.format {
         Format::OffloadBinary => {
             if !meta.is_empty() && specs.len() != 1 {
@@ -283,7 +302,21 @@ pub fn build(args: &Args) -> anyhow::Result<Vec<u8>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let bytes = build(&args)?;
+    // The inputs' sizes decide whether a spinner is worth showing.
+    let input: u64 = args
+        .images
+        .iter()
+        .filter_map(|s| parse_image_spec(s).ok())
+        .filter_map(|s| std::fs::metadata(&s.file).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut progress = Progress::phases("offload pack", input >= LARGE_INPUT);
+    let bytes = build(&args, &mut progress)?;
+    progress.phase(format!(
+        "writing {} ({})",
+        args.output.display(),
+        progress::bytes(bytes.len() as u64)
+    ));
     std::fs::write(&args.output, bytes)
         .with_context(|| format!("cannot write {}", args.output.display()))
 }

@@ -7,15 +7,22 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+
+use crate::progress::Progress;
 use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
+use offload_core::record::{Manifest, RangeOrigin, RecordedRange};
 use offload_core::DevicePtr;
-use serde_json::Value;
 
 #[derive(clap::Args, Debug)]
 pub struct RecordArgs {
-    /// Directory the launches are recorded in (created).
+    /// Directory the launches are recorded in (created; an existing
+    /// non-empty one is refused unless --force).
     #[arg(short, long, value_name = "DIR")]
     output: PathBuf,
+    /// Record into an existing directory, deleting the recording there
+    /// first (only a directory holding nothing but launch-* recordings).
+    #[arg(long)]
+    force: bool,
     /// Record only launches of this kernel (repeatable; default: all).
     #[arg(long, value_name = "NAME")]
     kernel: Vec<String>,
@@ -57,17 +64,140 @@ pub struct ReplayArgs {
 }
 
 pub fn record(args: RecordArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.output)
-        .with_context(|| format!("creating {}", args.output.display()))?;
+    crate::check_plugin_names()?;
+    prepare_output(&args.output, args.force)?;
     let dir = std::fs::canonicalize(&args.output)?;
-    let mut env = vec![("OFFLOAD_RECORD", dir.into_os_string())];
+    let mut env = vec![("OFFLOAD_RECORD", dir.clone().into_os_string())];
     if !args.kernel.is_empty() {
         env.push(("OFFLOAD_RECORD_KERNELS", args.kernel.join(",").into()));
     }
     if let Some(m) = args.max_bytes {
         env.push(("OFFLOAD_RECORD_MAX_BYTES", m.to_string().into()));
     }
-    crate::exec::run_with_env(&args.command, &env)
+    let program = args.command.first().map(Path::new).unwrap_or(Path::new(""));
+    let mut cmd = crate::exec::command_with_libraries(&args.command)?;
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    // The program is a child (not `exec`ed) so that its launches can be
+    // counted afterwards. Like system(3), interrupts are the child's to
+    // handle while it runs.
+    let status = {
+        let _ignore = IgnoreInterrupts::new();
+        cmd.status()
+    };
+    let status = status.map_err(|e| crate::ExitStatusError {
+        status: if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        },
+        error: anyhow::Error::new(e).context(format!("cannot run {}", program.display())),
+    })?;
+    let n = launch_dirs(&dir).map(|l| l.len()).unwrap_or(0);
+    eprintln!(
+        "offload record: recorded {n} launch{} in {}",
+        if n == 1 { "" } else { "es" },
+        args.output.display()
+    );
+    if !status.success() {
+        use std::os::unix::process::ExitStatusExt;
+        let code = status
+            .code()
+            .or_else(|| status.signal().map(|s| 128 + s))
+            .unwrap_or(1);
+        return Err(crate::ExitStatusError {
+            status: u8::try_from(code).unwrap_or(1),
+            error: anyhow::anyhow!("{} {status}", program.display()),
+        }
+        .into());
+    }
+    if n == 0 && !args.kernel.is_empty() {
+        return Err(crate::ExitStatusError {
+            status: 1,
+            error: anyhow::anyhow!(
+                "--kernel {} matched no launch of {}",
+                args.kernel.join(","),
+                program.display()
+            ),
+        }
+        .into());
+    }
+    if n == 0 {
+        eprintln!(
+            "offload record: warning: {} launched no kernel through the runtime",
+            program.display()
+        );
+    }
+    Ok(())
+}
+
+/// Create `dir`, or accept an empty one; an existing recording is removed
+/// with `force`, anything else refused.
+fn prepare_output(dir: &Path, force: bool) -> anyhow::Result<()> {
+    let entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd.flatten().map(|e| e.path()).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating {}", dir.display()));
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    if entries.is_empty() {
+        return Ok(());
+    }
+    if !force {
+        bail!(
+            "{} exists and is not empty: choose another directory, or --force to replace the recording there",
+            dir.display()
+        );
+    }
+    let foreign: Vec<&PathBuf> = entries
+        .iter()
+        .filter(|p| {
+            !(p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("launch-"))
+                && p.join("launch.json").is_file())
+        })
+        .collect();
+    if let Some(f) = foreign.first() {
+        bail!(
+            "{} holds {} which is not a recorded launch: not removing it (--force replaces recordings only)",
+            dir.display(),
+            f.display()
+        );
+    }
+    for p in entries {
+        std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// SIGINT and SIGQUIT ignored while it lives (restored on drop).
+struct IgnoreInterrupts {
+    old: [libc::sighandler_t; 2],
+}
+
+impl IgnoreInterrupts {
+    fn new() -> Self {
+        // SAFETY: setting dispositions to SIG_IGN; the old ones are restored.
+        unsafe {
+            IgnoreInterrupts {
+                old: [
+                    libc::signal(libc::SIGINT, libc::SIG_IGN),
+                    libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+                ],
+            }
+        }
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        // SAFETY: restoring what `new` replaced.
+        unsafe {
+            libc::signal(libc::SIGINT, self.old[0]);
+            libc::signal(libc::SIGQUIT, self.old[1]);
+        }
+    }
 }
 
 /// Set when `replay` runs again with the drop-in libraries on the path
@@ -76,6 +206,7 @@ const CHILD: &str = "OFFLOAD_REPLAY_CHILD";
 
 pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     if std::env::var_os(CHILD).is_none() {
+        crate::check_plugin_names()?;
         let mut command: Vec<OsString> = vec![std::env::current_exe()?.into_os_string()];
         command.extend(std::env::args_os().skip(1));
         return crate::exec::run_with_env(&command, &[(CHILD, "1".into())]);
@@ -84,7 +215,7 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     if launches.is_empty() {
         bail!("{}: no recorded launches", args.dir.display());
     }
-    let runtime = offload::runtime();
+    let runtime = offload::internals::runtime();
     let Some(device) = runtime.devices().get(args.device) else {
         bail!(
             "no device {} (the runtime has {})",
@@ -92,11 +223,29 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
             runtime.devices().len()
         );
     };
-    let mut all_match = true;
+    let (total, mut differ) = (launches.len(), 0usize);
+    // A bar on a terminal for more than one launch; off a terminal, count
+    // lines once the replay has run for a while.
+    let mut progress = Progress::counted("offload replay", "launches", total as u64, total > 1);
     for dir in launches {
-        all_match &= replay_one(&dir, device, &args)
+        let (matched, line) = replay_one(&dir, device, &args)
             .with_context(|| format!("replaying {}", dir.display()))?;
+        progress.suspend(|| println!("{line}"));
+        progress.inc();
+        differ += usize::from(!matched);
     }
+    drop(progress);
+    let all_match = differ == 0;
+    eprintln!(
+        "offload replay: replayed {total} launch{} on device {}{}",
+        if total == 1 { "" } else { "es" },
+        args.device,
+        match (args.verify, differ) {
+            (false, _) => String::new(),
+            (true, 0) => ": all verified".to_string(),
+            (true, n) => format!(": {n} differ from the recording"),
+        }
+    );
     if !all_match {
         return Err(crate::ExitStatusError {
             status: 1,
@@ -179,12 +328,6 @@ fn read_inside(dir: &Path, rel: &str, max: u64, what: &str) -> anyhow::Result<Ve
     Ok(offload_core::files::read_regular(&real, max, what)?)
 }
 
-/// A manifest number that must be present and an unsigned 64-bit integer.
-fn u64_field(v: &Value, what: &str) -> anyhow::Result<u64> {
-    v.as_u64()
-        .with_context(|| format!("{what}: {v} is not an unsigned 64-bit integer"))
-}
-
 /// `"packed"` hex: ASCII hex digits, an even number of them, not empty.
 fn unhex(hex: &str) -> anyhow::Result<Vec<u8>> {
     if hex.is_empty() {
@@ -209,25 +352,17 @@ fn unhex(hex: &str) -> anyhow::Result<Vec<u8>> {
         .collect())
 }
 
-/// A launch dimension triple: up to 3 integers in 0..=u32::MAX (missing
-/// ones and 0 are 1); anything else is an error, never truncated.
-fn dims(v: &Value, what: &str) -> anyhow::Result<[u32; 3]> {
+/// A launch dimension triple: up to 3 values (missing ones and 0 are 1;
+/// the schema already refused values that do not fit 32 bits).
+fn dims(v: &Option<Vec<u32>>, what: &str) -> anyhow::Result<[u32; 3]> {
     let mut out = [1u32; 3];
-    if v.is_null() {
-        return Ok(out);
-    }
-    let a = v
-        .as_array()
-        .with_context(|| format!("config.{what}: {v} is not an array"))?;
+    let Some(a) = v else { return Ok(out) };
     if a.len() > 3 {
         bail!("config.{what}: {} dimensions (at most 3)", a.len());
     }
-    for (i, x) in a.iter().enumerate() {
-        let n = u64_field(x, &format!("config.{what}[{i}]"))?;
+    for (o, &n) in out.iter_mut().zip(a) {
         // 0 is what OpenMP launches record for "the default": 1 here.
-        out[i] = u32::try_from(n)
-            .with_context(|| format!("config.{what}[{i}]: {n} does not fit 32 bits"))?
-            .max(1);
+        *o = n.max(1);
     }
     Ok(out)
 }
@@ -240,18 +375,13 @@ struct RangeEntry {
     global: Option<String>,
 }
 
-fn range_entry(i: usize, r: &Value) -> anyhow::Result<Option<RangeEntry>> {
+/// The recorded range `i`, checked (None: recorded without data).
+fn range_entry(i: usize, r: &RecordedRange) -> anyhow::Result<Option<RangeEntry>> {
     let what = format!("ranges[{i}]");
-    if !r.is_object() {
-        bail!("{what}: not an object");
+    if !r.recorded {
+        return Ok(None);
     }
-    match &r["recorded"] {
-        Value::Bool(true) => {}
-        Value::Bool(false) => return Ok(None),
-        other => bail!("{what}.recorded: {other} is not true or false"),
-    }
-    let old = u64_field(&r["base"], &format!("{what}.base"))?;
-    let size = u64_field(&r["size"], &format!("{what}.size"))?;
+    let (old, size) = (r.base, r.size);
     if old == 0 {
         bail!("{what}: base 0 is no address");
     }
@@ -262,19 +392,14 @@ fn range_entry(i: usize, r: &Value) -> anyhow::Result<Option<RangeEntry>> {
         bail!("{what}: base {old:#x} + size {size} wraps the address space");
     }
     let size = usize::try_from(size).with_context(|| format!("{what}: size {size} too large"))?;
-    let global = match r["origin"].as_str() {
-        Some("global") => Some(
-            r["name"]
-                .as_str()
+    let global = match r.origin {
+        RangeOrigin::Global => Some(
+            r.name
+                .clone()
                 .filter(|n| !n.is_empty())
-                .with_context(|| format!("{what}: a global range without a name"))?
-                .to_string(),
+                .with_context(|| format!("{what}: a global range without a name"))?,
         ),
-        Some("alloc" | "registered") => None,
-        _ => bail!(
-            "{what}.origin: {} is not alloc, global or registered",
-            r["origin"]
-        ),
+        RangeOrigin::Alloc | RangeOrigin::Registered => None,
     };
     Ok(Some(RangeEntry {
         index: i,
@@ -288,32 +413,28 @@ fn replay_one(
     dir: &Path,
     device: &std::sync::Arc<offload_core::Device>,
     args: &ReplayArgs,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<(bool, String)> {
     let dir = &std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
-    let manifest: Value = serde_json::from_slice(&read_inside(
+    let manifest = Manifest::from_json(&read_inside(
         dir,
         "launch.json",
         MAX_MANIFEST_BYTES,
         "manifest",
     )?)
+    .map_err(anyhow::Error::msg)
     .context("launch.json")?;
-    if manifest["format"].as_u64() != Some(offload_core::record::FORMAT_VERSION as u64) {
-        bail!("unknown recording format {}", manifest["format"]);
+    if manifest.format != offload_core::record::FORMAT_VERSION {
+        bail!("unknown recording format {}", manifest.format);
     }
-    let name = manifest["kernel"].as_str().context("no kernel name")?;
-    let image_name = match &manifest["image"] {
-        Value::Null => "image.bin",
-        Value::String(s) => s.as_str(),
-        other => bail!("image: {other} is not a file name"),
-    };
+    let name = manifest.kernel.as_str();
+    let image_name = manifest.image.as_deref().unwrap_or("image.bin");
     // The image's size as recorded, when the manifest says (the recorder
     // writes it); the image size limit otherwise.
-    let image_max = match &manifest["image_size"] {
-        Value::Null => offload_core::files::max_image_bytes(),
-        v => u64_field(v, "image_size")?,
-    };
+    let image_max = manifest
+        .image_size
+        .unwrap_or_else(offload_core::files::max_image_bytes);
     let image = read_inside(dir, image_name, image_max, "image")?;
-    if let Some(declared) = manifest["image_size"].as_u64() {
+    if let Some(declared) = manifest.image_size {
         if image.len() as u64 != declared {
             bail!(
                 "image {image_name}: {} bytes, the manifest says {declared}",
@@ -324,12 +445,7 @@ fn replay_one(
 
     // Every range checked before anything is allocated or loaded.
     let mut entries = Vec::new();
-    for (i, r) in manifest["ranges"]
-        .as_array()
-        .context("no ranges")?
-        .iter()
-        .enumerate()
-    {
+    for (i, r) in manifest.ranges.iter().enumerate() {
         entries.extend(range_entry(i, r)?);
     }
     let mut sorted: Vec<&RangeEntry> = entries.iter().collect();
@@ -402,22 +518,19 @@ fn replay_one(
         Words(Vec<u64>),
         Packed(Vec<u8>),
     }
-    let recorded_args = if let Some(w) = manifest["args"]["words"].as_array() {
-        let words = w
-            .iter()
-            .enumerate()
-            .map(|(i, v)| u64_field(v, &format!("args.words[{i}]")))
-            .collect::<anyhow::Result<Vec<u64>>>()?;
+    let recorded_args = if let Some(words) = manifest.args.words {
         for (i, &w) in words.iter().enumerate() {
             check_pointer(i, w)?;
         }
         Args::Words(words)
     } else {
-        let hex = manifest["args"]["packed"]
-            .as_str()
+        let hex = manifest
+            .args
+            .packed
+            .as_deref()
             .context("no arguments (args.words or args.packed)")?;
         let packed = unhex(hex)?;
-        if let Some(declared) = manifest["args"]["size"].as_u64() {
+        if let Some(declared) = manifest.args.size {
             if declared != packed.len() as u64 {
                 bail!(
                     "args.packed: {} bytes, the manifest says {declared}",
@@ -431,21 +544,12 @@ fn replay_one(
         }
         Args::Packed(packed)
     };
+    let recorded = &manifest.config;
     let mut config = LaunchConfig {
-        num_groups: dims(&manifest["config"]["num_groups"], "num_groups")?,
-        group_size: dims(&manifest["config"]["group_size"], "group_size")?,
-        dyn_group_memory: match &manifest["config"]["dyn_group_memory"] {
-            Value::Null => 0,
-            v => {
-                let n = u64_field(v, "config.dyn_group_memory")?;
-                u32::try_from(n)
-                    .with_context(|| format!("config.dyn_group_memory: {n} does not fit 32 bits"))?
-            }
-        },
-        tripcount: match &manifest["config"]["tripcount"] {
-            Value::Null => 0,
-            v => u64_field(v, "config.tripcount")?,
-        },
+        num_groups: dims(&recorded.num_groups, "num_groups")?,
+        group_size: dims(&recorded.group_size, "group_size")?,
+        dyn_group_memory: recorded.dyn_group_memory.unwrap_or(0),
+        tripcount: recorded.tripcount.unwrap_or(0),
     };
 
     let program = device.load_program(&image)?;
@@ -579,7 +683,7 @@ fn replay_one(
     } else {
         format!("{relocated} range(s) relocated, argument pointers adjusted (pointers stored inside device memory are not)")
     };
-    println!(
+    let line = format!(
         "{}: kernel {name} on device {} ({}): {} range(s) ({globals} global(s) by name; {addresses}; {kept} kept), {} launch(es), median {:.1} us{}",
         dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         args.device,
@@ -593,5 +697,5 @@ fn replay_one(
             (true, false) => format!("; verify: FAILED{verdict}"),
         }
     );
-    Ok(matches)
+    Ok((matches, line))
 }

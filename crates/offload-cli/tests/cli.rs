@@ -169,7 +169,12 @@ fn info_text() {
     assert!(out.contains("Device 0 (host"), "{out}");
     assert!(out.contains("Global Mem Size:"), "{out}");
     // No usable device: the report (only the HOST device) and status 1.
-    let o = run(offload().arg("info").env("OFFLOAD_PLUGINS", "nothing"));
+    // (`remote` without a server has no devices; an unknown name such as
+    // "nothing" is an error of its own.)
+    let o = run(offload()
+        .arg("info")
+        .env("OFFLOAD_PLUGINS", "remote")
+        .env_remove("OFFLOAD_REMOTE"));
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let out = stdout(&o);
     assert!(out.contains("no usable devices"), "{out}");
@@ -940,6 +945,91 @@ fn exec_prepends_the_lib_dir() {
         err.starts_with("offload: error: cannot run /nonexistent/program"),
         "{err}"
     );
+}
+
+/// `exec -v` says what it puts on LD_LIBRARY_PATH; `OFFLOAD_PLUGINS`
+/// naming an unknown plugin is an error for `info`, `exec` and `record`.
+#[test]
+fn exec_verbose_and_unknown_plugins() {
+    let o = run(offload().args(["exec", "-v", "true"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("offload exec: LD_LIBRARY_PATH=")
+            && err.contains("drop-in libraries first"),
+        "{err}"
+    );
+    if Path::new("/usr/lib/llvm-22/lib").is_dir() {
+        assert!(err.contains("/usr/lib/llvm-22/lib last"), "{err}");
+    }
+    for args in [
+        &["info"][..],
+        &["exec", "true"],
+        &["record", "-o", "/nonexistent/rec", "--", "true"],
+    ] {
+        let err = fails(offload().args(args).env("OFFLOAD_PLUGINS", "host,bogus"));
+        assert!(
+            err.contains("OFFLOAD_PLUGINS=host,bogus: unknown plugin 'bogus'")
+                && err.contains("plugins of this build: host"),
+            "{args:?}: {err}"
+        );
+    }
+    // A bad count is named with its value, and ignored.
+    let o = run(offload()
+        .args(["info", "--json"])
+        .env("OFFLOAD_HOST_DEVICES", "abc"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("OFFLOAD_HOST_DEVICES=\"abc\" ignored"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A program run by `offload exec` that launches no kernel gets a note at
+/// exit; one that does, none.
+#[test]
+fn exec_notes_a_program_that_never_offloaded() {
+    if !have_clang() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("p.c"),
+        "#include <omp.h>\n#include <stdio.h>\n\
+         int main(int argc, char **argv) {\n\
+           int x = 0;\n\
+           if (argc > 1) {\n\
+         #pragma omp target map(tofrom: x)\n\
+             x = 1;\n\
+           }\n\
+           printf(\"devices %d x %d\\n\", omp_get_num_devices(), x);\n\
+           return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    clang(
+        &[
+            "-fopenmp",
+            "-fopenmp-targets=x86_64-unknown-linux-gnu",
+            "-o",
+            "p",
+            "p.c",
+        ],
+        dir.path(),
+    );
+    let p = dir.path().join("p");
+    let o = run(offload().arg("exec").arg(&p));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("offload exec: note: the program launched no kernel"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(offload().arg("exec").arg(&p).arg("offload"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("x 1"), "{}", stdout(&o));
+    assert!(!stderr(&o).contains("note:"), "{}", stderr(&o));
 }
 
 /// `offload inspect` of a binary with images for several targets says,

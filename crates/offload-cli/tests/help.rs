@@ -4,8 +4,18 @@
 
 use std::process::Command;
 
-const SUBCOMMANDS: [&str; 8] = [
-    "info", "inspect", "pack", "lib-dir", "exec", "serve", "record", "replay",
+const SUBCOMMANDS: [&str; 11] = [
+    "info",
+    "inspect",
+    "pack",
+    "lib-dir",
+    "exec",
+    "clang-flags",
+    "serve",
+    "record",
+    "replay",
+    "completions",
+    "man",
 ];
 
 #[test]

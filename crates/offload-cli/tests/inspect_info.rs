@@ -489,7 +489,10 @@ fn info_exit_status() {
 
     for json in [false, true] {
         let mut c = offload();
-        c.arg("info").env("OFFLOAD_PLUGINS", "nothing");
+        // `remote` without a server: a known plugin with no devices.
+        c.arg("info")
+            .env("OFFLOAD_PLUGINS", "remote")
+            .env_remove("OFFLOAD_REMOTE");
         if json {
             c.arg("--json");
         }

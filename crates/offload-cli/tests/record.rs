@@ -165,6 +165,73 @@ fn openmp_launches_replay_anywhere_and_verify() {
     );
 }
 
+/// `record` says how many launches it recorded and where, refuses a
+/// non-empty directory unless `--force` (which replaces the recording),
+/// and fails when `--kernel` matched nothing; `replay` sums up.
+#[test]
+fn record_summary_force_and_unmatched_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_openmp(dir.path(), "omp_global");
+    let exe = exe.to_str().unwrap();
+    let rec = dir.path().join("rec");
+    let rec_s = rec.to_str().unwrap();
+    let out = offload(&["record", "-o", rec_s, "--", exe], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let n = std::fs::read_dir(&rec).unwrap().count();
+    let line = format!("offload record: recorded {n} launch");
+    assert!(n >= 1 && text(&out).contains(&line), "{}", text(&out));
+    assert!(text(&out).contains(rec_s), "{}", text(&out));
+
+    // An existing recording is refused, then replaced with --force.
+    let out = offload(&["record", "-o", rec_s, "--", exe], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("--force"), "{}", text(&out));
+    assert_eq!(std::fs::read_dir(&rec).unwrap().count(), n);
+    let out = offload(&["record", "--force", "-o", rec_s, "--", exe], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_dir(&rec).unwrap().count(),
+        n,
+        "replaced, not appended"
+    );
+    // --force never deletes what is not a recording.
+    std::fs::write(rec.join("notes.txt"), "mine").unwrap();
+    let out = offload(&["record", "--force", "-o", rec_s, "--", exe], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(rec.join("notes.txt").exists());
+
+    let none = dir.path().join("none");
+    let out = offload(
+        &[
+            "record",
+            "-o",
+            none.to_str().unwrap(),
+            "--kernel",
+            "no_such_kernel",
+            "--",
+            exe,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("recorded 0 launches")
+            && text(&out).contains("--kernel no_such_kernel matched no launch"),
+        "{}",
+        text(&out)
+    );
+
+    std::fs::remove_file(rec.join("notes.txt")).unwrap();
+    let out = offload(&["replay", rec_s, "--verify"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let want = format!("offload replay: replayed {n} launch");
+    assert!(
+        text(&out).contains(&want) && text(&out).contains("all verified"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn ol_launches_replay_with_packed_arguments() {
     let dir = tempfile::tempdir().unwrap();

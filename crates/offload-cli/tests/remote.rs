@@ -2,87 +2,17 @@
 //! remote plugin in this one.
 
 mod common;
-use common::skip;
+use common::{skip, Server};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
 use offload_core::plugin::{self, AllocKind, KernelArgs, LaunchConfig};
 use offload_core::{Config, DevicePtr, ErrorCode, Location, Queue, Runtime};
-
-struct Server {
-    child: Child,
-    addr: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start(token: Option<&str>) -> Server {
-        Server::start_with(token, &[])
-    }
-
-    fn start_with(token: Option<&str>, extra: &[&str]) -> Server {
-        Server::start_full(token, extra, 2)
-    }
-
-    fn start_full(token: Option<&str>, extra: &[&str], devices: usize) -> Server {
-        Server::start_env(token, extra, devices, &[])
-    }
-
-    fn start_env(
-        token: Option<&str>,
-        extra: &[&str],
-        devices: usize,
-        envs: &[(&str, &Path)],
-    ) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("server.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_offload"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("OFFLOAD_HOST_DEVICES", devices.to_string())
-            .env_remove("OFFLOAD_REMOTE")
-            .envs(envs.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap());
-        match token {
-            Some(t) => cmd.env("OFFLOAD_REMOTE_TOKEN", t),
-            None => cmd.env_remove("OFFLOAD_REMOTE_TOKEN"),
-        };
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
-        assert!(
-            line.contains("listening on"),
-            "unexpected first line: {line}"
-        );
-        Server {
-            child,
-            addr,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn client_config(addr: &str, token: Option<&str>) -> Config {
     Config {
@@ -96,7 +26,10 @@ fn client_config(addr: &str, token: Option<&str>) -> Config {
 }
 
 fn client(addr: &str, token: Option<&str>) -> Runtime {
-    Runtime::new(client_config(addr, token), &offload::builtin_plugins())
+    Runtime::new(
+        client_config(addr, token),
+        &offload::internals::builtin_plugins(),
+    )
 }
 
 /// The remote plugin's devices without the core in front: an attacker that
@@ -598,7 +531,7 @@ fn tls_with_a_trusted_certificate() {
         remote_timeout_secs: 5,
         ..Config::default()
     };
-    let rt = Runtime::new(config, &offload::builtin_plugins());
+    let rt = Runtime::new(config, &offload::internals::builtin_plugins());
     assert_eq!(rt.devices().len(), 2, "{:?}", rt.failed_plugins());
     let dev = &rt.devices()[0];
     // Several 1 MiB gRPC chunks (no plain-text side channel under TLS).
@@ -949,16 +882,30 @@ fn forged_and_replayed_session_credentials_are_refused() {
             tonic::Code::FailedPrecondition,
             "{on_main:?}"
         );
-        let session_client = |id: String| {
+        let session_client = |credential: String| {
             let endpoint = endpoint.clone();
             async move {
-                let channel = offload_plugin_remote::connect_session(&endpoint, &id)
+                offload_plugin_remote::connect_session(&endpoint, &credential)
                     .await
-                    .expect("session connection");
-                offload_proto::offload_client::OffloadClient::new(channel)
+                    .map(offload_proto::offload_client::OffloadClient::new)
             }
         };
-        let mut raw = session_client(my_id.to_string()).await;
+        // A connection that names a session without its secret (or with a
+        // wrong one) is refused before any call: nothing answers there.
+        let not_opened = |c: Result<
+            offload_proto::offload_client::OffloadClient<tonic::transport::Channel>,
+            String,
+        >,
+                          credential: String,
+                          what: &'static str| async move {
+            if let Ok(mut c) = c {
+                let s = alloc_as(&mut c, &credential).await.expect_err(what);
+                assert_ne!(s.code(), tonic::Code::FailedPrecondition, "{what}: {s:?}");
+            }
+        };
+        let mut raw = session_client(mine.clone())
+            .await
+            .expect("session connection");
         assert!(alloc_as(&mut raw, &mine).await.is_ok());
         // A second session gets an unrelated credential.
         let mut other = main.hello(hello()).await.unwrap().into_inner();
@@ -979,25 +926,32 @@ fn forged_and_replayed_session_credentials_are_refused() {
                 "old format",
             );
         }
-        // The victim's public id, alone, with our secret, with a zero secret:
-        // on our session's connection, and on a connection to the victim's
-        // own process (its public id is enough to reach it, not to use it).
-        let mut at_victim = session_client(victim_id.clone()).await;
-        for conn in [&mut raw, &mut at_victim] {
-            refused(alloc_as(conn, &victim_id).await, "public id alone");
-            refused(
-                alloc_as(conn, &format!("{victim_id}.{my_secret}")).await,
-                "public id with another session's secret",
-            );
-            refused(
-                alloc_as(conn, &format!("{victim_id}.{}", "0".repeat(32))).await,
-                "public id with a guessed secret",
-            );
-        }
+        // The victim's public id, alone, with our secret, with a zero secret,
+        // on our session's connection: refused call by call.
+        refused(alloc_as(&mut raw, &victim_id).await, "public id alone");
         refused(
-            alloc_as(&mut at_victim, &mine).await,
-            "our credential at the victim's process",
+            alloc_as(&mut raw, &format!("{victim_id}.{my_secret}")).await,
+            "public id with another session's secret",
         );
+        refused(
+            alloc_as(&mut raw, &format!("{victim_id}.{}", "0".repeat(32))).await,
+            "public id with a guessed secret",
+        );
+        // A connection to the victim's own process needs its secret in the
+        // preamble: its public id with our secret or a guessed one opens
+        // nothing (the server closes the socket).
+        for forged in [
+            format!("{victim_id}.{my_secret}"),
+            format!("{victim_id}.{}", "0".repeat(32)),
+        ] {
+            let c = session_client(forged.clone()).await;
+            not_opened(c, forged, "forged session connection").await;
+        }
+        let wrong = |log: &str| {
+            log.matches("session connection refused: wrong session secret")
+                .count()
+        };
+        assert!(wrong(&server.log()) >= 2, "{}", server.log());
         // Replay: our own credential after our session closed.
         drop(stream);
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -1013,7 +967,15 @@ fn forged_and_replayed_session_credentials_are_refused() {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        refused(alloc_as(&mut at_victim, &mine).await, "replayed credential");
+        let replayed = session_client(mine.clone()).await;
+        not_opened(replayed, mine.clone(), "replayed credential").await;
+        assert!(
+            server
+                .log()
+                .contains("session connection refused: no such session"),
+            "{}",
+            server.log()
+        );
         // Our session's process is gone, and with it its connection.
         let gone = alloc_as(&mut raw, &mine).await.expect_err("closed session");
         assert_ne!(gone.code(), tonic::Code::Ok);
@@ -1592,11 +1554,16 @@ fn session_preambles_and_idle_floods_are_refused() {
         }
         assert_eq!(back, data);
     };
-    let fakes: [&[u8]; 5] = [
-        b"OFLDSES1ffffffffffffffff", // well formed, unknown session
-        b"OFLDSES10123456789abcdeg", // not hex
-        b"OFLDSES9ffffffffffffffff", // wrong magic
-        b"OFLD",                     // cut short
+    let fakes: [&[u8]; 6] = [
+        // well formed, unknown session
+        b"OFLDSES2ffffffffffffffff00112233445566778899aabbccddeeff",
+        // not hex
+        b"OFLDSES20123456789abcdeg00112233445566778899aabbccddeeff",
+        // wrong magic
+        b"OFLDSES9ffffffffffffffff00112233445566778899aabbccddeeff",
+        // the old preamble: a public id without a secret
+        b"OFLDSES1ffffffffffffffff",
+        b"OFLD", // cut short
         b"Oops, this is not a preamble at all, just bytes",
     ];
     for fake in fakes {
@@ -1606,9 +1573,10 @@ fn session_preambles_and_idle_floods_are_refused() {
         drop(s);
         works(dev, p);
     }
-    // 300 connections that send nothing (more than the 256 allowed to wait).
+    // 300 connections that send nothing (more than the 256 allowed to
+    // wait), from ten other addresses (each under its own limit of 32).
     let idle: Vec<_> = (0..300)
-        .filter_map(|_| std::net::TcpStream::connect(&server.addr).ok())
+        .filter_map(|i| connect_from(&format!("127.0.2.{}", 1 + i % 10), &server.addr).ok())
         .collect();
     works(dev, p);
     let late = client(&server.addr, None);
@@ -1682,49 +1650,27 @@ fn free_vs_write_races_and_oversize_messages_stay_in_the_attackers_session() {
         .build()
         .unwrap();
     let refused = io.block_on(async {
-        let endpoint =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr)).unwrap();
-        let mut main =
-            offload_proto::offload_client::OffloadClient::new(endpoint.connect().await.unwrap());
-        let mut hello = main
-            .hello(offload_proto::HelloRequest {
-                client: "oversize".into(),
-                protocol_version: offload_proto::PROTOCOL_VERSION,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let credential = hello.message().await.unwrap().unwrap().session;
-        let id = credential.split('.').next().unwrap().to_string();
-        let ch = offload_plugin_remote::connect_session(&endpoint, &id)
-            .await
-            .unwrap();
-        let mut raw = offload_proto::offload_client::OffloadClient::new(ch);
+        let session = RawSession::open(&server.addr).await;
+        let mut raw = session.client.clone();
         let chunk = offload_proto::WriteChunk {
             device: 0,
             dst: 0x1000,
             size: 300 << 20,
             data: vec![1u8; 300 << 20].into(),
         };
-        let mut req = tonic::Request::new(tokio_stream::iter(vec![chunk]));
-        req.metadata_mut()
-            .insert(offload_proto::SESSION_HEADER, credential.parse().unwrap());
         let refused = raw
-            .write(req)
+            .write(session.req(tokio_stream::iter(vec![chunk])))
             .await
             .expect_err("a 300 MiB message was taken");
         // The same session still answers.
-        let mut ok = tonic::Request::new(offload_proto::AllocRequest {
+        let ok = session.req(offload_proto::AllocRequest {
             device: 0,
             size: 64,
             kind: 1,
         });
-        ok.metadata_mut()
-            .insert(offload_proto::SESSION_HEADER, credential.parse().unwrap());
         raw.alloc(ok)
             .await
             .expect("the session survives an oversize message");
-        drop(hello);
         refused
     });
     assert_ne!(refused.code(), tonic::Code::Ok);
@@ -1743,6 +1689,15 @@ int main(void) {
 #pragma omp target map(tofrom: a, sum)
   for (int i = 0; i < 256; i++) { a[i] *= 3; sum += a[i]; }
   printf("sum=%ld a[7]=%d\n", sum, a[7]);
+  /* Teams: __kmpc_fork_teams comes from libomp, which a compiled bitcode
+     image does not name; the server's worker must provide it. */
+  int teams = 0;
+#pragma omp target teams num_teams(3) map(tofrom: teams)
+  {
+#pragma omp atomic
+    teams++;
+  }
+  printf("teams=%d\n", teams >= 1);
   return 0;
 }
 "#;
@@ -1799,7 +1754,10 @@ int main(void) {
         String::from_utf8_lossy(&got.stderr)
     );
     assert_eq!(got.stdout, want.stdout);
-    assert_eq!(String::from_utf8_lossy(&got.stdout), "sum=97920 a[7]=21\n");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        "sum=97920 a[7]=21\nteams=1\n"
+    );
     assert!(
         server.log().contains("bitcode image compiled"),
         "{}",
@@ -1918,4 +1876,406 @@ fn a_servers_cuda_device_is_served_to_remote_clients() {
     assert!(e.message().contains("block"), "{e}");
     dev.free(dx).unwrap();
     dev.free(dy).unwrap();
+}
+
+/// A session opened by hand, without the plugin: the Hello stream (the
+/// session lives while it is held), the greeting, and a client on the
+/// session's own connection. Calls carry the credential with [`as_session`].
+struct RawSession {
+    _hello: tonic::Streaming<offload_proto::HelloEvent>,
+    greeting: offload_proto::HelloEvent,
+    client: offload_proto::offload_client::OffloadClient<tonic::transport::Channel>,
+}
+
+impl RawSession {
+    async fn open(addr: &str) -> RawSession {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap();
+        let mut main =
+            offload_proto::offload_client::OffloadClient::new(endpoint.connect().await.unwrap());
+        let mut hello = main
+            .hello(offload_proto::HelloRequest {
+                client: "raw".into(),
+                protocol_version: offload_proto::PROTOCOL_VERSION,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let greeting = hello.message().await.unwrap().unwrap();
+        let channel = offload_plugin_remote::connect_session(&endpoint, &greeting.session)
+            .await
+            .unwrap();
+        RawSession {
+            _hello: hello,
+            greeting,
+            client: offload_proto::offload_client::OffloadClient::new(channel),
+        }
+    }
+
+    fn req<T>(&self, msg: T) -> tonic::Request<T> {
+        as_session(&self.greeting.session, msg)
+    }
+}
+
+fn as_session<T>(credential: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert(offload_proto::SESSION_HEADER, credential.parse().unwrap());
+    r
+}
+
+/// A data-channel request header (see offload-server's data module).
+fn data_header(op: u32, device: u32, addr: u64, len: usize) -> Vec<u8> {
+    let mut h = Vec::with_capacity(offload_proto::data_channel::HEADER_BYTES);
+    h.extend_from_slice(&op.to_le_bytes());
+    h.extend_from_slice(&device.to_le_bytes());
+    h.extend_from_slice(&addr.to_le_bytes());
+    h.extend_from_slice(&(len as u64).to_le_bytes());
+    h.extend_from_slice(&[0; 8]);
+    h
+}
+
+/// A data-channel status: (code, message).
+fn data_status(s: &mut impl std::io::Read) -> (u32, String) {
+    let mut st = [0u8; 8];
+    s.read_exact(&mut st).unwrap();
+    let n = u32::from_le_bytes(st[4..8].try_into().unwrap()) as usize;
+    let mut msg = vec![0u8; n];
+    s.read_exact(&mut msg).unwrap();
+    (
+        u32::from_le_bytes(st[0..4].try_into().unwrap()),
+        String::from_utf8_lossy(&msg).into_owned(),
+    )
+}
+
+/// Issue 22 item 8: a free racing a data-channel write must not let the
+/// write land in the session's next allocation. The client sends half of a
+/// write, frees the buffer, allocates and fills new buffers of the same
+/// size (the allocator would hand the freed block out again), then sends
+/// the rest: the free waits for the write (it is still pending while the
+/// write is), the new buffers keep their bytes, and the free then succeeds.
+#[test]
+fn a_free_waits_for_a_data_channel_write_in_flight() {
+    use offload_proto::data_channel::{OP_READ, OP_WRITE};
+    use std::io::Write;
+    const N: usize = 96 << 10;
+    const FRESH: usize = 8;
+    let server = Server::start(None);
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let raw = io.block_on(RawSession::open(&server.addr));
+    let alloc = |raw: &RawSession| {
+        let req = raw.req(offload_proto::AllocRequest {
+            device: 0,
+            size: N as u64,
+            kind: 1,
+        });
+        let mut c = raw.client.clone();
+        io.block_on(async move { c.alloc(req).await })
+            .unwrap()
+            .into_inner()
+            .ptr
+    };
+    let p = alloc(&raw);
+    let mut data =
+        std::net::TcpStream::connect(("127.0.0.1", raw.greeting.data_port as u16)).unwrap();
+    data.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    data.write_all(format!("{}\n", raw.greeting.data_secret).as_bytes())
+        .unwrap();
+    // One round trip: the connection is with the session's worker now.
+    data.write_all(&data_header(OP_READ, 0, p, 1)).unwrap();
+    assert_eq!(data_status(&mut data).0, 0);
+    let mut one = [0u8; 1];
+    std::io::Read::read_exact(&mut data, &mut one).unwrap();
+    // Half of a write of N bytes of 0xEE.
+    let junk = vec![0xEEu8; N];
+    data.write_all(&data_header(OP_WRITE, 0, p, N)).unwrap();
+    data.write_all(&junk[..N / 2]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The free, while the write is in flight.
+    let mut c = raw.client.clone();
+    let free_req = raw.req(offload_proto::FreeRequest { device: 0, ptr: p });
+    let free = io.spawn(async move { c.free(free_req).await });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !free.is_finished(),
+        "the free returned while a data-channel write into the buffer was in flight"
+    );
+    // New buffers of the same size, filled with 0x11.
+    let fresh: Vec<u64> = (0..FRESH).map(|_| alloc(&raw)).collect();
+    assert!(
+        !fresh.contains(&p),
+        "the pinned buffer was handed out again"
+    );
+    for &q in &fresh {
+        let req = raw.req(offload_proto::FillRequest {
+            device: 0,
+            dst: q,
+            pattern: vec![0x11].into(),
+            size: N as u64,
+        });
+        let mut c = raw.client.clone();
+        io.block_on(async move { c.fill(req).await }).unwrap();
+    }
+    // The rest of the write: it lands in the buffer it named.
+    data.write_all(&junk[N / 2..]).unwrap();
+    let (code, msg) = data_status(&mut data);
+    assert_eq!(code, 0, "the write failed: {msg}");
+    io.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), free)
+            .await
+            .expect("the free still waits after the write completed")
+            .unwrap()
+            .expect("the free succeeds once the write is done");
+    });
+    for &q in &fresh {
+        let mut c = raw.client.clone();
+        let req = raw.req(offload_proto::ReadRequest {
+            device: 0,
+            src: q,
+            size: N as u64,
+            chunk_size: N as u64,
+        });
+        let back = io.block_on(async move {
+            let mut s = c.read(req).await.unwrap().into_inner();
+            let mut back = Vec::new();
+            while let Some(chunk) = s.message().await.unwrap() {
+                back.extend_from_slice(&chunk.data);
+            }
+            back
+        });
+        assert_eq!(back.len(), N);
+        assert!(
+            back.iter().all(|&b| b == 0x11),
+            "a new allocation got bytes of a write to a freed buffer"
+        );
+    }
+    // A free that would wait forever (a write whose bytes never come) is
+    // refused after a while, not granted: covered by the server's unit tests.
+    drop(data);
+}
+
+/// A TCP connection to `dst` from the loopback address `src` (127.0.0.x:
+/// one machine, many peer addresses).
+fn connect_from(src: &str, dst: &str) -> std::io::Result<std::net::TcpStream> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (src, dst): (std::net::IpAddr, std::net::SocketAddr) =
+        (src.parse().unwrap(), dst.parse().unwrap());
+    let s = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::new(src, 0))?;
+        socket.connect(dst).await
+    })?;
+    let s = s.into_std()?;
+    s.set_nonblocking(false)?;
+    Ok(s)
+}
+
+/// Whether the server closed `s` within `wait` (EOF or reset; bytes it
+/// sends first, such as HTTP/2 settings, are read past).
+fn closed_within(mut s: &std::net::TcpStream, wait: Duration) -> bool {
+    use std::io::Read;
+    let deadline = Instant::now() + wait;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// A large round trip that must succeed (it may take the data channel or,
+/// when that refuses, gRPC).
+fn big_round_trip(dev: &offload_core::Device, tag: u8) {
+    let n = 256 << 10;
+    let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8 ^ tag).collect();
+    let p = dev.alloc(n, AllocKind::Device).unwrap();
+    let mut back = vec![0u8; n];
+    unsafe {
+        dev.copy_to_device(p, data.as_ptr(), n).unwrap();
+        dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap();
+    }
+    assert!(back == data, "round trip differs");
+    dev.free(p).unwrap();
+}
+
+/// Issue 22 item 6, the data port: 70 slowloris connections from three
+/// addresses, each sending a byte of its "secret" every 0.5 s, are cut at
+/// the handshake deadline measured from accept (3 s here), not kept alive
+/// by their trickle. While they hold every unauthenticated slot, a client
+/// already working and a client that starts during the attack both copy
+/// 256 KiB buffers correctly (the new one's data connection is refused: its
+/// copies fall back to gRPC).
+#[test]
+fn slowloris_on_the_data_port_is_cut_and_copies_go_on() {
+    use std::io::Write;
+    let server = Server::start_env(
+        None,
+        &[],
+        1,
+        &[("OFFLOAD_SERVE_HANDSHAKE_MS", Path::new("3000"))],
+    );
+    let data = server.data_addr();
+    let early = client(&server.addr, None);
+    big_round_trip(&early.devices()[0], 1);
+    let started = Instant::now();
+    let slow: Vec<std::net::TcpStream> = (0..70)
+        .map(|i| connect_from(&format!("127.0.0.{}", 2 + i % 3), &data).unwrap())
+        .collect();
+    let late = client(&server.addr, None);
+    let mut rounds = 0u8;
+    // 5 s of trickling (bounded): one byte per connection every 0.5 s.
+    while started.elapsed() < Duration::from_secs(5) {
+        for mut s in &slow {
+            let _ = s.write_all(b"a");
+        }
+        rounds = rounds.wrapping_add(1);
+        big_round_trip(&early.devices()[0], rounds);
+        big_round_trip(&late.devices()[0], rounds ^ 0x80);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // All 70 were closed by the server (the deadline passed 2 s ago).
+    let open = slow
+        .iter()
+        .filter(|s| !closed_within(s, Duration::from_millis(500)))
+        .count();
+    assert_eq!(
+        open, 0,
+        "slowloris connections still open after the deadline"
+    );
+    assert!(rounds >= 3);
+}
+
+/// Issue 22 item 6, the gRPC port: 1,000 connections that send the HTTP/2
+/// preface and then never open a session are closed by the handshake
+/// deadline (3 s from accept here); one address holding more than 32
+/// unauthenticated connections has the rest closed at once; a client that
+/// opens its session during the flood works.
+#[test]
+fn idle_unauthenticated_http2_connections_are_closed() {
+    use std::io::Write;
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    let server = Server::start_env(
+        None,
+        &[],
+        1,
+        &[("OFFLOAD_SERVE_HANDSHAKE_MS", Path::new("3000"))],
+    );
+    // 40 from one address: 32 may wait, 8 are closed at accept.
+    let crowd: Vec<_> = (0..40)
+        .map(|_| {
+            let mut s = connect_from("127.0.0.99", &server.addr).unwrap();
+            let _ = s.write_all(PREFACE);
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    // 1,000 from 40 addresses (25 each: under the per-address limit).
+    let idle: Vec<_> = (0..1000)
+        .map(|i| {
+            let mut s = connect_from(&format!("127.0.1.{}", 1 + i % 40), &server.addr).unwrap();
+            let _ = s.write_all(PREFACE);
+            s
+        })
+        .collect();
+    let rt = client(&server.addr, None);
+    big_round_trip(&rt.devices()[0], 7);
+    let refused_at_once = crowd
+        .iter()
+        .filter(|s| closed_within(s, Duration::from_millis(10)))
+        .count();
+    assert!(
+        started.elapsed() < Duration::from_millis(2500) || refused_at_once >= 8,
+        "too slow to tell refusals at accept from the deadline"
+    );
+    assert!(
+        refused_at_once >= 8,
+        "{refused_at_once} of 40 connections from one address closed at accept"
+    );
+    // Everyone else by the deadline (3 s after accept) plus a margin.
+    let deadline = started + Duration::from_secs(8);
+    let open = idle
+        .iter()
+        .chain(crowd.iter())
+        .filter(|s| !closed_within(s, deadline.saturating_duration_since(Instant::now())))
+        .count();
+    assert_eq!(open, 0, "idle unauthenticated connections still open");
+    // The session opened during the flood is still served.
+    big_round_trip(&rt.devices()[0], 8);
+    assert!(server
+        .log()
+        .contains("too many unauthenticated connections"));
+}
+
+/// Issue 22 item 13: host threads that each run `target map(tofrom:
+/// counter)` regions incrementing one shared mapped counter lose no
+/// increment over remote. (The last reference's copy back and the next
+/// first reference's copy in, and a new mapping's copy in and another
+/// thread's use of it, must not overlap: over remote each copy is a round
+/// trip, so the window is wide.)
+#[test]
+fn a_shared_mapped_counter_loses_no_increment_over_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_openmp(
+        dir.path(),
+        "counter",
+        r#"#include <stdio.h>
+#include <omp.h>
+#define THREADS 32
+#define ROUNDS 128
+int main(void) {
+  int counter = 0;
+#pragma omp parallel num_threads(THREADS)
+  for (int r = 0; r < ROUNDS; r++) {
+#pragma omp target map(tofrom: counter)
+    {
+#pragma omp atomic
+      counter++;
+    }
+  }
+  printf("counter=%d of %d\n", counter, THREADS * ROUNDS);
+  return counter != THREADS * ROUNDS;
+}
+"#,
+    ) else {
+        return;
+    };
+    let server = Server::start_full(None, &[], 1);
+    // Three runs (a lost increment showed in about one run of two).
+    for _ in 0..3 {
+        let out = Command::new(env!("CARGO_BIN_EXE_offload"))
+            .arg("exec")
+            .arg(&exe)
+            .env("OFFLOAD_PLUGINS", "remote")
+            .env("OFFLOAD_REMOTE", &server.addr)
+            .env_remove("OFFLOAD_REMOTE_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", common::text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("counter=4096 of 4096"),
+            "{}",
+            common::text(&out)
+        );
+    }
 }

@@ -5,96 +5,34 @@
 //! mechanism (clang-22, root) fails instead of skipping.
 
 mod common;
-use common::skip;
+use common::{skip, Server};
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
 use offload_core::{Config, Device, Runtime};
 
-struct Server {
-    child: Child,
-    addr: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
+/// The token of the sandbox tests' servers.
+const TOKEN: &str = "sandbox-test-token";
 
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("server.log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_offload"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("OFFLOAD_HOST_DEVICES", "1")
-            .env("OFFLOAD_REMOTE_TOKEN", "sandbox-test-token")
-            .env_remove("OFFLOAD_REMOTE")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            line.contains("listening on"),
-            "unexpected first line: {line}"
-        );
-        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
-        Server {
-            child,
-            addr,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// Host pids of the session workers the log names, in order.
-    fn worker_pids(&self) -> Vec<i64> {
-        self.log()
-            .lines()
-            .filter(|l| l.contains("session opened"))
-            .filter_map(|l| {
-                let rest = l.split("worker_pid=").nth(1)?;
-                rest.split(|c: char| !c.is_ascii_digit())
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .collect()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A server with one host device and [`TOKEN`].
+fn serve(extra: &[&str]) -> Server {
+    Server::start_env(Some(TOKEN), extra, 1, &[])
 }
 
 fn client(addr: &str) -> Runtime {
     let config = Config {
         plugins: Some(vec!["remote".into()]),
         remote_servers: vec![addr.to_string()],
-        remote_token: Some("sandbox-test-token".into()),
+        remote_token: Some(TOKEN.into()),
         remote_timeout_secs: 10,
         remote_chunk_size: 1 << 20,
         ..Config::default()
     };
-    Runtime::new(config, &offload::builtin_plugins())
+    Runtime::new(config, &offload::internals::builtin_plugins())
 }
 
 /// Whether this machine can run the sandbox tests (clang-22, root).
@@ -178,7 +116,7 @@ fn a_kernel_sees_only_its_own_session() {
     }
     let dir = tempfile::tempdir().unwrap();
     let image = hostile_so(dir.path());
-    let server = Server::start(&[]);
+    let server = serve(&[]);
     let victim = client(&server.addr);
     let vdev = victim.devices()[0].clone();
     let attacker = client(&server.addr);
@@ -252,7 +190,7 @@ fn kernels_cannot_kill_the_server_or_other_sessions() {
     }
     let dir = tempfile::tempdir().unwrap();
     let image = hostile_so(dir.path());
-    let mut server = Server::start(&[]);
+    let mut server = serve(&[]);
     let victim = client(&server.addr);
     let vdev = victim.devices()[0].clone();
     let data = vdev.alloc(64, AllocKind::Device).unwrap();
@@ -290,7 +228,7 @@ fn a_sessions_processes_end_with_it() {
     }
     let dir = tempfile::tempdir().unwrap();
     let image = hostile_so(dir.path());
-    let server = Server::start(&["--session-idle-timeout", "2"]);
+    let server = serve(&["--session-idle-timeout", "2"]);
     let tag = (std::process::id() as i64) % 100_000_000;
     let name = format!("ofsurv{tag}");
     {
@@ -346,7 +284,7 @@ fn memory_and_processes_are_bounded_per_session() {
     }
     let dir = tempfile::tempdir().unwrap();
     let image = hostile_so(dir.path());
-    let server = Server::start(&[
+    let server = serve(&[
         "--max-session-memory",
         &(64u64 << 20).to_string(),
         "--max-session-processes",
@@ -397,7 +335,7 @@ fn memory_and_processes_are_bounded_per_session() {
 /// N clients at once against `--max-sessions 3`: exactly 3 get in.
 #[test]
 fn max_sessions_holds_under_concurrency() {
-    let server = Server::start(&["--max-sessions", "3"]);
+    let server = serve(&["--max-sessions", "3"]);
     let n = 8;
     let barrier = Arc::new(Barrier::new(n));
     let addr = server.addr.clone();
@@ -426,7 +364,7 @@ fn max_sessions_holds_under_concurrency() {
 /// `--session-idle-timeout`: an idle session is closed, its client told why.
 #[test]
 fn idle_sessions_are_closed() {
-    let server = Server::start(&["--session-idle-timeout", "1"]);
+    let server = serve(&["--session-idle-timeout", "1"]);
     let rt = client(&server.addr);
     let dev = rt.devices()[0].clone();
     dev.alloc(64, AllocKind::Device).unwrap();
@@ -439,13 +377,13 @@ fn idle_sessions_are_closed() {
 /// The start line says how sessions are sandboxed.
 #[test]
 fn the_server_says_how_it_sandboxes() {
-    let server = Server::start(&[]);
+    let server = serve(&[]);
     let log = server.log();
     if nix_is_root() {
         assert!(log.contains("session sandbox on"), "{log}");
     }
     drop(server);
-    let server = Server::start(&["--insecure-no-sandbox"]);
+    let server = serve(&["--insecure-no-sandbox"]);
     assert!(
         server.log().contains("session sandbox OFF"),
         "{}",
@@ -462,7 +400,7 @@ fn measure_sandbox_cost() {
     let dir = tempfile::tempdir().unwrap();
     let image = hostile_so(dir.path());
     for extra in [&["--insecure-no-sandbox"][..], &[][..]] {
-        let server = Server::start(extra);
+        let server = serve(extra);
         let mut starts = Vec::new();
         let (mut launch_us, mut h2d, mut d2h) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..5 {

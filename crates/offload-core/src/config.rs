@@ -62,6 +62,10 @@ pub struct Config {
     /// plugins write into each OpenMP image's device environment at load
     /// (0 by default; what the bits enable is the device runtime's).
     pub device_rtl_debug: u32,
+    /// One line per setting whose value was ignored (or read otherwise than
+    /// written), naming the variable and the value: printed once on stderr
+    /// by [`Config::get`] and [`Config::from_env`].
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -83,6 +87,7 @@ impl Default for Config {
             device_stack_size: None,
             device_heap_size: None,
             device_rtl_debug: 0,
+            warnings: Vec::new(),
         }
     }
 }
@@ -91,27 +96,80 @@ impl Config {
     /// The process-wide configuration, read from the environment on first use.
     pub fn get() -> &'static Config {
         static CONFIG: OnceLock<Config> = OnceLock::new();
-        CONFIG.get_or_init(|| Config::from_lookup(|k| std::env::var(k).ok()))
+        CONFIG.get_or_init(Config::from_env)
     }
 
-    /// Read the configuration from the process environment now.
+    /// Read the configuration from the process environment now (settings
+    /// it ignores are warned about on stderr, each once per process).
     pub fn from_env() -> Config {
-        Config::from_lookup(|k| std::env::var(k).ok())
+        let c = Config::from_lookup(|k| std::env::var(k).ok());
+        for w in &c.warnings {
+            warn_once(w);
+        }
+        c
     }
 
     /// Read the configuration through `lookup` (tests pass a map).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Config {
         let mut c = Config::default();
+        let mut w = Vec::new();
         if let Some(v) = lookup("LIBOMPTARGET_DEBUG") {
-            c.debug = parse_flag_int(&v).unwrap_or(0);
+            c.debug = llvm_int("LIBOMPTARGET_DEBUG", &v, &mut w);
         }
         if let Some(v) = lookup("LIBOMPTARGET_INFO") {
-            c.info = parse_info_mask(&v);
+            c.info = llvm_int("LIBOMPTARGET_INFO", &v, &mut w);
         }
-        if let Some(v) = lookup("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD") {
-            if let Ok(n) = v.trim().parse::<usize>() {
-                c.memory_manager_threshold = n;
+        let mut num = |name: &str, what: &str, default: String| -> Option<u64> {
+            let v = lookup(name)?;
+            let n = strict_u64(&v);
+            if n.is_none() {
+                w.push(ignored(name, &v, what, &default));
             }
+            n
+        };
+        if let Some(n) = num(
+            "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD",
+            "a byte count",
+            DEFAULT_MEMORY_MANAGER_THRESHOLD.to_string(),
+        ) {
+            c.memory_manager_threshold = n as usize;
+        }
+        if let Some(n) = num(
+            "OFFLOAD_HOST_DEVICES",
+            "a count",
+            DEFAULT_HOST_DEVICES.to_string(),
+        ) {
+            c.host_devices = n as usize;
+        }
+        if let Some(n) = num(
+            "LIBOMPTARGET_PROFILE_GRANULARITY",
+            "microseconds",
+            "500".into(),
+        ) {
+            c.profile_granularity_us = n;
+        }
+        if let Some(n) = num("OFFLOAD_REMOTE_TIMEOUT", "seconds", "10".into()) {
+            c.remote_timeout_secs = n.max(1);
+        }
+        if let Some(n) = num(
+            "OFFLOAD_REMOTE_CHUNK_SIZE",
+            "a byte count",
+            "1048576".into(),
+        ) {
+            c.remote_chunk_size = (n.min(64 << 20) as usize).max(4096);
+        }
+        c.device_stack_size = num(
+            "LIBOMPTARGET_STACK_SIZE",
+            "a byte count",
+            "the device's".into(),
+        );
+        c.device_heap_size = num(
+            "LIBOMPTARGET_HEAP_SIZE",
+            "a byte count",
+            "the device's".into(),
+        );
+        if let Some(n) = num("LIBOMPTARGET_DEVICE_RTL_DEBUG", "a bit mask", "0".into()) {
+            c.device_rtl_debug = n as u32;
         }
         if let Some(v) = lookup("OFFLOAD_PLUGINS") {
             let names: Vec<String> = v
@@ -121,20 +179,10 @@ impl Config {
                 .collect();
             c.plugins = Some(names);
         }
-        if let Some(v) = lookup("OFFLOAD_HOST_DEVICES") {
-            if let Ok(n) = v.trim().parse::<usize>() {
-                c.host_devices = n;
-            }
-        }
         if let Some(v) = lookup("LIBOMPTARGET_PROFILE") {
             if !v.is_empty() {
                 c.profile = Some(PathBuf::from(v));
             }
-        }
-        if let Some(n) =
-            lookup("LIBOMPTARGET_PROFILE_GRANULARITY").and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            c.profile_granularity_us = n;
         }
         if let Some(v) = lookup("OFFLOAD_REMOTE") {
             c.remote_servers = v
@@ -147,22 +195,8 @@ impl Config {
         c.remote_tls_ca = lookup("OFFLOAD_REMOTE_TLS_CA")
             .filter(|t| !t.is_empty())
             .map(PathBuf::from);
-        if let Some(n) = lookup("OFFLOAD_REMOTE_TIMEOUT").and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            c.remote_timeout_secs = n.max(1);
-        }
-        if let Some(n) =
-            lookup("OFFLOAD_REMOTE_CHUNK_SIZE").and_then(|v| v.trim().parse::<usize>().ok())
-        {
-            c.remote_chunk_size = n.clamp(4096, 64 << 20);
-        }
-        c.launch = launch_tuning(&lookup);
-        let bytes = |name: &str| lookup(name).and_then(|v| v.trim().parse::<u64>().ok());
-        c.device_stack_size = bytes("LIBOMPTARGET_STACK_SIZE");
-        c.device_heap_size = bytes("LIBOMPTARGET_HEAP_SIZE");
-        c.device_rtl_debug = lookup("LIBOMPTARGET_DEVICE_RTL_DEBUG")
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .unwrap_or(0);
+        c.launch = launch_tuning(&lookup, &mut w);
+        c.warnings = w;
         c
     }
 
@@ -182,36 +216,88 @@ impl Config {
     }
 }
 
-/// The launch tuning variables, parsed as LLVM's plugins parse them: a
-/// value that does not parse leaves the default; counts must be positive.
-fn launch_tuning(lookup: &impl Fn(&str) -> Option<String>) -> LaunchTuning {
-    let positive = |name: &str| {
-        lookup(name)
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .filter(|&n| n > 0)
-            .map(|n| n.min(i64::from(u32::MAX)) as u32)
+/// The launch tuning variables, read as LLVM's plugins read them: a value
+/// that does not parse leaves the default (with a warning); counts must be
+/// positive.
+fn launch_tuning(lookup: &impl Fn(&str) -> Option<String>, w: &mut Vec<String>) -> LaunchTuning {
+    let mut positive = |name: &str| {
+        let v = lookup(name)?;
+        match v.trim().parse::<i64>().ok().filter(|&n| n > 0) {
+            Some(n) => Some(n.min(i64::from(u32::MAX)) as u32),
+            None => {
+                w.push(ignored(name, &v, "a positive count", "unset"));
+                None
+            }
+        }
     };
     let mut t = LaunchTuning {
         max_teams: positive("OMP_NUM_TEAMS"),
         max_threads: positive("OMP_TEAMS_THREAD_LIMIT"),
         ..LaunchTuning::default()
     };
-    if let Some(n) = lookup("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT")
-        .and_then(|v| v.trim().parse::<u32>().ok())
-    {
+    let d = LaunchTuning::default();
+    let mut u32_var = |name: &str, default: u32| {
+        let v = lookup(name)?;
+        let n = strict_u64(&v).and_then(|n| u32::try_from(n).ok());
+        if n.is_none() {
+            w.push(ignored(name, &v, "a count", &default.to_string()));
+        }
+        n
+    };
+    if let Some(n) = u32_var(
+        "LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT",
+        d.min_threads_low_trip_count,
+    ) {
         t.min_threads_low_trip_count = n;
     }
-    if let Some(b) =
-        lookup("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT").and_then(|v| parse_bool(&v))
-    {
-        t.reuse_blocks_high_trip_count = b;
-    }
-    if let Some(n) =
-        lookup("LIBOMPTARGET_SHARED_MEMORY_SIZE").and_then(|v| v.trim().parse::<u32>().ok())
-    {
+    if let Some(n) = u32_var("LIBOMPTARGET_SHARED_MEMORY_SIZE", d.min_dyn_group_memory) {
         t.min_dyn_group_memory = n;
     }
+    if let Some(v) = lookup("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT") {
+        match parse_bool(&v) {
+            Some(b) => t.reuse_blocks_high_trip_count = b,
+            None => w.push(ignored(
+                "LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT",
+                &v,
+                "true/false, yes/no, on/off or 1/0",
+                &d.reuse_blocks_high_trip_count.to_string(),
+            )),
+        }
+    }
     t
+}
+
+/// A whole unsigned decimal number (blanks around it allowed), or None.
+fn strict_u64(v: &str) -> Option<u64> {
+    v.trim().parse::<u64>().ok()
+}
+
+/// The warning for a setting whose value is ignored: "offload: warning:
+/// NAME=VALUE ignored: not WHAT (using DEFAULT)".
+pub fn ignored(name: &str, value: &str, what: &str, default: &str) -> String {
+    format!("offload: warning: {name}={value:?} ignored: not {what} (using {default})")
+}
+
+/// Print `line` on stderr unless this process printed it already.
+pub fn warn_once(line: &str) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.iter().any(|s| s == line) {
+        seen.push(line.to_string());
+        eprintln!("{line}");
+    }
+}
+
+/// Read `name=value` (a number the environment sets) with [`strict_u64`];
+/// a value that is set but not a number is warned about once (see
+/// [`ignored`]) and gives None. For settings read outside [`Config`].
+pub fn env_u64(name: &str, what: &str, default: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let n = strict_u64(&v);
+    if n.is_none() {
+        warn_once(&ignored(name, &v, what, default));
+    }
+    n
 }
 
 /// LLVM's boolean variables: true/yes/on/1 and false/no/off/0, any case.
@@ -223,10 +309,21 @@ fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// LLVM reads `LIBOMPTARGET_INFO` with `std::stoi`: decimal, leading sign
-/// allowed, trailing junk ignored, so `0x10` reads as 0.
-fn parse_info_mask(v: &str) -> u32 {
-    parse_flag_int(v).unwrap_or(0)
+/// LLVM reads `LIBOMPTARGET_DEBUG` and `LIBOMPTARGET_INFO` with
+/// `std::stoi`: decimal, leading sign allowed, trailing junk ignored, so
+/// `0x10` reads as 0. We read them the same, and warn when the value is not
+/// a whole decimal number.
+fn llvm_int(name: &str, v: &str, w: &mut Vec<String>) -> u32 {
+    let n = parse_flag_int(v);
+    let t = v.trim();
+    let whole = t.strip_prefix(['-', '+']).unwrap_or(t);
+    if n.is_none() || whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+        let read = n.unwrap_or(0) as i32;
+        w.push(format!(
+            "offload: warning: {name}={v:?} is not a decimal number: read as {read} (as LLVM's runtime does)"
+        ));
+    }
+    n.unwrap_or(0)
 }
 
 fn parse_flag_int(v: &str) -> Option<u32> {
@@ -306,6 +403,37 @@ mod tests {
         assert_eq!(cfg(&[("LIBOMPTARGET_INFO", "32")]).info, 32);
         assert_eq!(cfg(&[("LIBOMPTARGET_INFO", "0x10")]).info, 0);
         assert_eq!(cfg(&[("LIBOMPTARGET_INFO", "junk")]).info, 0);
+    }
+
+    #[test]
+    fn ignored_values_are_warned_about_by_name() {
+        let bad = [
+            ("OFFLOAD_HOST_DEVICES", "abc"),
+            ("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD", "8k"),
+            ("LIBOMPTARGET_INFO", "0x10"),
+            ("OMP_NUM_TEAMS", "0"),
+            ("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", "maybe"),
+            ("LIBOMPTARGET_STACK_SIZE", "-1"),
+        ];
+        let mut env = bad.to_vec();
+        env.push(("OFFLOAD_REMOTE_TIMEOUT", "5"));
+        let c = cfg(&env);
+        assert_eq!(c.host_devices, DEFAULT_HOST_DEVICES);
+        assert_eq!(c.memory_manager_threshold, DEFAULT_MEMORY_MANAGER_THRESHOLD);
+        assert_eq!(c.device_stack_size, None);
+        assert_eq!(c.remote_timeout_secs, 5);
+        assert_eq!(c.warnings.len(), 6, "{:#?}", c.warnings);
+        for (name, value) in bad {
+            let needle = format!("{name}=\"{value}\"");
+            let line = c.warnings.iter().find(|w| w.contains(&needle));
+            let line = line.unwrap_or_else(|| panic!("no warning for {needle}: {:?}", c.warnings));
+            assert!(line.starts_with("offload: warning: ") && !line.contains('\n'));
+        }
+        assert!(
+            cfg(&[("OFFLOAD_HOST_DEVICES", " 2 "), ("LIBOMPTARGET_INFO", "-1")])
+                .warnings
+                .is_empty()
+        );
     }
 
     #[test]

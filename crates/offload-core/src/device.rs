@@ -684,6 +684,7 @@ impl Device {
     }
 
     /// Every live range of the index (allocations, globals, registrations).
+    #[cfg_attr(not(feature = "record"), allow(dead_code))]
     pub(crate) fn live_ranges(&self) -> Vec<Allocation> {
         self.index.all()
     }

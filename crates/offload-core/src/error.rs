@@ -5,8 +5,10 @@
 
 use std::fmt;
 
-/// Error codes, numbered exactly as LLVM 22's `ol_errc_t`.
+/// Error codes, numbered exactly as LLVM 22's `ol_errc_t`. LLVM adds codes
+/// over time: matches need a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 #[repr(u32)]
 pub enum ErrorCode {
     Success = 0,

@@ -29,6 +29,20 @@
 //! short kernel, and on a machine with fewer free cores than threads).
 //! A wait from inside one of the queue's own operations is refused
 //! (`InvalidArgument`) rather than left to hang.
+//!
+//! The worker takes everything pending at once and runs it as a batch,
+//! counting each finished operation without the lock (it is the only
+//! runner meanwhile; failures are filed under the lock before they are
+//! counted, sleepers are woken only when there are some): a thread that
+//! enqueues many operations meets the worker at the lock once per batch,
+//! not twice per operation.
+//!
+//! Device work (launches, copies, fills) is always enqueued, never run in
+//! the enqueuing thread: the call returns before the work runs. A worker
+//! that finds new work on an idle queue first leaves it for
+//! `OFFLOAD_QUEUE_HANDOFF_US` (3 us) to a waiter, so the common "launch,
+//! then sync at once" still runs in the syncing thread with no hand-off,
+//! and work nobody waits for starts on the worker within microseconds.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -63,6 +77,16 @@ impl ThreadKey {
 /// One queued operation.
 pub type Op = Box<dyn FnOnce() -> OlResult + Send>;
 
+/// A queued operation on the device queue the worker serves
+/// ([`Worker::for_device`]): it gets the queue when it runs, so that it
+/// need not hold a reference of its own.
+pub type DeviceOp = Box<dyn FnOnce(&dyn crate::plugin::Queue) -> OlResult + Send>;
+
+enum Queued {
+    Host(Op),
+    Device(DeviceOp),
+}
+
 /// Stack of a worker thread: host functions and single-group kernels run on
 /// it, so give it what a main thread would have.
 const WORKER_STACK: usize = 8 << 20;
@@ -90,13 +114,24 @@ fn worker_spin() -> Duration {
     *V.get_or_init(|| knob("OFFLOAD_QUEUE_WORKER_SPIN_US", 50))
 }
 
+/// How long a worker that finds new work on an idle queue leaves it to a
+/// waiter before starting it itself (`OFFLOAD_QUEUE_HANDOFF_US`, default
+/// 3 us). A launch or copy followed at once by a sync then runs in the
+/// syncing thread (no hand-off between threads, the cost of a short
+/// operation), while work nobody waits for still starts within
+/// microseconds, asynchronously to the thread that enqueued it.
+fn handoff_grace() -> Duration {
+    static V: OnceLock<Duration> = OnceLock::new();
+    *V.get_or_init(|| knob("OFFLOAD_QUEUE_HANDOFF_US", 3))
+}
+
 #[derive(Default)]
 struct State {
-    ops: VecDeque<Op>,
+    ops: VecDeque<Queued>,
     /// Operations ever enqueued.
     enqueued: u64,
-    /// Operations finished (successfully or not).
-    completed: u64,
+    /// Operations started (taken off `ops`, or run at once).
+    started: u64,
     /// Unreported failures: (position, error), in position order.
     errors: VecDeque<(u64, Error)>,
     /// The thread running an operation of this queue now, if any.
@@ -114,12 +149,33 @@ pub struct Worker {
     state: Mutex<State>,
     work: Condvar,
     progress: Condvar,
-    /// Copy of `State::completed` for lock-free checks.
-    completed: AtomicU64,
-    /// Copy of `State::enqueued`: the worker may spin on it before parking.
-    enqueued: AtomicU64,
+    /// Lock-free copies of the progress counters, on their own cache lines.
+    counters: Counters,
     /// For the thread's name and messages ("queue #id").
     id: u64,
+    /// The device queue [`DeviceOp`]s run on.
+    device: Option<Arc<dyn crate::plugin::Queue>>,
+}
+
+/// Spin-loop hints between two looks of an idle worker at its counters
+/// (3-15 us, depending on the CPU's `pause`).
+const IDLE_PAUSES: u32 = 1024;
+
+/// Operations finished (`completed`, the one count: the runner of the
+/// queue's operations advances it), copies of `State::enqueued` and
+/// `State::started` (an idle worker looks for work not yet started) and of
+/// `State::waiters` (the worker tells sleepers about progress only when
+/// there are some). Apart from the
+/// lock and the rest of the state: a spinning worker reads these lines, and
+/// sharing them with what the enqueuing thread writes under the lock would
+/// cost that thread a cache miss per operation.
+#[derive(Default)]
+#[repr(align(128))]
+struct Counters {
+    completed: AtomicU64,
+    enqueued: AtomicU64,
+    started: AtomicU64,
+    waiters: AtomicU64,
 }
 
 /// Run one operation; a panic becomes an error.
@@ -139,13 +195,23 @@ fn execute(op: impl FnOnce() -> OlResult) -> OlResult {
 
 impl Worker {
     pub fn new() -> Arc<Worker> {
+        Self::build(None)
+    }
+
+    /// A worker in front of `device`, a queue that completes its work
+    /// inline: [`Worker::enqueue_device`] runs operations on it.
+    pub fn for_device(device: Arc<dyn crate::plugin::Queue>) -> Arc<Worker> {
+        Self::build(Some(device))
+    }
+
+    fn build(device: Option<Arc<dyn crate::plugin::Queue>>) -> Arc<Worker> {
         static IDS: AtomicU64 = AtomicU64::new(0);
         Arc::new(Worker {
+            device,
             state: Mutex::new(State::default()),
             work: Condvar::new(),
             progress: Condvar::new(),
-            completed: AtomicU64::new(0),
-            enqueued: AtomicU64::new(0),
+            counters: Counters::default(),
             id: IDS.fetch_add(1, Ordering::Relaxed),
         })
     }
@@ -160,6 +226,29 @@ impl Worker {
 
     /// Append `op`; it runs after everything enqueued before it.
     pub fn enqueue(self: &Arc<Self>, op: Op) -> OlResult {
+        self.push(Queued::Host(op))
+    }
+
+    /// Append `op` for the device queue of [`Worker::for_device`].
+    pub fn enqueue_device(self: &Arc<Self>, op: DeviceOp) -> OlResult {
+        self.push(Queued::Device(op))
+    }
+
+    /// Run a queued operation (in order: the caller is the runner).
+    fn call(&self, op: Queued) -> OlResult {
+        match op {
+            Queued::Host(f) => f(),
+            Queued::Device(f) => match &self.device {
+                Some(q) => f(q.as_ref()),
+                None => Err(err(
+                    ErrorCode::Unsupported,
+                    format!("{} serves no device queue", self.name()),
+                )),
+            },
+        }
+    }
+
+    fn push(self: &Arc<Self>, op: Queued) -> OlResult {
         let mut st = self.lock();
         if st.closed {
             return Err(err(
@@ -186,7 +275,7 @@ impl Worker {
         }
         st.ops.push_back(op);
         st.enqueued += 1;
-        self.enqueued.store(st.enqueued, Ordering::Release);
+        self.counters.enqueued.store(st.enqueued, Ordering::Release);
         if st.parked && st.runner.is_none() {
             self.work.notify_one();
         }
@@ -214,7 +303,9 @@ impl Worker {
             }
             st.runner = Some(me);
             st.enqueued += 1;
-            self.enqueued.store(st.enqueued, Ordering::Release);
+            st.started += 1;
+            self.counters.enqueued.store(st.enqueued, Ordering::Release);
+            self.counters.started.store(st.started, Ordering::Release);
         }
         let r = execute(op);
         let mut st = self.lock();
@@ -223,25 +314,58 @@ impl Worker {
     }
 
     /// Take the next operation if nobody is running one; `me` runs it.
-    fn start_next(st: &mut State, me: ThreadKey) -> Option<Op> {
+    fn start_next(&self, st: &mut State, me: ThreadKey) -> Option<Queued> {
         if st.runner.is_some() {
             return None;
         }
         let op = st.ops.pop_front()?;
         st.runner = Some(me);
+        st.started += 1;
+        self.counters.started.store(st.started, Ordering::Release);
         Some(op)
     }
 
-    /// Book the end of the running operation.
-    fn finish_one(&self, st: &mut State, r: OlResult) {
-        let position = st.completed;
-        st.completed += 1;
-        st.runner = None;
-        self.completed.store(st.completed, Ordering::Release);
+    /// Count the running operation as finished (its failure filed first,
+    /// so whoever sees the count sees the failure). The caller holds the
+    /// lock and is the runner.
+    fn complete(&self, st: &mut State, r: OlResult) {
+        let position = self.counters.completed.load(Ordering::Relaxed);
         if let Err(e) = r {
             tracing::debug!(queue = self.id, position, error = %e, "queued operation failed");
             st.errors.push_back((position, e));
         }
+        // Under the lock, which sleepers check the count under: no fence.
+        self.counters
+            .completed
+            .store(position + 1, Ordering::Release);
+    }
+
+    fn completed(&self) -> u64 {
+        self.counters.completed.load(Ordering::SeqCst)
+    }
+
+    /// Run the next operation in this thread if nobody runs one: the lock
+    /// is released meanwhile and taken again (returned) to book its end.
+    /// The guard comes back, with whether an operation ran.
+    fn run_next<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        me: ThreadKey,
+    ) -> (MutexGuard<'a, State>, bool) {
+        let Some(op) = self.start_next(&mut st, me) else {
+            return (st, false);
+        };
+        drop(st);
+        let r = execute(|| self.call(op));
+        let mut st = self.lock();
+        self.finish_one(&mut st, r);
+        (st, true)
+    }
+
+    /// Book the end of the running operation.
+    fn finish_one(&self, st: &mut State, r: OlResult) {
+        self.complete(st, r);
+        st.runner = None;
         if st.waiters > 0 {
             self.progress.notify_all();
         }
@@ -253,26 +377,58 @@ impl Worker {
     /// The worker thread's loop.
     fn run(self: Arc<Self>) {
         let me = ThreadKey::current();
+        let mut batch: VecDeque<Queued> = VecDeque::new();
         let mut st = self.lock();
         loop {
-            if let Some(op) = Self::start_next(&mut st, me) {
+            if st.runner.is_none() && !st.ops.is_empty() {
+                // Take everything pending at once: the enqueuing thread and
+                // the worker then meet at the lock once per operation (its
+                // end), not twice. The worker stays the runner meanwhile, so
+                // nobody else starts one of them.
+                std::mem::swap(&mut st.ops, &mut batch);
+                st.runner = Some(me);
+                st.started += batch.len() as u64;
+                self.counters.started.store(st.started, Ordering::Release);
                 drop(st);
-                let r = execute(op);
+                while let Some(op) = batch.pop_front() {
+                    let r = execute(|| self.call(op));
+                    if r.is_err() {
+                        let mut st = self.lock();
+                        self.complete(&mut st, r);
+                    } else {
+                        // Only this thread runs operations of the queue now:
+                        // the count needs no lock.
+                        let done = self.counters.completed.load(Ordering::Relaxed);
+                        self.counters.completed.store(done + 1, Ordering::SeqCst);
+                    }
+                    // A waiter counts itself, then checks the count, then
+                    // sleeps under the lock: it sees the new count, or we see
+                    // it here and wake it once it sleeps.
+                    if self.counters.waiters.load(Ordering::SeqCst) > 0 {
+                        let _st = self.lock();
+                        self.progress.notify_all();
+                    }
+                }
                 st = self.lock();
-                self.finish_one(&mut st, r);
+                st.runner = None;
                 continue;
             }
             if st.closed && st.ops.is_empty() {
                 return;
             }
             if st.runner.is_none() {
-                // More work often follows soon: optionally look for it a
-                // little before paying for a sleep and a wake-up.
-                let seen = st.enqueued;
+                // More work often follows soon: look for it a little before
+                // paying for a sleep and a wake-up, without the lock (the
+                // enqueuing thread takes it). Work that shows up is left to
+                // a waiter for the hand-off grace first (`handoff_grace`):
+                // when one starts it, the worker goes on looking.
                 drop(st);
-                spin_until(worker_spin(), || {
-                    self.enqueued.load(Ordering::Acquire) != seen
-                });
+                let c = &self.counters;
+                let pending =
+                    || c.enqueued.load(Ordering::Acquire) != c.started.load(Ordering::Acquire);
+                while spin_every(worker_spin(), IDLE_PAUSES, pending)
+                    && spin_every(handoff_grace(), IDLE_PAUSES, || !pending())
+                {}
                 st = self.lock();
                 // Closed meanwhile (close() only wakes a parked worker), or
                 // work arrived that nobody has started.
@@ -293,13 +449,13 @@ impl Worker {
 
     /// Whether everything enqueued before `position` has run.
     pub fn reached(&self, position: u64) -> bool {
-        self.completed.load(Ordering::Acquire) >= position
+        self.counters.completed.load(Ordering::Acquire) >= position
     }
 
     /// Whether nothing is pending.
     pub fn is_empty(&self) -> bool {
         let st = self.lock();
-        st.completed == st.enqueued
+        self.completed() == st.enqueued
     }
 
     /// Block until everything enqueued before `position` has run (no error
@@ -312,7 +468,7 @@ impl Worker {
         let me = ThreadKey::current();
         let mut st = self.lock();
         loop {
-            if st.completed >= position {
+            if self.completed() >= position {
                 return Ok(());
             }
             if st.runner == Some(me) {
@@ -324,11 +480,9 @@ impl Worker {
                     ),
                 ));
             }
-            if let Some(op) = Self::start_next(&mut st, me) {
-                drop(st);
-                let r = execute(op);
-                st = self.lock();
-                self.finish_one(&mut st, r);
+            let ran;
+            (st, ran) = self.run_next(st, me);
+            if ran {
                 continue;
             }
             // Another thread runs the operation: it may well end within
@@ -338,12 +492,20 @@ impl Worker {
                 return Ok(());
             }
             st = self.lock();
-            if st.completed >= position || st.runner.is_none() {
+            if self.completed() >= position || st.runner.is_none() {
                 continue;
             }
             st.waiters += 1;
-            st = self.progress.wait(st).unwrap_or_else(|e| e.into_inner());
+            self.counters
+                .waiters
+                .store(st.waiters as u64, Ordering::SeqCst);
+            if self.completed() < position {
+                st = self.progress.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
             st.waiters -= 1;
+            self.counters
+                .waiters
+                .store(st.waiters as u64, Ordering::SeqCst);
         }
     }
 
@@ -356,10 +518,18 @@ impl Worker {
     }
 
     /// Drain: wait for everything enqueued so far; report its first failure.
+    /// Operations nobody has started run in the calling thread (the lock is
+    /// taken once per operation); otherwise it waits as `wait_until`.
     pub fn sync(&self) -> OlResult {
+        let me = ThreadKey::current();
         let mut st = self.lock();
         let position = st.enqueued;
-        if st.completed < position {
+        while self.completed() < position {
+            let ran;
+            (st, ran) = self.run_next(st, me);
+            if ran {
+                continue;
+            }
             drop(st);
             self.wait_until(position)?;
             st = self.lock();
@@ -413,7 +583,7 @@ impl Worker {
             self.work.notify_one();
         }
         let thread = st.thread.take();
-        let pending = if st.completed == st.enqueued {
+        let pending = if self.completed() == st.enqueued {
             self.take_errors(&mut st, u64::MAX)
         } else {
             Ok(())
@@ -425,26 +595,37 @@ impl Worker {
 /// Spin (with an occasional yield: the machine may have few free cores)
 /// until `done()` or `limit` has passed; whether `done()` became true.
 fn spin_until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    spin_every(limit, 16, done)
+}
+
+/// [`spin_until`], asking `done()` every `pauses` spin-loop hints (16:
+/// well under 1 us; an idle worker asks less often, so that the lines it
+/// reads are not pulled away from the thread that enqueues and syncs).
+fn spin_every(limit: Duration, pauses: u32, done: impl Fn() -> bool) -> bool {
     if limit.is_zero() {
         return done();
     }
     let start = Instant::now();
-    let mut rounds = 0u32;
+    let mut waited = 0u32;
+    let mut last_check = 0u32;
     loop {
-        // `pause` takes ~140 cycles on recent x86: this is well under 1 us.
-        for _ in 0..16 {
+        // `pause` takes 10-140 cycles (13 ns on the 2-core CI VM).
+        for _ in 0..pauses {
             std::hint::spin_loop();
         }
         if done() {
             return true;
         }
-        rounds += 1;
-        if rounds.is_multiple_of(4) && start.elapsed() >= limit {
-            return false;
+        waited += pauses;
+        if waited - last_check >= 64 {
+            last_check = waited;
+            if start.elapsed() >= limit {
+                return false;
+            }
         }
         // Let a thread sharing this core run now and then (about every
         // 10 us): on an oversubscribed machine it may be the one we wait for.
-        if rounds.is_multiple_of(16) {
+        if waited.is_multiple_of(256) {
             std::thread::yield_now();
         }
     }

@@ -21,9 +21,7 @@ pub const DEFAULT_MAX_IMAGE_BYTES: u64 = 4 << 30;
 pub fn max_image_bytes() -> u64 {
     static MAX: OnceLock<u64> = OnceLock::new();
     *MAX.get_or_init(|| {
-        std::env::var("OFFLOAD_MAX_IMAGE_SIZE")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
+        crate::config::env_u64("OFFLOAD_MAX_IMAGE_SIZE", "a byte count", "4 GiB")
             .filter(|&v| v > 0)
             .unwrap_or(DEFAULT_MAX_IMAGE_BYTES)
     })

@@ -180,9 +180,30 @@ impl LaunchConfig {
             ..Default::default()
         }
     }
+    /// Group size of [`LaunchConfig::for_num_elems`].
+    pub const ELEMS_GROUP_SIZE: u32 = 256;
+
+    /// One work item per element for `n` elements: groups of
+    /// [`Self::ELEMS_GROUP_SIZE`] items, as many as cover `n` (at least
+    /// one). The last group may run past `n`: kernels check their index.
+    ///
+    /// ```
+    /// use offload_core::LaunchConfig;
+    /// let c = LaunchConfig::for_num_elems(1000);
+    /// assert_eq!((c.num_groups[0], c.group_size[0]), (4, 256));
+    /// assert_eq!(LaunchConfig::for_num_elems(0).num_groups[0], 1);
+    /// ```
+    pub fn for_num_elems(n: u32) -> Self {
+        Self::linear(
+            n.div_ceil(Self::ELEMS_GROUP_SIZE).max(1),
+            Self::ELEMS_GROUP_SIZE,
+        )
+    }
+    /// Groups in the whole grid.
     pub fn total_groups(&self) -> u64 {
         self.num_groups.iter().map(|&n| n as u64).product()
     }
+    /// Work items in one group.
     pub fn total_items_per_group(&self) -> u64 {
         self.group_size.iter().map(|&n| n as u64).product()
     }
@@ -332,6 +353,13 @@ pub trait Kernel: Send + Sync + AsAny {
     /// ([`crate::launch`]). `None`: launches keep the sizes given.
     fn openmp(&self) -> Option<crate::launch::OpenMpKernel> {
         None
+    }
+    /// What the plugin would refuse about a launch of this kernel with
+    /// `args` and `config` (already resolved), checked when the launch is
+    /// enqueued so that the caller gets the error at once rather than from
+    /// the sync.
+    fn check_launch(&self, _args: &KernelArgs<'_>, _config: &LaunchConfig) -> Result<()> {
+        Ok(())
     }
 }
 

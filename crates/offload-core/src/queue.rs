@@ -57,7 +57,9 @@ impl Queue {
             });
         };
         let raw = device.create_raw_queue()?;
-        let worker = raw.completes_inline().then(Worker::new);
+        let worker = raw
+            .completes_inline()
+            .then(|| Worker::for_device(raw.clone()));
         Ok(Queue {
             device: Some(device.clone()),
             raw: Some(raw),
@@ -82,15 +84,17 @@ impl Queue {
         &self,
         op: impl FnOnce(&dyn plugin::Queue) -> Result<()> + Send + 'static,
     ) -> Result<()> {
-        let raw = self.raw.clone().ok_or_else(|| {
+        let raw = self.raw.as_ref().ok_or_else(|| {
             Error::new(
                 ErrorCode::Unsupported,
                 "the host device runs no device operations",
             )
         })?;
         match &self.worker {
-            // Device work may run at once when the queue is idle.
-            Some(w) => w.run_or_enqueue(move || op(raw.as_ref())),
+            // Enqueued: the call returns before the work runs (on the
+            // queue's worker, or in a thread that waits for it first),
+            // on the plugin queue the worker was made for.
+            Some(w) => w.enqueue_device(Box::new(op)),
             None => op(raw.as_ref()),
         }
     }
@@ -192,6 +196,7 @@ impl Queue {
             });
         }
         let config = kernel.resolve(config);
+        kernel.raw().check_launch(&args, &config)?;
         if self.worker.is_none() {
             // The plugin queue copies what it needs before returning.
             let raw = self

@@ -2,8 +2,9 @@
 //!
 //! * no Markdown file links outside the repository (no `http(s)://` at all,
 //!   no relative link to a missing file or to a path above the repository
-//!   root), and no doc comment of the Rust sources carries an `http(s)://`
-//!   link;
+//!   root), no link to a `#anchor` that is not a heading (GitHub's slug) or
+//!   an `<a id>`/`<a name>` of the file it points into, and no doc comment
+//!   of the Rust sources carries an `http(s)://` link;
 //! * `docs/environment.md` lists exactly the environment variables the code
 //!   under `crates/*/src` and `plugins/*/src` reads.
 
@@ -123,6 +124,75 @@ fn link_targets(text: &str) -> Vec<(usize, String)> {
     out
 }
 
+/// GitHub's anchor for a heading: lower case, every character that is not
+/// alphanumeric, `-`, `_` or a blank dropped, blanks turned into `-`.
+fn slug(heading: &str) -> String {
+    let mut s = String::new();
+    for c in heading.trim().chars() {
+        if c.is_alphanumeric() || c == '-' || c == '_' {
+            s.extend(c.to_lowercase());
+        } else if c == ' ' {
+            s.push('-');
+        }
+    }
+    s
+}
+
+/// The anchors of one Markdown text: its headings' slugs (the second and
+/// later of equal ones numbered `-1`, `-2`, ... as GitHub does) and the
+/// `id`/`name` of its HTML `<a>` elements.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        if let Some(h) = t.strip_prefix('#') {
+            let h = h.trim_start_matches('#');
+            if h.starts_with(' ') {
+                let base = slug(h.trim_end_matches('#'));
+                let n = seen.entry(base.clone()).or_insert(0);
+                out.insert(if *n == 0 {
+                    base.clone()
+                } else {
+                    format!("{base}-{n}")
+                });
+                *n += 1;
+            }
+        }
+        for attr in ["<a id=\"", "<a name=\""] {
+            let mut rest = line;
+            while let Some(i) = rest.find(attr) {
+                let after = &rest[i + attr.len()..];
+                if let Some(end) = after.find('"') {
+                    out.insert(after[..end].to_string());
+                }
+                rest = after;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn anchors_are_githubs_slugs() {
+    let a = anchors(
+        "# One\n## Library sizes, 2026 (release: LTO)\n```\n# not\n```\n## One\n<a id=\"x\"></a>\n",
+    );
+    let want: BTreeSet<String> = ["one", "library-sizes-2026-release-lto", "one-1", "x"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(a, want);
+}
+
 #[test]
 fn markdown_links_stay_inside_the_repository() {
     let root = repo_root();
@@ -142,8 +212,30 @@ fn markdown_links_stay_inside_the_repository() {
         let dir = root.join(&file).parent().unwrap().to_path_buf();
         for (line, target) in link_targets(&text) {
             let path = target.split('#').next().unwrap();
-            if path.is_empty() || target.contains("://") || target.starts_with("mailto:") {
-                // Anchors within the page; URLs are reported above.
+            if target.contains("://") || target.starts_with("mailto:") {
+                // URLs are reported above.
+                continue;
+            }
+            if let Some((_, anchor)) = target.split_once('#') {
+                let into = if path.is_empty() {
+                    root.join(&file)
+                } else if let Some(abs) = path.strip_prefix('/') {
+                    root.join(abs)
+                } else {
+                    dir.join(path)
+                };
+                if into.extension().is_some_and(|e| e == "md") {
+                    if let Ok(md) = std::fs::read_to_string(&into) {
+                        if !anchors(&md).contains(anchor) {
+                            problems.push(format!(
+                                "{}:{line}: link to {target}: no heading or anchor `{anchor}` there",
+                                file.display()
+                            ));
+                        }
+                    }
+                }
+            }
+            if path.is_empty() {
                 continue;
             }
             let resolved = if let Some(abs) = path.strip_prefix('/') {
@@ -256,7 +348,11 @@ fn variables_in_sources(root: &Path) -> BTreeSet<String> {
                 let Some(lit) = literal_at(&rest[i..]) else {
                     break;
                 };
-                if env_name(lit) && PREFIXES.iter().any(|p| lit.starts_with(p)) {
+                // A bare prefix (`"OFFLOAD_"`, a name test) names nothing.
+                if env_name(lit)
+                    && !lit.ends_with('_')
+                    && PREFIXES.iter().any(|p| lit.starts_with(p))
+                {
                     names.insert(lit.to_string());
                 }
                 rest = &rest[i + lit.len() + 2..];

@@ -13,7 +13,8 @@ pub mod session_connection;
 pub use bytes::Bytes;
 pub use v1::*;
 
-/// Protocol version both sides put in Hello.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Protocol version both sides put in Hello (2: the session connection's
+/// preamble carries the session secret).
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Metadata key carrying the session id.
 pub const SESSION_HEADER: &str = "x-offload-session";

@@ -64,7 +64,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// order on drop ([`Queue::alloc_zeros`]).
     pub(crate) fn new_on_queue(queue: &Queue, len: usize) -> Result<Self> {
         let bytes = bytes_of::<T>(len)?.max(1);
-        let core = queue.core();
+        let core = queue.core_queue();
         let ptr = core.alloc(bytes)?;
         let buf = DeviceBuffer {
             device: queue.device().clone(),
@@ -524,9 +524,14 @@ impl<'a, T: Pod> BufferSliceMut<'a, T> {
     pub fn copy_from<'s>(&mut self, src: impl Into<BufferSlice<'s, T>>) -> Result<()> {
         let src = src.into();
         check_len(self.len, src.len, self.ptr, "copy between buffers")?;
+        self.device.check_same_runtime(src.device)?;
         // SAFETY: both ends are live device memory of this length (checked
         // again by the core), the destination mutably borrowed.
-        unsafe { crate::runtime().copy(self.location(), src.location(), self.size_bytes(), None) }
+        unsafe {
+            self.device
+                .runtime()
+                .copy(self.location(), src.location(), self.size_bytes(), None)
+        }
     }
 }
 

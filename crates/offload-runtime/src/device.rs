@@ -4,37 +4,49 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use offload_core::{AllocKind, Backend, DeviceInfo, Error, ErrorCode, Result};
+use offload_core::{AllocKind, Backend, DeviceInfo, Error, ErrorCode, Result, Runtime};
 
-use crate::{runtime, DeviceBuffer, Program, Queue};
+use crate::{DeviceBuffer, Program, Queue};
 
-/// A device. Cheap to clone.
-///
-/// It prints (`Display` and `Debug`) as the core's label, "device N
-/// (plugin uid)".
+/// The runtime a device belongs to: the process-wide one (configured by
+/// the environment) or one an [`crate::Instance`] owns.
 #[derive(Clone)]
-pub struct Device {
-    pub(crate) inner: Arc<offload_core::Device>,
+pub(crate) enum Rt {
+    Global(&'static Runtime),
+    Owned(Arc<crate::instance::Owned>),
 }
 
-/// Every device of every plugin, in id order.
-pub fn devices() -> Vec<Device> {
-    runtime()
-        .devices()
-        .iter()
-        .map(|d| Device { inner: d.clone() })
-        .collect()
-}
-
-impl Device {
-    /// Device number `id`.
-    pub fn get(id: usize) -> Result<Device> {
-        runtime().device(id).map(|d| Device { inner: d.clone() })
+impl Rt {
+    pub(crate) fn global() -> Rt {
+        Rt::Global(offload_plugins::runtime())
     }
-
-    /// The first device of the host plugin.
-    pub fn host() -> Result<Device> {
-        devices()
+    pub(crate) fn get(&self) -> &Runtime {
+        match self {
+            Rt::Global(r) => r,
+            Rt::Owned(o) => &o.runtime,
+        }
+    }
+    pub(crate) fn same(&self, other: &Rt) -> bool {
+        std::ptr::eq(self.get(), other.get())
+    }
+    pub(crate) fn devices(&self) -> Vec<Device> {
+        self.get()
+            .devices()
+            .iter()
+            .map(|d| Device {
+                inner: d.clone(),
+                rt: self.clone(),
+            })
+            .collect()
+    }
+    pub(crate) fn device(&self, id: usize) -> Result<Device> {
+        self.get().device(id).map(|d| Device {
+            inner: d.clone(),
+            rt: self.clone(),
+        })
+    }
+    pub(crate) fn host(&self) -> Result<Device> {
+        self.devices()
             .into_iter()
             .find(|d| d.info().backend == Backend::Host)
             .ok_or_else(|| {
@@ -43,6 +55,52 @@ impl Device {
                     "no host device (is the host plugin disabled by OFFLOAD_PLUGINS?)",
                 )
             })
+    }
+}
+
+/// A device. Cheap to clone.
+///
+/// It prints (`Display` and `Debug`) as the core's label, "device N
+/// (plugin uid)".
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<offload_core::Device>,
+    pub(crate) rt: Rt,
+}
+
+/// Every device of every plugin of the process-wide runtime (configured by
+/// `OFFLOAD_PLUGINS` and the other settings of the environment), in id
+/// order. [`crate::Instance::builder`] chooses plugins in code instead.
+pub fn devices() -> Vec<Device> {
+    Rt::global().devices()
+}
+
+impl Device {
+    /// Device number `id` of the process-wide runtime.
+    pub fn get(id: usize) -> Result<Device> {
+        Rt::global().device(id)
+    }
+
+    /// The first device of the host plugin of the process-wide runtime.
+    pub fn host() -> Result<Device> {
+        Rt::global().host()
+    }
+
+    /// The runtime this device belongs to (copies between devices stay
+    /// within one).
+    pub(crate) fn runtime(&self) -> &Runtime {
+        self.rt.get()
+    }
+
+    /// An error unless `other` belongs to the same runtime (instance).
+    pub(crate) fn check_same_runtime(&self, other: &Device) -> Result<()> {
+        if self.rt.same(&other.rt) {
+            Ok(())
+        } else {
+            Err(Error::invalid_argument(format!(
+                "{self} and {other} belong to different instances: copy through host memory"
+            )))
+        }
     }
 
     /// Index of this device among all devices of the runtime.
@@ -57,11 +115,6 @@ impl Device {
     pub fn plugin_name(&self) -> &'static str {
         self.inner.plugin_name()
     }
-    /// The core device, for code that needs the lower layer.
-    pub fn core(&self) -> &Arc<offload_core::Device> {
-        &self.inner
-    }
-
     /// Device memory for `len` values of `T`, every byte zero.
     pub fn alloc_zeros<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         DeviceBuffer::new_zeroed(self, len, AllocKind::Device)

@@ -171,11 +171,24 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Choosing plugins and devices in code
+//!
+//! [`devices`] and [`Device::host`] use the process-wide runtime, which the
+//! environment configures (`OFFLOAD_PLUGINS`, `OFFLOAD_HOST_DEVICES`, ...:
+//! the settings the drop-in libraries read). [`Instance::builder`] starts a
+//! runtime of its own with the plugins and device counts chosen in code.
+//!
 //! # Cargo features
 //!
-//! * `remote` (default): devices of `offload serve` servers through the
-//!   gRPC client plugin (`OFFLOAD_REMOTE`). Without it the build has the
-//!   host and simulated devices only, and no networking dependencies.
+//! The default build has the host CPU and simulated (`sim`) devices only,
+//! and no networking or GPU dependencies. Opt in to more:
+//!
+//! * `cuda`: NVIDIA GPUs through the CUDA driver (loaded at run time:
+//!   nothing CUDA is needed to build).
+//! * `remote`: devices of `offload serve` servers through the gRPC client
+//!   plugin (`OFFLOAD_REMOTE`; tonic, tokio, rustls).
+//! * `mpi`: devices of `offload serve --mpi` ranks (libmpi loaded at run
+//!   time, only under an MPI launcher).
 //! * `derive`: `#[derive(Pod, Zeroable)]` through bytemuck's derive macros
 //!   (re-exported as [`Pod`] and [`Zeroable`]); the expansion names
 //!   `::bytemuck`, so depend on bytemuck yourself or add
@@ -186,15 +199,16 @@
 mod buffer;
 mod completion;
 mod device;
+mod instance;
 mod program;
 mod queue;
 mod scope;
 
 pub use buffer::{BufferSlice, BufferSliceMut, DeviceBuffer, DeviceDst, DeviceSrc};
 pub use device::{devices, Device};
+pub use instance::{Instance, InstanceBuilder};
 pub use offload_core::{
-    AllocKind, Backend, Config, DeviceInfo, DevicePtr, DeviceType, Error, ErrorCode, LaunchConfig,
-    PluginEntry, Result, Runtime,
+    AllocKind, Backend, DeviceInfo, DevicePtr, DeviceType, Error, ErrorCode, LaunchConfig, Result,
 };
 pub use program::{Global, Kernel, Program};
 pub use queue::{Event, KernelArgs, Launch, Queue};
@@ -204,10 +218,49 @@ pub use scope::{Pending, Scope, ScopedBuffer};
 pub use bytemuck;
 pub use bytemuck::{AnyBitPattern, NoUninit, Pod, Zeroable};
 
-/// Every plugin built into this runtime, in device-numbering order.
-pub use offload_plugins::builtin as builtin_plugins;
-/// The process-wide runtime, initialised on first use from the environment.
-pub use offload_plugins::runtime;
+/// The layer below this API, for the project's own tools (the `offload`
+/// command, the Python package, benchmarks): **not a stable API**. Its
+/// contents change with the core without notice; nothing here is covered
+/// by this crate's version number.
+#[doc(hidden)]
+pub mod internals {
+    use std::sync::Arc;
+
+    pub use offload_core::{Config, PluginEntry, Runtime};
+    /// Every plugin built into this runtime, in device-numbering order.
+    pub use offload_plugins::builtin as builtin_plugins;
+    /// The process-wide runtime, initialised on first use from the environment.
+    pub use offload_plugins::runtime;
+
+    /// The core object under an API object.
+    pub trait CoreAccess {
+        /// The core type.
+        type Core;
+        /// The core object, for code that needs the lower layer.
+        fn core(&self) -> &Arc<Self::Core>;
+    }
+
+    impl CoreAccess for crate::Device {
+        type Core = offload_core::Device;
+        fn core(&self) -> &Arc<offload_core::Device> {
+            &self.inner
+        }
+    }
+
+    impl CoreAccess for crate::Queue {
+        type Core = offload_core::Queue;
+        fn core(&self) -> &Arc<offload_core::Queue> {
+            self.core_queue()
+        }
+    }
+
+    impl CoreAccess for crate::Kernel {
+        type Core = offload_core::Kernel;
+        fn core(&self) -> &Arc<offload_core::Kernel> {
+            &self.core
+        }
+    }
+}
 
 /// The README's examples, run as doctests.
 #[cfg(doctest)]

@@ -69,10 +69,6 @@ impl Kernel {
     pub fn device(&self) -> &Device {
         &self.device
     }
-    /// The core kernel, for code that needs the lower layer.
-    pub fn core(&self) -> &Arc<offload_core::Kernel> {
-        &self.core
-    }
     /// A group size that suits this kernel on its device.
     pub fn preferred_group_size(&self, dyn_group_memory: usize) -> u32 {
         self.core.preferred_group_size(dyn_group_memory)

@@ -125,8 +125,9 @@ impl Queue {
     }
 
     /// The core queue, for code that needs the lower layer (the Python
-    /// face enqueues launches there and keeps their buffers alive itself).
-    pub fn core(&self) -> &Arc<offload_core::Queue> {
+    /// face enqueues launches there and keeps their buffers alive itself,
+    /// through [`crate::internals::CoreAccess`]).
+    pub(crate) fn core_queue(&self) -> &Arc<offload_core::Queue> {
         &self.shared.core
     }
 
@@ -170,18 +171,18 @@ impl Queue {
         args: &'l KernelArgs<'_>,
     ) -> Result<Launch<'l>> {
         self.check_kernel(kernel)?;
-        self.core()
+        self.core_queue()
             .launch(&kernel.core, RawArgs::Packed(args.as_bytes()), &config)?;
-        let event = match self.core().record_event() {
+        let event = match self.core_queue().record_event() {
             Ok(e) => e,
             Err(e) => {
                 // No event to wait on later: wait now, the borrows end here.
-                let _ = self.core().synchronize();
+                let _ = self.core_queue().synchronize();
                 return Err(e);
             }
         };
         Ok(Launch {
-            completion: Some(Completion::new(self.core().clone(), event)),
+            completion: Some(Completion::new(self.core_queue().clone(), event)),
             queue: self.shared.clone(),
             _args: PhantomData,
         })
@@ -201,7 +202,7 @@ impl Queue {
         words: &[u64],
     ) -> Result<()> {
         self.check_kernel(kernel)?;
-        self.core()
+        self.core_queue()
             .launch(&kernel.core, RawArgs::Words(words), &config)
     }
 
@@ -220,7 +221,7 @@ impl Queue {
     /// Block until everything enqueued has finished; report the first
     /// failure among it.
     pub fn synchronize(&self) -> Result<()> {
-        let r = self.core().synchronize();
+        let r = self.core_queue().synchronize();
         match self.shared.take_deferred() {
             Some(e) => Err(e),
             None => r,
@@ -231,13 +232,16 @@ impl Queue {
     /// [`Future`] too.
     pub fn record_event(&self) -> Result<Event> {
         Ok(Event {
-            completion: Completion::new(self.core().clone(), self.core().record_event()?),
+            completion: Completion::new(
+                self.core_queue().clone(),
+                self.core_queue().record_event()?,
+            ),
         })
     }
 
     /// Make later work on this queue wait for `event` (of any queue).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.core().wait_event(event.completion.event())
+        self.core_queue().wait_event(event.completion.event())
     }
 
     /// Run `f` on the host after everything before it.
@@ -248,12 +252,12 @@ impl Queue {
     /// and no dropping of device buffers); signal another thread instead.
     /// A panic in `f` is caught: it never unwinds into the plugin.
     pub fn host_function(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        self.core().host_function(Box::new(f))
+        self.core_queue().host_function(Box::new(f))
     }
 
     /// True when nothing is pending.
     pub fn is_idle(&self) -> Result<bool> {
-        self.core().is_idle()
+        self.core_queue().is_idle()
     }
 }
 

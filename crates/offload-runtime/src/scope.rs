@@ -13,7 +13,7 @@ use offload_core::{Error, LaunchConfig, Location, Result};
 use crate::buffer::check_len;
 use crate::buffer::{DeviceDst, DeviceSrc, View};
 use crate::completion::Completion;
-use crate::{runtime, BufferSliceMut, Device, Event, Kernel, KernelArgs, Queue};
+use crate::{BufferSliceMut, Device, Event, Kernel, KernelArgs, Queue};
 use std::ops::RangeBounds;
 
 /// Asynchronous work on a [`Queue`] that borrows memory for `'env`; made by
@@ -106,7 +106,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 
     fn pending<R>(&self, value: R) -> Result<Pending<'scope, R>> {
-        let core = self.queue.core();
+        let core = self.queue.core_queue();
         Ok(Pending {
             completion: Some(Completion::new(core.clone(), core.record_event()?)),
             value: Some(value),
@@ -139,14 +139,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Pending<'scope, ()>> {
         let dst = dst.view();
         check_len(dst.len(), src.len(), dst.device_ptr(), "copy to device")?;
+        self.queue.device().check_same_runtime(dst.device())?;
         // SAFETY: `src` is borrowed for 'scope; the scope waits for the
         // queue before it ends.
         unsafe {
-            runtime().copy(
+            self.queue.device().runtime().copy(
                 dst.location(),
                 Location::Host(src.as_ptr().cast()),
                 dst.size_bytes(),
-                Some(self.queue.core()),
+                Some(self.queue.core_queue()),
             )?
         };
         self.pending(())
@@ -161,14 +162,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Pending<'scope, &'scope mut [T]>> {
         let src = src.view();
         check_len(src.len(), dst.len(), src.device_ptr(), "copy from device")?;
+        self.queue.device().check_same_runtime(src.device())?;
         // SAFETY: `dst` is exclusively borrowed for 'scope (the scope waits
         // for the queue before it ends); `T: Pod` accepts any bytes.
         unsafe {
-            runtime().copy(
+            self.queue.device().runtime().copy(
                 Location::Host(dst.as_mut_ptr().cast_const().cast()),
                 src.location(),
                 src.size_bytes(),
-                Some(self.queue.core()),
+                Some(self.queue.core_queue()),
             )?
         };
         self.pending(dst)
@@ -188,14 +190,16 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             dst.device_ptr(),
             "copy between buffers",
         )?;
+        self.queue.device().check_same_runtime(dst.device())?;
+        self.queue.device().check_same_runtime(src.device())?;
         // SAFETY: both ends are device memory borrowed for 'scope (checked
         // again by the core); the scope waits for the queue.
         unsafe {
-            runtime().copy(
+            self.queue.device().runtime().copy(
                 dst.location(),
                 src.location(),
                 dst.size_bytes(),
-                Some(self.queue.core()),
+                Some(self.queue.core_queue()),
             )?
         };
         self.pending(())
@@ -217,7 +221,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 self.queue.device()
             )));
         }
-        self.queue.core().fill(
+        self.queue.core_queue().fill(
             dst.device_ptr(),
             bytemuck::bytes_of(&value),
             dst.size_bytes(),
@@ -241,7 +245,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Pending<'scope, ()>> {
         self.queue.check_kernel(kernel)?;
         self.queue
-            .core()
+            .core_queue()
             .launch(&kernel.core, RawArgs::Packed(args.as_bytes()), &config)?;
         self.pending(())
     }

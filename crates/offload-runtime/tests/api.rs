@@ -3,6 +3,7 @@
 mod common;
 
 use common::{compile, skip};
+use offload_runtime::internals::CoreAccess as _;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -302,4 +303,54 @@ fn mixed_target_binaries_load_the_best_image() {
     assert_eq!(e.code(), ErrorCode::InvalidBinary);
     assert!(e.message().contains("nvptx64-nvidia-cuda"), "{e}");
     assert!(e.message().contains("amdgcn-amd-amdhsa"), "{e}");
+}
+
+/// An instance chooses its plugins and device counts in code, refuses
+/// unknown plugin names, keeps its devices' memory apart from the
+/// process-wide runtime's, and its kernels launch like any.
+#[test]
+fn instances_choose_plugins_in_code() {
+    let inst = offload_runtime::Instance::builder()
+        .plugins(["host"])
+        .host_devices(2)
+        .build()
+        .unwrap();
+    assert_eq!(inst.plugins(), vec!["host"]);
+    assert_eq!(inst.devices().len(), 2);
+    let dev = inst.device(1).unwrap();
+    let mut buf = dev.buffer_from(&[1u32, 2, 3]).unwrap();
+    buf.slice_mut(1..).fill(9).unwrap();
+    assert_eq!(buf.to_vec().unwrap(), vec![1, 9, 9]);
+    let other = inst.device(0).unwrap().alloc_zeros::<u32>(3).unwrap();
+    let mut same = inst.host().unwrap().alloc_zeros::<u32>(3).unwrap();
+    same.slice_mut(..).copy_from(&buf).unwrap();
+    assert_eq!(same.to_vec().unwrap(), vec![1, 9, 9]);
+    drop(other);
+
+    // Devices of two runtimes do not mix.
+    let mut global = Device::host().unwrap().alloc_zeros::<u32>(3).unwrap();
+    let e = global.slice_mut(..).copy_from(&buf).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("different instances"), "{e}");
+
+    // The instance lives on in its devices and buffers.
+    drop(inst);
+    assert_eq!(buf.to_vec().unwrap(), vec![1, 9, 9]);
+
+    let e = offload_runtime::Instance::builder()
+        .plugins(["host", "bogus"])
+        .build()
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    assert!(e.to_string().contains("unknown plugin 'bogus'"), "{e}");
+}
+
+#[test]
+fn launch_config_for_num_elems_covers_every_element() {
+    for (n, groups) in [(0u32, 1u32), (1, 1), (256, 1), (257, 2), (1 << 20, 4096)] {
+        let c = LaunchConfig::for_num_elems(n);
+        assert_eq!(c.num_groups, [groups, 1, 1], "{n}");
+        assert_eq!(c.group_size, [256, 1, 1]);
+        assert!(c.total_groups() * c.total_items_per_group() >= u64::from(n));
+    }
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use offload_runtime::internals::CoreAccess as _;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

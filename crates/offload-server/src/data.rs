@@ -13,9 +13,11 @@
 //! ```
 //!
 //! Unauthenticated peers are bounded: at most 64 connections wait for
-//! their secret line at once (more are closed at accept), each for the
-//! handshake timeout. Every range is checked against the session's memory,
-//! as on gRPC. When
+//! their secret line at once, at most 32 from one address (more are closed
+//! at accept), each until the handshake deadline measured from accept (a
+//! peer trickling its line a byte at a time is cut all the same). Every range is checked against the session's memory,
+//! as on gRPC, and its allocation stays pinned until the copy is done: a
+//! free racing the copy waits for it ([`Session::pin`]). When
 //! TLS is on there is no side channel (it would be plain text). Sockets are
 //! TCP_NODELAY and every reply (status and payload) leaves in one write, so
 //! no small piece waits for the peer's delayed ACK.
@@ -48,27 +50,20 @@ pub(crate) enum Destination {
 /// closed at once, so unauthenticated peers cannot pin threads.
 const MAX_UNAUTHENTICATED: usize = 64;
 
-/// How long a new connection has to send its secret line
-/// (`OFFLOAD_SERVE_DATA_HANDSHAKE_MS`, default 10 s).
-fn handshake_timeout() -> std::time::Duration {
-    static T: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        let ms = std::env::var("OFFLOAD_SERVE_DATA_HANDSHAKE_MS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(10_000);
-        std::time::Duration::from_millis(ms)
-    })
-}
-
 /// Accept data connections on `listener` until the process ends.
 pub(crate) fn spawn(listener: TcpListener, destination: Destination) {
     let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let peers = Arc::new(crate::peers::Peers::default());
     std::thread::Builder::new()
         .name("offload-data-accept".into())
         .spawn(move || {
             use std::sync::atomic::Ordering::AcqRel;
             for stream in listener.incoming().flatten() {
+                // The handshake deadline runs from accept.
+                let deadline = std::time::Instant::now() + crate::peers::handshake_timeout();
+                let Some(slot) = stream.peer_addr().ok().and_then(|a| peers.admit(a)) else {
+                    continue;
+                };
                 if pending.fetch_add(1, AcqRel) >= MAX_UNAUTHENTICATED {
                     pending.fetch_sub(1, AcqRel);
                     tracing::warn!(peer = ?stream.peer_addr().ok(), "data connection refused: too many unauthenticated connections");
@@ -79,7 +74,12 @@ pub(crate) fn spawn(listener: TcpListener, destination: Destination) {
                 let spawned = std::thread::Builder::new()
                     .name("offload-data".into())
                     .spawn(move || {
-                        if let Err(e) = serve_connection(stream, &destination, &counter) {
+                        let accepted = Accepted {
+                            slot,
+                            deadline,
+                            pending: &counter,
+                        };
+                        if let Err(e) = serve_connection(stream, &destination, accepted) {
                             tracing::debug!(error = %e, "data connection ended");
                         }
                     });
@@ -131,16 +131,23 @@ impl Drop for Pending<'_> {
     }
 }
 
+/// A connection's places among the unauthenticated ones (its peer's and
+/// the port's) and its handshake deadline.
+struct Accepted<'a> {
+    slot: Arc<crate::peers::Slot>,
+    deadline: std::time::Instant,
+    pending: &'a std::sync::atomic::AtomicUsize,
+}
+
 fn serve_connection(
     stream: TcpStream,
     destination: &Destination,
-    pending: &std::sync::atomic::AtomicUsize,
+    accepted: Accepted<'_>,
 ) -> std::io::Result<()> {
-    let mut unauthenticated = Pending(Some(pending));
+    let mut unauthenticated = Pending(Some(accepted.pending));
     stream.set_nodelay(true)?;
-    // A peer that does not name its session in time is dropped.
-    stream.set_read_timeout(Some(handshake_timeout()))?;
-    let secret = read_secret_line(&stream)?;
+    // A peer that does not name its session by the deadline is dropped.
+    let secret = read_secret_line(&stream, accepted.deadline)?;
     let refuse = |mut w: &TcpStream| {
         send_status(
             &mut w,
@@ -155,6 +162,7 @@ fn serve_connection(
                 return refuse(&stream);
             };
             unauthenticated.done();
+            accepted.slot.release();
             serve_authenticated(stream, &session, || still_open(sessions, &session))
         }
         Destination::Workers(workers) => {
@@ -169,12 +177,24 @@ fn serve_connection(
 
 /// The secret line, read byte by byte: nothing after it may be consumed
 /// here (the connection may go to another process, and the client sends
-/// its first request right behind the line).
-fn read_secret_line(mut stream: &TcpStream) -> std::io::Result<String> {
+/// its first request right behind the line). The whole line must arrive by
+/// `deadline` (each read waits only for what is left of it).
+fn read_secret_line(
+    mut stream: &TcpStream,
+    deadline: std::time::Instant,
+) -> std::io::Result<String> {
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     // The secret line is short; refuse anything long.
     while line.len() < 256 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "data channel: no secret line by the handshake deadline",
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
         if stream.read(&mut byte)? == 0 {
             break;
         }
@@ -243,10 +263,11 @@ fn receive(
     reader: &mut impl Read,
     staging: &mut Vec<u8>,
 ) -> std::io::Result<Result<(), Error>> {
+    // Pinned until the last byte has landed: a free racing this copy waits.
     let target = session
-        .check(device, addr, len)
-        .and_then(|_| session.device(device).cloned());
-    let dev = match target {
+        .pin(device, addr, len)
+        .and_then(|pin| session.device(device).cloned().map(|d| (d, pin)));
+    let (dev, _pin) = match target {
         Ok(d) => d,
         Err(e) => {
             std::io::copy(&mut reader.take(len), &mut std::io::sink())?;
@@ -254,7 +275,8 @@ fn receive(
         }
     };
     if dev.shares_host_memory() {
-        // SAFETY: the range lies inside a live allocation of this session.
+        // SAFETY: the range lies inside a live allocation of this session,
+        // pinned (not freed) until this copy is done.
         let dst = unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, len as usize) };
         reader.read_exact(dst)?;
         return Ok(Ok(()));
@@ -283,15 +305,17 @@ fn send(
     writer: &mut impl Write,
     staging: &mut Vec<u8>,
 ) -> std::io::Result<()> {
-    let dev = match session
-        .check(device, addr, len)
-        .and_then(|_| session.device(device).cloned())
+    // Pinned until the last byte has left (see `receive`).
+    let (dev, _pin) = match session
+        .pin(device, addr, len)
+        .and_then(|pin| session.device(device).cloned().map(|d| (d, pin)))
     {
         Ok(d) => d,
         Err(e) => return send_status(writer, Err(e)),
     };
     if dev.shares_host_memory() {
-        // SAFETY: the range lies inside a live allocation of this session.
+        // SAFETY: the range lies inside a live allocation of this session,
+        // pinned (not freed) until this copy is done.
         let src = unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len as usize) };
         let status = status_bytes(Ok(()));
         return write_all_vectored(writer, &mut [IoSlice::new(&status), IoSlice::new(src)]);

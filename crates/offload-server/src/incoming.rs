@@ -2,6 +2,11 @@
 //! client's main connection (HTTP/2 or TLS: served here) or a session
 //! connection (it starts with the session preamble: handed to the
 //! session's worker). One byte, peeked, tells them apart.
+//!
+//! Every connection has [`crate::peers::handshake_timeout`] from accept to
+//! authenticate (a session connection: its preamble; a main connection: an
+//! accepted Hello, else it is closed), and a peer address holds at most
+//! [`crate::peers::MAX_UNAUTHENTICATED_PER_PEER`] unauthenticated ones.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -12,6 +17,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::peers::{Guarded, Peers, Slot};
 use crate::supervisor::Workers;
 
 /// Connections whose first bytes have not arrived yet, at most: when a new
@@ -19,10 +25,6 @@ use crate::supervisor::Workers;
 /// sends at once and leaves the queue within a round trip, so a flood of
 /// silent connections delays nobody for long.
 const MAX_PENDING: usize = 256;
-
-/// How long a new connection has to send its first bytes (a real client
-/// sends its HTTP/2 preface, TLS hello or preamble at once).
-const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The connections waiting for their first bytes, oldest first.
 #[derive(Default)]
@@ -35,14 +37,15 @@ struct Waiting {
 pub(crate) fn route(
     listener: TcpListener,
     workers: Arc<Workers>,
-) -> ReceiverStream<std::io::Result<TcpStream>> {
+    peers: Arc<Peers>,
+) -> ReceiverStream<std::io::Result<Guarded>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let waiting = Arc::new(Mutex::new(Waiting::default()));
     tokio::spawn(async move {
         loop {
-            let stream = tokio::select! {
+            let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((s, _)) => s,
+                    Ok(s) => s,
                     Err(e) => {
                         tracing::debug!(error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -51,6 +54,11 @@ pub(crate) fn route(
                 },
                 // The server stopped taking connections.
                 _ = tx.closed() => return,
+            };
+            // The deadline runs from accept, whatever the peer sends.
+            let deadline = tokio::time::Instant::now() + crate::peers::handshake_timeout();
+            let Some(slot) = peers.admit(peer) else {
+                continue;
             };
             let (tx, workers, list) = (tx.clone(), workers.clone(), waiting.clone());
             let mut w = waiting.lock().unwrap_or_else(|e| e.into_inner());
@@ -63,14 +71,13 @@ pub(crate) fn route(
             let id = w.next;
             w.next += 1;
             let task = tokio::spawn(async move {
-                let routed =
-                    tokio::time::timeout(FIRST_BYTES_TIMEOUT, sort(stream, &workers)).await;
+                let routed = tokio::time::timeout_at(deadline, sort(stream, &workers, &slot)).await;
                 list.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .queue
                     .retain(|(i, _)| *i != id);
                 if let Ok(Some(ours)) = routed {
-                    let _ = tx.send(Ok(ours)).await;
+                    let _ = tx.send(Ok(Guarded::new(ours, slot, deadline))).await;
                 }
             });
             w.queue.push_back((id, task.abort_handle()));
@@ -80,7 +87,7 @@ pub(crate) fn route(
 }
 
 /// A connection for this process, or None (handed over or dropped).
-async fn sort(mut stream: TcpStream, workers: &Workers) -> Option<TcpStream> {
+async fn sort(mut stream: TcpStream, workers: &Workers, slot: &Slot) -> Option<TcpStream> {
     let _ = stream.set_nodelay(true);
     let mut first = [0u8; 1];
     if stream.peek(&mut first).await.ok()? == 0 {
@@ -92,14 +99,16 @@ async fn sort(mut stream: TcpStream, workers: &Workers) -> Option<TcpStream> {
     let peer = stream.peer_addr().ok();
     let mut preamble = [0u8; PREAMBLE_BYTES];
     stream.read_exact(&mut preamble).await.ok()?;
-    let Some(id) = parse(&preamble) else {
+    let Some((id, secret)) = parse(&preamble) else {
         tracing::warn!(?peer, "connection refused: bad session preamble");
         return None;
     };
-    let id = id.to_string();
     let std_stream = stream.into_std().ok()?;
-    if !workers.hand_session_connection(&id, &std_stream) {
-        tracing::warn!(?peer, session = %id, "session connection refused: no such session");
+    match workers.hand_session_connection(id, secret, &std_stream) {
+        Ok(()) => slot.release(),
+        Err(why) => {
+            tracing::warn!(?peer, session = %id, "session connection refused: {why}")
+        }
     }
     None
 }

@@ -20,6 +20,7 @@ mod fdpass;
 mod incoming;
 pub mod metrics;
 pub mod mpi;
+mod peers;
 mod refusals;
 pub mod sandbox;
 mod secret;
@@ -227,9 +228,13 @@ pub async fn serve(
             (service, Some(workers))
         }
     };
+    // Unauthenticated connections of the gRPC port, per peer; an accepted
+    // Hello lifts its connection's deadline.
+    let grpc_peers = Arc::new(peers::Peers::default());
     let service = service
         .stop_sessions_on(stop_rx.clone())
-        .with_limits(limits);
+        .with_limits(limits)
+        .mark_sessions_on(grpc_peers.clone());
     metrics.watch_refusals(service.refusals());
     if let Some(addr) = options.metrics_listen {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -301,15 +306,17 @@ pub async fn serve(
     // it a reply that leaves in pieces waits for the peer's delayed ACK).
     let serving: std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
-    > = match workers {
-        Some(workers) => Box::pin(
-            router.serve_with_incoming_shutdown(incoming::route(listener, workers), signal),
-        ),
-        None => Box::pin(router.serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            signal,
-        )),
-    };
+    > =
+        match workers {
+            Some(workers) => Box::pin(router.serve_with_incoming_shutdown(
+                incoming::route(listener, workers, grpc_peers),
+                signal,
+            )),
+            None => Box::pin(router.serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                signal,
+            )),
+        };
     let mut stopping = stop_rx;
     let grace = async move {
         let _ = stopping.wait_for(|s| *s).await;

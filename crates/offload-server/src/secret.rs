@@ -2,13 +2,12 @@
 
 use subtle::ConstantTimeEq;
 
-/// `n` random bytes from the kernel's generator, as lowercase hex.
+/// `n` random bytes from the operating system's generator (`getrandom`:
+/// the getrandom(2) system call, no file descriptor), as lowercase hex.
 pub fn random_hex(n: usize) -> String {
-    use std::io::Read;
     let mut bytes = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("reading /dev/urandom");
+    // Fails only where the OS has no generator: nothing safe to fall back to.
+    getrandom::fill(&mut bytes).expect("the operating system's random generator");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -35,6 +35,9 @@ pub struct Service {
     limits: Limits,
     /// Refused authentications (logged with rate limiting, counted).
     refusals: Arc<crate::refusals::Refusals>,
+    /// The port's unauthenticated connections: an accepted Hello marks its
+    /// connection (no deadline from then on).
+    peers: Option<Arc<crate::peers::Peers>>,
 }
 
 /// Where sessions live.
@@ -63,6 +66,12 @@ impl Service {
         self
     }
 
+    /// An accepted Hello marks its connection in `peers` as authenticated.
+    pub(crate) fn mark_sessions_on(mut self, peers: Arc<crate::peers::Peers>) -> Self {
+        self.peers = Some(peers);
+        self
+    }
+
     /// Sessions end (their Hello streams close) once `stopping` turns true.
     pub fn stop_sessions_on(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
         self.stopping = stopping;
@@ -83,6 +92,7 @@ impl Service {
             stopping: tokio::sync::watch::channel(false).1,
             limits: Limits::default(),
             refusals: Default::default(),
+            peers: None,
         }
     }
 
@@ -199,6 +209,7 @@ impl Service {
         workers: Arc<crate::supervisor::Workers>,
         peer: String,
         hello: HelloRequest,
+        peer_addr: Option<std::net::SocketAddr>,
     ) -> R<BoxStream<HelloEvent>> {
         let counted = |c: &std::sync::atomic::AtomicU64| {
             c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -228,6 +239,9 @@ impl Service {
                 Status::unavailable(format!("offload server: cannot start the session: {e}"))
             })?;
         counted(&workers.metrics.sessions_opened);
+        if let (Some(peers), Some(addr)) = (&self.peers, peer_addr) {
+            peers.authenticated(addr);
+        }
         info!(session = %worker.id, client = %hello.client, %peer, worker_pid = worker.pid, start_us = started.elapsed().as_micros() as u64, "session opened");
         greeting.session = credential;
         greeting.protocol_version = PROTOCOL_VERSION;
@@ -328,6 +342,40 @@ impl Stream for SupervisedStream {
     }
 }
 
+/// Where clang-22's OpenMP host runtime may live, in order.
+const LIBOMP: [&str; 3] = [
+    "libomp.so.5",
+    "/usr/lib/llvm-22/lib/libomp.so.5",
+    "/usr/lib/x86_64-linux-gnu/libomp.so.5",
+];
+
+/// Before this process loads its first program: make the OpenMP host
+/// runtime (`libomp`) global, as it is in any OpenMP program. A native
+/// OpenMP image names it itself (DT_NEEDED), but a host image the server
+/// compiled from bitcode (`-fopenmp-target-jit`) does not, and its
+/// `__kmpc_fork_teams` & co. resolve only against what is loaded globally:
+/// the client's own process has libomp loaded; a session worker would not.
+/// Without libomp on this machine nothing is done (the load then names the
+/// missing symbol).
+pub(crate) fn preload_openmp_runtime() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        for name in LIBOMP {
+            let Ok(c) = std::ffi::CString::new(name) else {
+                continue;
+            };
+            // SAFETY: a NUL-terminated path; libomp's constructors only set
+            // up its own state. The handle is kept for the process's life.
+            let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            if !handle.is_null() {
+                tracing::debug!(lib = name, "OpenMP host runtime loaded for images");
+                return;
+            }
+        }
+        tracing::debug!("no OpenMP host runtime (libomp.so.5) found");
+    });
+}
+
 /// Operations of this process that failed (calls and queued operations).
 pub(crate) static ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -374,8 +422,16 @@ impl Drop for SessionGuard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.session.id);
-        let (freed, programs) = self.session.release();
-        info!(session = %self.session.id, client = %self.session.client, freed_allocations = freed, unloaded_programs = programs, "session closed");
+        // Release waits for copies in flight: off the executor when on one.
+        let session = self.session.clone();
+        let release = move || {
+            let (freed, programs) = session.release();
+            info!(session = %session.id, client = %session.client, freed_allocations = freed, unloaded_programs = programs, "session closed");
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(release)),
+            Err(_) => release(),
+        }
     }
 }
 
@@ -475,7 +531,8 @@ impl Offload for Service {
 
     async fn hello(&self, req: Request<HelloRequest>) -> R<Self::HelloStream> {
         self.authorize(&req)?;
-        let peer = req.remote_addr().map(|a| a.to_string()).unwrap_or_default();
+        let peer_addr = req.remote_addr();
+        let peer = peer_addr.map(|a| a.to_string()).unwrap_or_default();
         let hello = req.into_inner();
         if hello.protocol_version != PROTOCOL_VERSION {
             return Err(Status::failed_precondition(format!(
@@ -486,7 +543,9 @@ impl Offload for Service {
         let runtime = match &self.mode {
             Mode::InProcess(runtime) => runtime.clone(),
             Mode::Supervisor(workers) => {
-                return self.hello_supervised(workers.clone(), peer, hello).await;
+                return self
+                    .hello_supervised(workers.clone(), peer, hello, peer_addr)
+                    .await;
             }
             Mode::Worker => {
                 return Err(Status::failed_precondition(
@@ -562,7 +621,11 @@ impl Offload for Service {
     async fn free(&self, req: Request<FreeRequest>) -> R<Empty> {
         let s = self.session(&req)?;
         let r = req.into_inner();
-        s.free(r.device, r.ptr).map_err(status)?;
+        // Waits for copies in flight on the allocation (blocking).
+        tokio::task::spawn_blocking(move || s.free(r.device, r.ptr))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(status)?;
         Ok(Response::new(Empty {}))
     }
 
@@ -573,7 +636,8 @@ impl Offload for Service {
             return Err(Status::invalid_argument("empty write"));
         };
         let (device, dst, size) = (first.device, first.dst, first.size);
-        s.check(device, dst, size).map_err(status)?;
+        // Pinned while the chunks stream in: a racing free waits.
+        let _pin = s.pin(device, dst, size).map_err(status)?;
         let dev = s.device(device).map_err(status)?.clone();
         let mut off = 0u64;
         let mut chunk = Some(first);
@@ -608,6 +672,14 @@ impl Offload for Service {
         let chunk = r.chunk_size.clamp(4096, 64 << 20);
         let (tx, rx) = mpsc::channel(4);
         tokio::task::spawn_blocking(move || {
+            // Pinned while the chunks are read out: a racing free waits.
+            let _pin = match s.pin(r.device, r.src, r.size) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(status(e)));
+                    return;
+                }
+            };
             let mut off = 0u64;
             while off < r.size {
                 let n = chunk.min(r.size - off) as usize;
@@ -631,8 +703,6 @@ impl Offload for Service {
     async fn copy(&self, req: Request<CopyRequest>) -> R<Empty> {
         let s = self.session(&req)?;
         let r = req.into_inner();
-        s.check(r.src_device, r.src, r.size).map_err(status)?;
-        s.check(r.dst_device, r.dst, r.size).map_err(status)?;
         copy_between(&s, &r).map_err(status)?;
         Ok(Response::new(Empty {}))
     }
@@ -640,7 +710,7 @@ impl Offload for Service {
     async fn fill(&self, req: Request<FillRequest>) -> R<Empty> {
         let s = self.session(&req)?;
         let r = req.into_inner();
-        s.check(r.device, r.dst, r.size).map_err(status)?;
+        let _pin = s.pin(r.device, r.dst, r.size).map_err(status)?;
         s.device(r.device)
             .map_err(status)?
             .fill(DevicePtr(r.dst), &r.pattern, r.size as usize)
@@ -676,11 +746,13 @@ impl Offload for Service {
         };
         let session = s.clone();
         let device = r.device;
-        let program =
-            tokio::task::spawn_blocking(move || session.load(device, &image.as_device_image()))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(status)?;
+        let program = tokio::task::spawn_blocking(move || {
+            preload_openmp_runtime();
+            session.load(device, &image.as_device_image())
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(status)?;
         let id = s.add_program(r.device, program, binary);
         info!(session = %s.id, device = r.device, program = id, "program loaded");
         Ok(Response::new(LoadProgramReply { program: id }))
@@ -771,8 +843,8 @@ impl Offload for Service {
 
 /// A device-to-device copy within the session.
 fn copy_between(s: &Session, c: &CopyRequest) -> Result<(), Error> {
-    s.check(c.src_device, c.src, c.size)?;
-    s.check(c.dst_device, c.dst, c.size)?;
+    let _src = s.pin(c.src_device, c.src, c.size)?;
+    let _dst = s.pin(c.dst_device, c.dst, c.size)?;
     // SAFETY: device ranges only; checked against the session above.
     unsafe {
         s.runtime().copy(
@@ -816,13 +888,13 @@ pub(crate) fn run_queue_op(
             Ok(vec![])
         }
         Some(Op::Write(w)) => {
-            s.check(device, w.dst, w.data.len() as u64)?;
+            let _pin = s.pin(device, w.dst, w.data.len() as u64)?;
             // SAFETY: range checked; `w.data` holds the bytes.
             unsafe { dev.copy_to_device(DevicePtr(w.dst), w.data.as_ptr(), w.data.len())? };
             Ok(vec![])
         }
         Some(Op::Read(r)) => {
-            s.check(device, r.src, r.size)?;
+            let _pin = s.pin(device, r.src, r.size)?;
             let mut data = vec![0u8; r.size as usize];
             // SAFETY: range checked; `data` holds the bytes.
             unsafe { dev.copy_from_device(data.as_mut_ptr(), DevicePtr(r.src), data.len())? };
@@ -833,7 +905,7 @@ pub(crate) fn run_queue_op(
             Ok(vec![])
         }
         Some(Op::Fill(f)) => {
-            s.check(device, f.dst, f.size)?;
+            let _pin = s.pin(device, f.dst, f.size)?;
             dev.fill(DevicePtr(f.dst), &f.pattern, f.size as usize)?;
             Ok(vec![])
         }

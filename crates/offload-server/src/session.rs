@@ -8,7 +8,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use offload_core::plugin;
 use offload_core::{DevicePtr, Error, ErrorCode, Owner, Result, Runtime};
@@ -59,6 +60,44 @@ struct State {
     kernels: HashMap<u64, (u32, u64, Arc<offload_core::Kernel>), offload_core::hash::AddrHash>,
 }
 
+/// How long a free waits for copies in flight into or out of the
+/// allocation before it is refused.
+pub const FREE_WAIT: Duration = Duration::from_secs(10);
+
+/// How long closing a session waits for copies in flight; allocations
+/// still pinned after that are left allocated (never freed under a copy).
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// Copies in flight per allocation: `(device, base)` -> how many. A free
+/// of a pinned allocation waits until it is not pinned (or refuses).
+#[derive(Default)]
+struct Pins {
+    by_allocation: HashMap<(u32, u64), usize>,
+    /// The session is closing: nothing new is pinned.
+    closed: bool,
+}
+
+/// An allocation pinned for one copy: it cannot be freed (and its address
+/// handed to a later allocation) until this is dropped.
+pub struct Pinned<'a> {
+    session: &'a Session,
+    key: (u32, u64),
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        let mut pins = self.session.pins();
+        if let Some(n) = pins.by_allocation.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                pins.by_allocation.remove(&self.key);
+            }
+        }
+        drop(pins);
+        self.session.unpinned.notify_all();
+    }
+}
+
 /// What names a session: the public id, the secret completing the call
 /// credential (`<id>.<secret>`) and the bulk-data secret.
 pub struct Credentials {
@@ -86,6 +125,9 @@ pub struct Session {
     in_use: std::sync::atomic::AtomicU64,
     runtime: Arc<Runtime>,
     state: Mutex<State>,
+    /// Allocations with copies in flight (see [`Session::pin`]).
+    pins: Mutex<Pins>,
+    unpinned: Condvar,
 }
 
 fn next_id() -> u64 {
@@ -128,6 +170,8 @@ impl Session {
             in_use: Default::default(),
             runtime,
             state: Mutex::new(State::default()),
+            pins: Mutex::new(Pins::default()),
+            unpinned: Condvar::new(),
         }
     }
 
@@ -143,6 +187,52 @@ impl Session {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pins(&self) -> std::sync::MutexGuard<'_, Pins> {
+        self.pins.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`Session::check`] `[addr, addr+len)` and pin the allocation holding
+    /// it until the returned guard drops: every copy into or out of session
+    /// memory holds one, so a free racing it waits (see [`Session::free`])
+    /// instead of letting the copy land in whatever is allocated there next.
+    pub fn pin(&self, device: u32, addr: u64, len: u64) -> Result<Pinned<'_>> {
+        let mut pins = self.pins();
+        if pins.closed {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                "the session is closing",
+            ));
+        }
+        let dev = self.device(device)?;
+        let allocation = dev
+            .check_range(DevicePtr(addr), len.max(1) as usize)
+            .ok()
+            .filter(|a| a.owner == self.owner)
+            .ok_or_else(|| self.not_ours(device, addr, len))?;
+        let key = (device, allocation.base.0);
+        *pins.by_allocation.entry(key).or_default() += 1;
+        Ok(Pinned { session: self, key })
+    }
+
+    /// How many copies have `[base]` on `device` pinned now.
+    pub fn pinned(&self, device: u32, base: u64) -> usize {
+        self.pins()
+            .by_allocation
+            .get(&(device, base))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn not_ours(&self, device: u32, addr: u64, len: u64) -> Error {
+        Error::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "address {} (+{len} bytes) on device {device} is not memory of this session",
+                DevicePtr(addr)
+            ),
+        )
     }
 
     pub fn runtime(&self) -> &Runtime {
@@ -162,13 +252,7 @@ impl Session {
         if owned {
             return Ok(());
         }
-        Err(Error::new(
-            ErrorCode::InvalidArgument,
-            format!(
-                "address {} (+{len} bytes) on device {device} is not memory of this session",
-                DevicePtr(addr)
-            ),
-        ))
+        Err(self.not_ours(device, addr, len))
     }
 
     pub fn alloc(&self, device: u32, size: u64, kind: plugin::AllocKind) -> Result<DevicePtr> {
@@ -195,7 +279,41 @@ impl Session {
         r
     }
 
+    /// Free a session allocation. Copies in flight into or out of it (they
+    /// pin it) are waited for, up to [`FREE_WAIT`]; then the free is refused.
+    /// The pin lock is held from the wait through the free, so no new copy
+    /// can start on the allocation in between. Blocks: call it off the
+    /// async executor.
     pub fn free(&self, device: u32, ptr: u64) -> Result<()> {
+        self.free_waiting(device, ptr, FREE_WAIT)
+    }
+
+    pub fn free_waiting(&self, device: u32, ptr: u64, wait: Duration) -> Result<()> {
+        let deadline = Instant::now() + wait;
+        let mut pins = self.pins();
+        loop {
+            let n = pins.by_allocation.get(&(device, ptr)).copied().unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "pointer {} on device {device} is not freed: {n} cop{} into or out of it still in flight after {} s (free it once they complete)",
+                        DevicePtr(ptr),
+                        if n == 1 { "y is" } else { "ies are" },
+                        wait.as_secs_f64()
+                    ),
+                ));
+            }
+            pins = self
+                .unpinned
+                .wait_timeout(pins, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
         let dev = self.device(device)?;
         let size = dev.allocation(DevicePtr(ptr)).map_or(0, |a| a.size as u64);
         dev.free_for(DevicePtr(ptr), Some(self.owner)).map_err(|_| {
@@ -208,6 +326,7 @@ impl Session {
             self.in_use
                 .fetch_sub(size, std::sync::atomic::Ordering::Relaxed);
         }
+        drop(pins);
         Ok(())
     }
 
@@ -331,14 +450,34 @@ impl Session {
 
     /// Free everything the session still holds (client gone).
     pub fn release(&self) -> (usize, usize) {
+        // No new copy starts; those in flight get RELEASE_WAIT to finish.
+        let deadline = Instant::now() + RELEASE_WAIT;
+        let mut pins = self.pins();
+        pins.closed = true;
+        while !pins.by_allocation.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            pins = self
+                .unpinned
+                .wait_timeout(pins, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
         let mut freed = 0;
-        for dev in self.runtime.devices() {
+        for (d, dev) in self.runtime.devices().iter().enumerate() {
             for a in dev.allocations_of(self.owner) {
+                if pins.by_allocation.contains_key(&(d as u32, a.base.0)) {
+                    tracing::warn!(session = %self.id, base = %a.base, "a copy is still in flight: the allocation is left allocated");
+                    continue;
+                }
                 if dev.free(a.base).is_ok() {
                     freed += 1;
                 }
             }
         }
+        drop(pins);
         let mut st = self.state();
         let programs = st.programs.len();
         st.kernels.clear();
@@ -354,5 +493,58 @@ impl Session {
             .iter()
             .map(|d| d.allocations_of(self.owner).len())
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Session {
+        Session::new("test".into(), Arc::new(crate::local_runtime()))
+    }
+
+    #[test]
+    fn a_free_waits_for_pins_then_refuses_and_succeeds_once_unpinned() {
+        let s = session();
+        let p = s.alloc(0, 4096, plugin::AllocKind::Device).unwrap().0;
+        let pin = s.pin(0, p + 100, 200).unwrap();
+        assert_eq!(s.pinned(0, p), 1);
+        let started = Instant::now();
+        let e = s
+            .free_waiting(0, p, Duration::from_millis(100))
+            .unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert!(e.message().contains("still in flight"), "{e}");
+        // Not freed: still this session's memory.
+        s.check(0, p, 4096).unwrap();
+        // The free waits for the pin to drop, then frees.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                drop(pin);
+            });
+            s.free_waiting(0, p, Duration::from_secs(10)).unwrap();
+        });
+        assert!(s.check(0, p, 1).is_err());
+        assert!(
+            s.pin(0, p, 1).is_err(),
+            "a freed allocation cannot be pinned"
+        );
+    }
+
+    #[test]
+    fn a_closing_session_pins_nothing_and_keeps_pinned_memory() {
+        let s = session();
+        let p = s.alloc(0, 64, plugin::AllocKind::Device).unwrap().0;
+        let q = s.alloc(0, 64, plugin::AllocKind::Device).unwrap().0;
+        let pin = s.pin(0, p, 64).unwrap();
+        // RELEASE_WAIT passes with p pinned: q is freed, p is left.
+        let (freed, _) = s.release();
+        assert_eq!(freed, 1);
+        assert!(s.check(0, q, 1).is_err());
+        s.check(0, p, 64).unwrap();
+        assert!(s.pin(0, p, 1).is_err(), "closing: nothing new is pinned");
+        drop(pin);
     }
 }

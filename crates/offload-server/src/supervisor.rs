@@ -477,12 +477,21 @@ impl Workers {
     }
 
     /// Hand a session connection (its preamble read) to the worker of
-    /// session `id`; false when no such session is open.
-    pub fn hand_session_connection(&self, id: &str, stream: &std::net::TcpStream) -> bool {
+    /// session `id` when `secret` is that session's (compared by hash, in
+    /// constant time): the public id alone opens nothing. Why not, if not.
+    pub fn hand_session_connection(
+        &self,
+        id: &str,
+        secret: &str,
+        stream: &std::net::TcpStream,
+    ) -> Result<(), &'static str> {
         let worker = self.map().get(id).cloned();
         match worker {
-            Some(w) => w.hand_over(TAG_GRPC, stream).is_ok(),
-            None => false,
+            Some(w) if w.secret.matches(secret) => w
+                .hand_over(TAG_GRPC, stream)
+                .map_err(|_| "the session is closing"),
+            Some(_) => Err("wrong session secret"),
+            None => Err("no such session"),
         }
     }
 

@@ -421,9 +421,14 @@ pub fn map_one(
                 d.free_block(alloc, size + padding);
                 return Err(Fail::Other);
             }
+            // The copy in completes before the table is unlocked: another
+            // thread finding the new entry must see its data on the device
+            // (over a remote device the copy is a round trip; the window
+            // lost increments of shared mapped counters).
+            let copied = !to || copy_h2d(d, name, hp, tgt, size);
             drop(tbl);
             ctx.new_entries.push((hp, hp + size));
-            if to && !copy_h2d(d, name, hp, tgt, size) {
+            if !copied {
                 return Err(Fail::Other);
             }
             Ok(MapResult {
@@ -780,6 +785,24 @@ fn data_end_inner(
         } else {
             Vec::new()
         };
+        if do_copy && remove {
+            // The last reference copies back before the entry leaves the
+            // table: a thread mapping the range next (a new entry, copied
+            // in from the host) must see the updated host value.
+            let copied = copy_d2h(d, name, hp, tgt, size);
+            if copied {
+                restore_shadows(&shadows, hp, size);
+            }
+            let removed = tbl.remove(k);
+            drop(tbl);
+            if let Some(e) = removed {
+                removals.push(Removed::from(&e));
+            }
+            if !copied {
+                return Err(Fail::Other);
+            }
+            continue;
+        }
         let removed = if remove { tbl.remove(k) } else { None };
         drop(tbl);
         if do_copy {

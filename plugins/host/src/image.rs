@@ -105,6 +105,31 @@ impl LoadedImage {
     }
 }
 
+impl LoadedImage {
+    /// The value of the kernel declaration `<kernel><suffix>` (a `uint32_t`
+    /// or `uint64_t` the image exports, see include/offload/host_kernel.h);
+    /// 0 when the image does not define it.
+    fn declared(&self, kernel: &str, suffix: &str) -> Result<u64> {
+        let name = format!("{kernel}{suffix}");
+        let Some(&size) = self.object_sizes.get(&name) else {
+            return Ok(0);
+        };
+        let Ok(addr) = self.symbol(&name) else {
+            return Ok(0);
+        };
+        // SAFETY: `addr` is a data object of the image, `size` bytes long
+        // (its symbol table says so); it is read as the declared width.
+        match size {
+            4 => Ok(unsafe { std::ptr::read_unaligned(addr.cast::<u32>()) } as u64),
+            8 => Ok(unsafe { std::ptr::read_unaligned(addr.cast::<u64>()) }),
+            _ => Err(Error::invalid_binary(format!(
+                "'{name}' is {size} bytes; a kernel declaration is a uint32_t or uint64_t \
+                 (use the macros of offload/host_kernel.h)"
+            ))),
+        }
+    }
+}
+
 impl Drop for LoadedImage {
     fn drop(&mut self) {
         if let Some(library) = self.library.take() {
@@ -191,10 +216,21 @@ impl plugin::Program for HostProgram {
                 format!("'{name}' is a global variable, not a kernel"),
             ));
         }
+        let uses_barrier = self.image.declared(name, "_offload_barrier")? != 0;
+        let group_static_size = self.image.declared(name, "_offload_group_static_size")?;
+        if group_static_size > crate::queue::MAX_GROUP_MEMORY {
+            return Err(Error::out_of_resources(format!(
+                "kernel '{name}' declares {group_static_size} bytes of static group memory; \
+                 the host device offers {}",
+                crate::queue::MAX_GROUP_MEMORY
+            )));
+        }
         Ok(Arc::new(HostKernel {
             name: name.to_string(),
             entry,
             _program: self.image.clone(),
+            uses_barrier,
+            group_static_size,
         }))
     }
 

@@ -28,6 +28,11 @@ pub struct HostKernel {
     pub(crate) entry: *const c_void,
     /// Keeps the image mapped while the kernel is alive.
     pub(crate) _program: Arc<crate::image::LoadedImage>,
+    /// Declared with `OFFLOAD_HOST_KERNEL_BARRIER` (exports
+    /// `<name>_offload_barrier`): its groups run as coroutines.
+    pub(crate) uses_barrier: bool,
+    /// Bytes of static group memory (`<name>_offload_group_static_size`).
+    pub(crate) group_static_size: u64,
 }
 
 // SAFETY: `entry` is an address in an image that `_program` keeps loaded;
@@ -44,9 +49,22 @@ impl plugin::Kernel for HostKernel {
         // the per-group set-up.
         64
     }
+    fn check_launch(
+        &self,
+        args: &plugin::KernelArgs<'_>,
+        config: &plugin::LaunchConfig,
+    ) -> Result<()> {
+        match args {
+            plugin::KernelArgs::Packed(_) => crate::queue::validate(self, config),
+            // OpenMP kernels fan out through libomp: no grid of ours.
+            plugin::KernelArgs::Words(_) => Ok(()),
+        }
+    }
 }
 
-/// `ABI version 1` of `offload_host_item_t` (include/offload/host_kernel.h).
+/// `offload_host_item_t` of include/offload/host_kernel.h, ABI version 2.
+/// Version 1 ends at `group_memory_size`; version 2 only appends fields, so
+/// kernels built against either header read what they know.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct HostItem {
@@ -58,9 +76,17 @@ pub struct HostItem {
     pub local_id: [u32; 3],
     pub group_memory: *mut c_void,
     pub group_memory_size: u64,
+    // ABI version 2:
+    /// `offload_group_barrier(item)` calls this.
+    pub barrier: unsafe extern "C" fn(*const HostItem),
+    /// The kernel's static group memory (`OFFLOAD_HOST_GROUP_STATIC`).
+    pub group_static: *mut c_void,
+    pub group_static_size: u64,
+    /// The runtime's, opaque to kernels.
+    pub runtime: *mut c_void,
 }
 
-pub const HOST_ITEM_ABI_VERSION: u32 = 1;
+pub const HOST_ITEM_ABI_VERSION: u32 = 2;
 
 pub type PackedKernelFn = unsafe extern "C" fn(*const c_void, *const HostItem);
 

@@ -4,13 +4,18 @@
 //!   links them for `-fopenmp-targets=x86_64-unknown-linux-gnu`, or plain
 //!   `-shared` objects with host kernels (`include/offload/host_kernel.h`).
 //!   They are loaded from memory (memfd + dlopen), leaving no file behind.
-//! * Device memory is process memory; copies are `memcpy`; all work runs when
-//!   enqueued (queues are always idle, events always complete).
+//! * Device memory is process memory; copies are `memcpy`. The plugin's
+//!   queues run work when called; the core's executor in front of them makes
+//!   queued work asynchronous.
+//! * Packed kernels run over a grid: groups spread over a worker pool, the
+//!   items of a group as plain calls or, for kernels that use work-group
+//!   barriers (host_kernel.h ABI v2), as coroutines (`group.rs`).
 //! * Like LLVM's host plugin it reports several devices (default 4,
 //!   `OFFLOAD_HOST_DEVICES=N`); each loads its own copy of an image, so
 //!   globals are per device.
 
 mod device;
+mod group;
 mod image;
 mod kernel;
 mod memory;

@@ -1,15 +1,19 @@
-//! Queues and events. Host work runs when it is enqueued, on the calling
-//! thread (OpenMP images) or on the worker pool (grids of packed kernels),
-//! so a queue is always idle when an enqueue returns and events are complete
-//! when recorded. Ordering is therefore trivially in-order.
+//! Queues and events. A plugin queue runs its work when called, on the
+//! calling thread (OpenMP images, single-group launches) or on the worker
+//! pool (grids of packed kernels, see `group.rs`), so it is idle when
+//! a call returns and its events are complete when recorded. The core puts
+//! its executor in front ([`plugin::Queue::completes_inline`]): to users,
+//! queued launches, copies and fills return once enqueued and run on the
+//! queue's worker thread (and the pool), in order.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
 use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
-use offload_core::{Error, Result};
+use offload_core::{Error, ErrorCode, Result};
 
-use crate::kernel::{call_words, HostItem, HostKernel, PackedKernelFn, HOST_ITEM_ABI_VERSION};
+use crate::group::GroupLaunch;
+use crate::kernel::{call_words, HostKernel, PackedKernelFn};
 use crate::memory;
 
 /// Largest group size and dynamic group memory a host launch accepts.
@@ -29,7 +33,7 @@ impl plugin::Event for HostEvent {
     }
 }
 
-fn host_kernel(kernel: &dyn plugin::Kernel) -> Result<&HostKernel> {
+pub(crate) fn host_kernel(kernel: &dyn plugin::Kernel) -> Result<&HostKernel> {
     kernel.as_any().downcast_ref::<HostKernel>().ok_or_else(|| {
         Error::invalid_argument(format!(
             "kernel '{}' does not belong to the host plugin",
@@ -54,81 +58,103 @@ pub fn launch(
     }
 }
 
-fn validate(config: &LaunchConfig) -> Result<()> {
-    if config.num_groups.contains(&0) || config.group_size.contains(&0) {
-        return Err(Error::invalid_argument(format!(
-            "launch size has a zero dimension: {:?} groups of {:?}",
-            config.num_groups, config.group_size
-        )));
+/// Most work items one launch may have (groups x items per group): 2^48,
+/// about 3 days of the emptiest kernel on one core. Larger grids, and
+/// grids whose item count overflows 64 bits, are refused at launch.
+pub const MAX_GRID_ITEMS: u64 = 1 << 48;
+
+/// What the host device refuses for this launch of `k`: checked when the
+/// launch is enqueued, so the caller gets the error at once.
+#[inline]
+pub(crate) fn validate(k: &HostKernel, config: &LaunchConfig) -> Result<()> {
+    let wide = |d: [u32; 3]| d.iter().map(|&n| n as u128).product::<u128>();
+    // Each at most 2^96: their product fits in 128 bits once the group
+    // size is known to be at most MAX_GROUP_SIZE.
+    let (groups, per_group) = (wide(config.num_groups), wide(config.group_size));
+    if groups == 0 || per_group == 0 || per_group > MAX_GROUP_SIZE as u128 {
+        return Err(bad_group(config));
     }
-    if config.total_items_per_group() > MAX_GROUP_SIZE as u64 {
-        return Err(Error::invalid_argument(format!(
-            "group size {:?} exceeds the host device's limit of {MAX_GROUP_SIZE} work items",
-            config.group_size
-        )));
+    if groups * per_group > MAX_GRID_ITEMS as u128 {
+        return Err(bad_grid(k, config));
     }
-    if config.dyn_group_memory as u64 > MAX_GROUP_MEMORY {
-        return Err(Error::out_of_resources(format!(
-            "{} bytes of dynamic group memory requested; the host device offers {MAX_GROUP_MEMORY}",
-            config.dyn_group_memory
-        )));
+    if config.dyn_group_memory as u64 + k.group_static_size > MAX_GROUP_MEMORY {
+        return Err(bad_memory(k, config));
     }
     Ok(())
 }
 
+#[cold]
+fn bad_group(config: &LaunchConfig) -> Error {
+    if config.num_groups.contains(&0) || config.group_size.contains(&0) {
+        return Error::invalid_argument(format!(
+            "launch size has a zero dimension: {:?} groups of {:?}",
+            config.num_groups, config.group_size
+        ));
+    }
+    Error::invalid_argument(format!(
+        "group size {:?} exceeds the host device's limit of {MAX_GROUP_SIZE} work items",
+        config.group_size
+    ))
+}
+
+#[cold]
+fn bad_grid(k: &HostKernel, config: &LaunchConfig) -> Error {
+    Error::invalid_argument(format!(
+        "kernel '{}': a grid of {:?} groups of {:?} work items exceeds the host device's \
+         limit of 2^48 work items per launch",
+        k.name, config.num_groups, config.group_size
+    ))
+}
+
+#[cold]
+fn bad_memory(k: &HostKernel, config: &LaunchConfig) -> Error {
+    Error::out_of_resources(format!(
+        "{} bytes of dynamic group memory requested (+{} static of kernel '{}'); \
+         the host device offers {MAX_GROUP_MEMORY}",
+        config.dyn_group_memory, k.group_static_size, k.name
+    ))
+}
+
 fn launch_packed(k: &HostKernel, args: &[u8], config: &LaunchConfig) -> Result<()> {
-    validate(config)?;
-    // SAFETY: packed host kernels have this signature (host_kernel.h).
-    let f: PackedKernelFn =
-        unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(k.entry) };
-    let args_ptr = args.as_ptr() as usize;
-    let groups = config.total_groups();
-    let run_group = |g: u64, scratch: &mut Vec<u64>| {
-        let [nx, ny, _] = config.num_groups.map(|n| n as u64);
-        let gid = [
-            (g % nx) as u32,
-            ((g / nx) % ny) as u32,
-            (g / (nx * ny)) as u32,
-        ];
-        let mem_words = (config.dyn_group_memory as usize).div_ceil(8);
-        if scratch.len() < mem_words {
-            scratch.resize(mem_words, 0);
-        }
-        let mut item = HostItem {
-            abi_version: HOST_ITEM_ABI_VERSION,
-            reserved: 0,
-            num_groups: config.num_groups,
-            group_size: config.group_size,
-            group_id: gid,
-            local_id: [0; 3],
-            group_memory: if mem_words > 0 {
-                scratch.as_mut_ptr().cast()
-            } else {
-                std::ptr::null_mut()
-            },
-            group_memory_size: config.dyn_group_memory as u64,
-        };
-        for z in 0..config.group_size[2] {
-            for y in 0..config.group_size[1] {
-                for x in 0..config.group_size[0] {
-                    item.local_id = [x, y, z];
-                    // SAFETY: the caller keeps the argument buffer alive for the launch.
-                    unsafe { f(args_ptr as *const c_void, &item) };
-                }
-            }
-        }
+    validate(k, config)?;
+    let group = GroupLaunch {
+        kernel: &k.name,
+        // SAFETY: packed host kernels have this signature (host_kernel.h).
+        entry: unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(k.entry) },
+        args: args.as_ptr().cast(),
+        num_groups: config.num_groups,
+        group_size: config.group_size,
+        dyn_group_memory: config.dyn_group_memory as usize,
+        static_group_memory: k.group_static_size as usize,
+        uses_barrier: k.uses_barrier,
     };
+    let failed = |e: String| Error::new(ErrorCode::InvalidArgument, e);
+    let groups = config.total_groups();
     if groups == 1 {
-        run_group(0, &mut Vec::new());
-        return Ok(());
+        return group.run_at([0; 3]).map_err(failed);
     }
     use rayon::prelude::*;
+    let shared = SharedLaunch(&group);
     worker_pool().install(|| {
         (0..groups)
             .into_par_iter()
-            .for_each_init(Vec::new, |scratch, g| run_group(g, scratch));
-    });
-    Ok(())
+            .try_for_each(|g| shared.run(g))
+            .map_err(failed)
+    })
+}
+
+/// A launch's groups shared by the worker threads.
+struct SharedLaunch<'a>(&'a GroupLaunch<'a>);
+
+// SAFETY: the argument buffer and kernel entry are read-only during the
+// launch, which the calling thread waits for; kernels are written to run
+// their groups on any thread.
+unsafe impl Sync for SharedLaunch<'_> {}
+
+impl SharedLaunch<'_> {
+    fn run(&self, g: u64) -> std::result::Result<(), String> {
+        self.0.run(g)
+    }
 }
 
 /// The worker pool for grids: one thread per CPU, started on first use.

@@ -231,8 +231,7 @@ impl Connection {
             // A server running the session in its own process takes the
             // session's calls on a second connection that names the session.
             let channel = if first.session_connection {
-                let id = first.session.split('.').next().unwrap_or_default();
-                tokio::time::timeout(timeout, connect_session(&session_endpoint, id))
+                tokio::time::timeout(timeout, connect_session(&session_endpoint, &first.session))
                     .await
                     .map_err(|_| fail("session connection", &"timed out"))?
                     .map_err(|e| fail("session connection", &e))?
@@ -356,15 +355,18 @@ pub fn connection_lost(s: &tonic::Status) -> bool {
     )
 }
 
-/// A channel to the process of session `public_id` (the part of the
-/// session credential before the dot) on a server that runs each session
-/// in its own process (`HelloEvent.session_connection`).
+/// A channel to the process of the session named by `credential`
+/// (`<id>.<secret>`, `HelloEvent.session`) on a server that runs each
+/// session in its own process (`HelloEvent.session_connection`). The
+/// preamble carries the whole credential: the server refuses the
+/// connection unless its secret matches.
 pub async fn connect_session(
     endpoint: &Endpoint,
-    public_id: &str,
+    credential: &str,
 ) -> std::result::Result<Channel, String> {
-    let preamble = session_connection::preamble(public_id)
-        .ok_or_else(|| format!("'{public_id}' is not a session id"))?;
+    let public_id = credential.split('.').next().unwrap_or_default();
+    let preamble = session_connection::preamble(credential)
+        .ok_or_else(|| format!("session '{public_id}': not a session credential"))?;
     endpoint
         .connect_with_connector(tower::service_fn(move |uri: tonic::transport::Uri| {
             open_session_socket(uri, preamble)
@@ -374,7 +376,7 @@ pub async fn connect_session(
 }
 
 /// Connect to the server for a session connection: TCP (no delay), then
-/// the preamble naming the session; gRPC (or TLS) follows on the socket.
+/// the preamble with the session's credential; gRPC (or TLS) follows on the socket.
 async fn open_session_socket(
     uri: tonic::transport::Uri,
     preamble: [u8; session_connection::PREAMBLE_BYTES],

@@ -7,7 +7,7 @@
 use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use offload_core::{DevicePtr, Error, ErrorCode, Result};
 
@@ -27,7 +27,13 @@ pub struct DataChannel {
     /// from then on (a firewall or a container that does not publish the
     /// data port).
     unreachable: std::sync::atomic::AtomicBool,
+    /// Until when copies skip the channel after a connection failed before
+    /// the server answered (the server refused it: busy, or under attack).
+    refused_until: Mutex<Option<Instant>>,
 }
+
+/// How long copies go over gRPC after the channel refused a connection.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
 
 impl DataChannel {
     /// The side channel of a server at `server` (HOST:PORT) with `port`.
@@ -45,12 +51,38 @@ impl DataChannel {
             idle: Mutex::new(Vec::new()),
             label: server.to_string(),
             unreachable: Default::default(),
+            refused_until: Mutex::new(None),
         })
     }
 
     /// Whether copies should try this channel.
     pub fn usable(&self) -> bool {
-        !self.unreachable.load(std::sync::atomic::Ordering::Relaxed)
+        if self.unreachable.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        let mut until = self.refused_until.lock().unwrap_or_else(|e| e.into_inner());
+        match *until {
+            Some(t) if Instant::now() < t => false,
+            Some(_) => {
+                *until = None;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// A copy's connection failed before the server answered it (refused
+    /// at accept, closed, reset): the copy goes over gRPC instead (copies
+    /// are idempotent: the same bytes to the same place), and so do the
+    /// next ones for [`REFUSED_BACKOFF`].
+    fn refused(&self, what: &str, e: std::io::Error) {
+        let mut until = self.refused_until.lock().unwrap_or_else(|e| e.into_inner());
+        if until.is_none() {
+            tracing::warn!(server = %self.label, data = %self.addr, error = %e, "{what}: the bulk-data channel refused the copy; copies go over gRPC for {} s", REFUSED_BACKOFF.as_secs());
+        }
+        *until = Some(Instant::now() + REFUSED_BACKOFF);
+        // Pooled connections may be dead too.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     fn error(&self, what: &str, e: impl std::fmt::Display) -> Error {
@@ -127,8 +159,8 @@ impl DataChannel {
         )))
     }
 
-    /// Host to device; None when the channel cannot be reached (copy over
-    /// gRPC instead).
+    /// Host to device; None when the channel cannot be reached or refuses
+    /// the copy (copy over gRPC instead).
     ///
     /// # Safety
     /// `src` valid for `size` bytes.
@@ -149,16 +181,20 @@ impl DataChannel {
             write_all_vectored(&mut s, &mut [IoSlice::new(&head), IoSlice::new(data)])?;
             self.status(&mut s)
         })();
-        Some(match io {
+        match io {
             Ok(r) => {
                 self.give_back(s);
-                r
+                Some(r)
             }
-            Err(e) => Err(self.error("copy to device", e)),
-        })
+            Err(e) => {
+                self.refused("copy to device", e);
+                None
+            }
+        }
     }
 
-    /// Device to host; None when the channel cannot be reached.
+    /// Device to host; None when the channel cannot be reached or refuses
+    /// the copy.
     ///
     /// # Safety
     /// `dst` valid for `size` bytes.
@@ -182,12 +218,15 @@ impl DataChannel {
                 Err(e) => Ok(Err(e)),
             }
         })();
-        Some(match io {
+        match io {
             Ok(r) => {
                 self.give_back(s);
-                r
+                Some(r)
             }
-            Err(e) => Err(self.error("copy from device", e)),
-        })
+            Err(e) => {
+                self.refused("copy from device", e);
+                None
+            }
+        }
     }
 }

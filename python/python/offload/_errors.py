@@ -6,11 +6,39 @@ import enum
 
 from . import _offload
 
-# ErrorCode: LLVM 22's ol_errc_t, by name and number (ErrorCode.NOT_FOUND == 6).
-ErrorCode = enum.IntEnum(  # type: ignore[misc]
-    "ErrorCode", [(name, value) for name, value, _ in _offload.error_codes()], module=__name__
-)
-ErrorCode.__doc__ = "The runtime's error codes, numbered as LLVM 22's ``ol_errc_t``."
+class ErrorCode(enum.IntEnum):
+    """The runtime's error codes, numbered as LLVM 22's ``ol_errc_t``.
+
+    Spelled out (not built from the extension's list) so that type checkers
+    know every member; ``tests/test_stubs.py`` checks it against the runtime.
+    """
+
+    SUCCESS = 0
+    UNKNOWN = 1
+    HOST_IO = 2
+    INVALID_BINARY = 3
+    INVALID_NULL_POINTER = 4
+    INVALID_ARGUMENT = 5
+    NOT_FOUND = 6
+    OUT_OF_RESOURCES = 7
+    INVALID_SIZE = 8
+    INVALID_ENUMERATION = 9
+    HOST_TOOL_NOT_FOUND = 10
+    INVALID_VALUE = 11
+    UNIMPLEMENTED = 12
+    UNSUPPORTED = 13
+    ASSEMBLE_FAILURE = 14
+    COMPILE_FAILURE = 15
+    LINK_FAILURE = 16
+    BACKEND_FAILURE = 17
+    UNINITIALIZED = 18
+    INVALID_NULL_HANDLE = 19
+    INVALID_PLATFORM = 20
+    INVALID_DEVICE = 21
+    INVALID_QUEUE = 22
+    INVALID_EVENT = 23
+    SYMBOL_KIND = 24
+
 
 _DESCRIPTIONS = {value: text for _, value, text in _offload.error_codes()}
 

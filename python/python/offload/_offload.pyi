@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, final
+
+__all__ = [
+    "Device",
+    "Platform",
+    "DeviceArray",
+    "Program",
+    "Kernel",
+    "Queue",
+    "Event",
+    "devices",
+    "device",
+    "host_device",
+    "platforms",
+    "info_json",
+    "from_dlpack",
+    "error_codes",
+    "__version__",
+]
 
 __version__: str
 
 _Dims = Union[int, Sequence[int]]
 _Path = Union[str, "os.PathLike[str]"]
 
+@final
 class Device:
     """A device of the runtime (host CPU, remote server device, ...)."""
 
@@ -49,9 +68,10 @@ class Device:
         """Load image bytes or a file: host-kernel .so, OpenMP image, bitcode."""
     def is_compatible(self, image: Any) -> bool: ...
     def queue(self) -> Queue: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
+@final
 class Platform:
     """A plugin and its devices."""
 
@@ -66,6 +86,7 @@ class Platform:
     @property
     def devices(self) -> List[Device]: ...
 
+@final
 class DeviceArray:
     """An n-dimensional C-contiguous array in device memory."""
 
@@ -105,7 +126,11 @@ class DeviceArray:
         copy: Optional[bool] = None,
     ) -> Any: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """CUDA Array Interface v3; only arrays on CUDA devices have it."""
 
+@final
 class Program:
     """A program loaded on one device."""
 
@@ -114,6 +139,7 @@ class Program:
     def kernel(self, name: str) -> Kernel: ...
     def global_address(self, name: str) -> Tuple[int, int]: ...
 
+@final
 class Kernel:
     """A kernel of a program."""
 
@@ -133,6 +159,7 @@ class Kernel:
     ) -> None:
         """Enqueue the kernel; arguments are packed as a C struct (trusted layout)."""
 
+@final
 class Queue:
     """An in-order asynchronous queue."""
 
@@ -145,6 +172,7 @@ class Queue:
     def __enter__(self) -> Queue: ...
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
 
+@final
 class Event:
     """A point in a queue's work."""
 

@@ -2,7 +2,9 @@
 //! file uses what it needs.
 #![allow(dead_code)]
 
-use std::process::Output;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 
 /// Under `CI=true` a missing tool fails the test instead of skipping it.
 pub fn skip(why: &str) {
@@ -21,4 +23,108 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// `offload serve` on loopback in a child process (killed when dropped),
+/// its log in a temporary folder.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Two host devices, no extra flags.
+    pub fn start(token: Option<&str>) -> Server {
+        Server::start_with(token, &[])
+    }
+
+    pub fn start_with(token: Option<&str>, extra: &[&str]) -> Server {
+        Server::start_full(token, extra, 2)
+    }
+
+    pub fn start_full(token: Option<&str>, extra: &[&str], devices: usize) -> Server {
+        Server::start_env(token, extra, devices, &[])
+    }
+
+    /// `offload serve --listen 127.0.0.1:0 EXTRA...` with `devices` host
+    /// devices, the token (or none) and more environment.
+    pub fn start_env(
+        token: Option<&str>,
+        extra: &[&str],
+        devices: usize,
+        envs: &[(&str, &Path)],
+    ) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_offload"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("OFFLOAD_HOST_DEVICES", devices.to_string())
+            .env_remove("OFFLOAD_REMOTE")
+            .envs(envs.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        match token {
+            Some(t) => cmd.env("OFFLOAD_REMOTE_TOKEN", t),
+            None => cmd.env_remove("OFFLOAD_REMOTE_TOKEN"),
+        };
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            line.contains("listening on"),
+            "unexpected first line: {line}"
+        );
+        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+        Server {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// The bulk-data channel's address, as the server logged it.
+    pub fn data_addr(&self) -> String {
+        self.log()
+            .lines()
+            .find_map(|l| l.split("bulk-data channel listening addr=").nth(1))
+            .expect("data channel address in the log")
+            .trim()
+            .to_string()
+    }
+
+    /// Host pids of the session workers the log names, in order.
+    pub fn worker_pids(&self) -> Vec<i64> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("session opened"))
+            .filter_map(|l| {
+                let rest = l.split("worker_pid=").nth(1)?;
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

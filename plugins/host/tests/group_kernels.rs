@@ -1,0 +1,344 @@
+//! GPU-style host kernels (host_kernel.h ABI v2) through the core: work-group
+//! barriers, dynamic and static group memory, divergent barriers reported as
+//! errors, grid limits, and asynchronous queues. The kernels are
+//! tests/kernels/group_kernels.c, built with clang-22 (a missing clang-22
+//! fails the test: these are not optional).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use offload_core::queue::Queue;
+use offload_core::{AllocKind, Config, Device, ErrorCode, KernelArgs, LaunchConfig, Runtime};
+
+fn runtime() -> Runtime {
+    let config = Config {
+        host_devices: 1,
+        ..Config::default()
+    };
+    Runtime::new(config, &[offload_plugin_host::ENTRY])
+}
+
+fn kernels() -> Vec<u8> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("group_kernels.so");
+    let status = Command::new("clang-22")
+        .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-I"])
+        .arg(root.join("../../include"))
+        .arg(root.join("tests/kernels/group_kernels.c"))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("clang-22 must be installed (see scripts/setup.sh)");
+    assert!(status.success(), "clang-22 failed on group_kernels.c");
+    std::fs::read(out).unwrap()
+}
+
+/// `n` elements of `T` of device memory (host memory of this process).
+fn buffer<T: Copy>(dev: &Device, n: usize, init: T) -> &'static mut [T] {
+    let p = dev
+        .alloc(n * std::mem::size_of::<T>(), AllocKind::Device)
+        .unwrap();
+    // SAFETY: a fresh host-plugin allocation of `n` elements, never freed
+    // before the runtime ends (the test leaks it to the runtime's teardown).
+    let s = unsafe { std::slice::from_raw_parts_mut(p.as_ptr::<T>(), n) };
+    s.fill(init);
+    s
+}
+
+fn ptr_arg<T>(p: &[T]) -> Vec<u8> {
+    (p.as_ptr() as u64).to_ne_bytes().to_vec()
+}
+
+fn config(groups: [u32; 3], size: [u32; 3], dyn_mem: u32) -> LaunchConfig {
+    LaunchConfig {
+        num_groups: groups,
+        group_size: size,
+        dyn_group_memory: dyn_mem,
+        ..LaunchConfig::default()
+    }
+}
+
+#[test]
+fn local_memory_reductions_dynamic_and_static() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    for name in ["reduce_dynamic", "reduce_static"] {
+        let k = prog.kernel(name).unwrap();
+        for size in [64u32, 128, 256] {
+            let groups = 7;
+            let out = buffer(dev, groups, 0u32);
+            let dyn_mem = if name == "reduce_dynamic" {
+                size * 4
+            } else {
+                0
+            };
+            dev.launch(
+                &k,
+                KernelArgs::Packed(&ptr_arg(out)),
+                &config([groups as u32, 1, 1], [size, 1, 1], dyn_mem),
+            )
+            .unwrap_or_else(|e| panic!("{name} x {size}: {e}"));
+            assert!(
+                out.iter().all(|&v| v == 2 * size),
+                "{name} x {size}: {out:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tiled_matrix_multiply() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("matmul_tiled").unwrap();
+    let n = 64usize;
+    let a = buffer(dev, n * n, 0f32);
+    let b = buffer(dev, n * n, 0f32);
+    let c = buffer(dev, n * n, -1f32);
+    for i in 0..n * n {
+        a[i] = (i % 7) as f32 - 3.0;
+        b[i] = (i % 5) as f32 * 0.5;
+    }
+    let mut args = Vec::new();
+    for p in [a.as_ptr() as u64, b.as_ptr() as u64, c.as_ptr() as u64] {
+        args.extend_from_slice(&p.to_ne_bytes());
+    }
+    args.extend_from_slice(&(n as u64).to_ne_bytes()); // u32 n + padding
+    let t = (n / 16) as u32;
+    dev.launch(
+        &k,
+        KernelArgs::Packed(&args),
+        &config([t, t, 1], [16, 16, 1], 0),
+    )
+    .unwrap();
+    for row in 0..n {
+        for col in 0..n {
+            let want: f32 = (0..n).map(|k| a[row * n + k] * b[k * n + col]).sum();
+            assert_eq!(c[row * n + col], want, "c[{row}][{col}]");
+        }
+    }
+}
+
+#[test]
+fn prefix_scan_in_groups_larger_than_the_worker_pool() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("scan_group").unwrap();
+    for size in [1u32, 32, 1024] {
+        let groups = 5usize;
+        let n = groups * size as usize;
+        let input = buffer(dev, n, 0u32);
+        let out = buffer(dev, n, 0u32);
+        for (i, v) in input.iter_mut().enumerate() {
+            *v = (i as u32).wrapping_mul(2654435761) >> 28;
+        }
+        let mut args = ptr_arg(input);
+        args.extend(ptr_arg(out));
+        dev.launch(
+            &k,
+            KernelArgs::Packed(&args),
+            &config([groups as u32, 1, 1], [size, 1, 1], 2 * 4 * size),
+        )
+        .unwrap();
+        for g in 0..groups {
+            let mut acc = 0;
+            for i in 0..size as usize {
+                acc += input[g * size as usize + i];
+                assert_eq!(
+                    out[g * size as usize + i],
+                    acc,
+                    "group {g} item {i} of {size}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn three_dimensional_groups_share_memory() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("neighbour_3d").unwrap();
+    let (groups, size) = ([2u32, 3, 2], [4u32, 3, 5]);
+    let items: u32 = size.iter().product();
+    let [w, h, d] = [0, 1, 2].map(|i| (groups[i] * size[i]) as usize);
+    let out = buffer(dev, w * h * d, u32::MAX);
+    dev.launch(
+        &k,
+        KernelArgs::Packed(&ptr_arg(out)),
+        &config(groups, size, items * 4),
+    )
+    .unwrap();
+    for z in 0..d {
+        for y in 0..h {
+            for x in 0..w {
+                let l = [x, y, z].map(|v| v as u32);
+                let lin = l[0] % size[0] + size[0] * (l[1] % size[1] + size[1] * (l[2] % size[2]));
+                assert_eq!(out[x + w * (y + h * z)], (lin + 1) % items, "({x},{y},{z})");
+            }
+        }
+    }
+}
+
+#[test]
+fn many_barriers_in_loops() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("many_barriers").unwrap();
+    let groups = 9usize;
+    let out = buffer(dev, groups, 0u32);
+    let mut args = ptr_arg(out);
+    args.extend_from_slice(&50u64.to_ne_bytes());
+    dev.launch(
+        &k,
+        KernelArgs::Packed(&args),
+        &config([groups as u32, 1, 1], [100, 1, 1], 8),
+    )
+    .unwrap();
+    assert!(out.iter().all(|&v| v == 50), "{out:?}");
+}
+
+#[test]
+fn divergent_and_undeclared_barriers_are_errors_not_hangs() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let out = buffer(dev, 4 * 64, 0u32);
+    let k = prog.kernel("divergent_barrier").unwrap();
+    for groups in [1u32, 4] {
+        let e = dev
+            .launch(
+                &k,
+                KernelArgs::Packed(&ptr_arg(out)),
+                &config([groups, 1, 1], [64, 1, 1], 0),
+            )
+            .unwrap_err();
+        let m = e.message();
+        assert!(
+            m.contains("divergent_barrier") && m.contains("63 of 64 work items wait at barrier #1"),
+            "{m}"
+        );
+        assert!(
+            m.contains("returned without reaching it") && m.contains("[0, 0, 0]"),
+            "{m}"
+        );
+    }
+    assert!(out.iter().all(|&v| v == 0), "abandoned items ran on");
+    let k = prog.kernel("undeclared_barrier").unwrap();
+    let e = dev
+        .launch(
+            &k,
+            KernelArgs::Packed(&[]),
+            &config([2, 1, 1], [8, 1, 1], 0),
+        )
+        .unwrap_err();
+    assert!(
+        e.message()
+            .contains("OFFLOAD_HOST_KERNEL_BARRIER(undeclared_barrier)"),
+        "{e}"
+    );
+    // The device stays usable, and stacks are reused.
+    let k = prog.kernel("reduce_dynamic").unwrap();
+    dev.launch(
+        &k,
+        KernelArgs::Packed(&ptr_arg(out)),
+        &config([1, 1, 1], [64, 1, 1], 256),
+    )
+    .unwrap();
+    assert_eq!(out[0], 128);
+}
+
+#[test]
+fn grids_past_the_limit_are_refused_when_enqueued() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("write_global_id").unwrap();
+    let q = Queue::new(Some(dev)).unwrap();
+    for (groups, size) in [
+        ([u32::MAX, u32::MAX, u32::MAX], [1024u32, 1, 1]), // overflows 64 bits
+        ([1 << 20, 1 << 20, 1], [512, 1, 1]),              // 2^49 items
+    ] {
+        let e = q
+            .launch(&k, KernelArgs::Packed(&[0; 8]), &config(groups, size, 0))
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        assert!(e.message().contains("limit of 2^48 work items"), "{e}");
+    }
+    // Static + dynamic group memory past 1 MiB.
+    let k = prog.kernel("reduce_static").unwrap();
+    let e = q
+        .launch(
+            &k,
+            KernelArgs::Packed(&[0; 8]),
+            &config([1, 1, 1], [64, 1, 1], 1 << 20),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::OutOfResources);
+    assert!(e.message().contains("+1024 static"), "{e}");
+    q.synchronize().unwrap();
+}
+
+/// A queued launch returns before its kernel could finish: the kernel
+/// waits for a flag the host sets only after the launch returned, and it
+/// starts running (on a worker thread) before anyone synchronises.
+#[test]
+fn queued_launches_run_asynchronously() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("wait_for_flag").unwrap();
+    let flag = Arc::new(AtomicI32::new(0));
+    let started = Arc::new(AtomicI32::new(0));
+    let mut args = (flag.as_ptr() as u64).to_ne_bytes().to_vec();
+    args.extend_from_slice(&(started.as_ptr() as u64).to_ne_bytes());
+    let q = Queue::new(Some(dev)).unwrap();
+    for groups in [1u32, 3] {
+        flag.store(0, Ordering::SeqCst);
+        started.store(0, Ordering::SeqCst);
+        q.launch(
+            &k,
+            KernelArgs::Packed(&args),
+            &config([groups, 1, 1], [1, 1, 1], 0),
+        )
+        .unwrap();
+        // Returned with the kernel unable to finish; it starts by itself.
+        let t = Instant::now();
+        while started.load(Ordering::Acquire) == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the kernel never started"
+            );
+            std::thread::yield_now();
+        }
+        assert!(!q.is_idle().unwrap());
+        let ev = q.record_event().unwrap();
+        assert!(!ev.is_complete().unwrap());
+        flag.store(1, Ordering::Release);
+        ev.synchronize().unwrap();
+        q.synchronize().unwrap();
+        assert!(q.is_idle().unwrap());
+    }
+    // Copies and fills are queued behind a running kernel too.
+    flag.store(0, Ordering::SeqCst);
+    q.launch(&k, KernelArgs::Packed(&args), &LaunchConfig::default())
+        .unwrap();
+    let mem = dev.alloc(64, AllocKind::Device).unwrap();
+    q.fill(mem, &[7], 64).unwrap();
+    // SAFETY: a live allocation of 64 bytes; read before the fill ran.
+    let first = unsafe { *mem.as_ptr::<u8>() };
+    assert_ne!(first, 7, "the fill ran before the kernel ahead of it");
+    flag.store(1, Ordering::Release);
+    q.synchronize().unwrap();
+    // SAFETY: as above, after the sync.
+    assert_eq!(unsafe { *mem.as_ptr::<u8>().add(63) }, 7);
+}

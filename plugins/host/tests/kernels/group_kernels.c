@@ -1,0 +1,176 @@
+/* group_kernels.c - GPU-style host kernels (host_kernel.h ABI v2): work-group
+ * barriers, dynamic and static group memory. Built by the host plugin's and
+ * liboffload's tests with `clang-22 -O2 -fPIC -shared`. */
+#include <offload/host_kernel.h>
+
+/* LLVM's localmem_reduction and localmem_static: every item puts 2 in group
+ * memory `mem`, a tree reduction with a barrier per level (barriers in a
+ * loop), item 0 writes the group's sum (2 x group size). Group size: a
+ * power of two. */
+static void reduce(const offload_host_item_t *item, uint32_t *mem, uint32_t *out) {
+  uint32_t l = item->local_id[0], n = item->group_size[0];
+  mem[l] = 2;
+  offload_group_barrier(item);
+  for (uint32_t i = n / 2; i > 0; i >>= 1) {
+    if (l < i) mem[l] += mem[l + i];
+    offload_group_barrier(item);
+  }
+  if (l == 0) out[item->group_id[0]] = mem[0];
+}
+
+/* Dynamic group memory (the launch's DynSharedMemory). */
+OFFLOAD_HOST_KERNEL_BARRIER(reduce_dynamic) {
+  reduce(item, item->group_memory, *(uint32_t *const *)args);
+}
+
+/* A static group array of 256 words. */
+struct reduce_static_mem {
+  uint32_t words[256];
+};
+OFFLOAD_HOST_GROUP_STATIC(reduce_static, struct reduce_static_mem);
+OFFLOAD_HOST_KERNEL_BARRIER(reduce_static) {
+  reduce(item, OFFLOAD_GROUP_STATIC(item, struct reduce_static_mem)->words,
+         *(uint32_t *const *)args);
+}
+
+/* C = A x B (n x n floats, n a multiple of 16), 16 x 16 tiles in static
+ * group memory: two barriers per tile step. Grid: (n/16, n/16) groups of
+ * (16, 16). */
+#define TILE 16
+struct matmul_tiles {
+  float a[TILE][TILE];
+  float b[TILE][TILE];
+};
+OFFLOAD_HOST_GROUP_STATIC(matmul_tiled, struct matmul_tiles);
+OFFLOAD_HOST_KERNEL_BARRIER(matmul_tiled) {
+  const struct {
+    const float *a, *b;
+    float *c;
+    uint32_t n;
+  } *p = args;
+  struct matmul_tiles *t = OFFLOAD_GROUP_STATIC(item, struct matmul_tiles);
+  uint32_t tx = item->local_id[0], ty = item->local_id[1];
+  uint32_t col = item->group_id[0] * TILE + tx, row = item->group_id[1] * TILE + ty;
+  float acc = 0;
+  for (uint32_t k0 = 0; k0 < p->n; k0 += TILE) {
+    t->a[ty][tx] = p->a[row * p->n + k0 + tx];
+    t->b[ty][tx] = p->b[(k0 + ty) * p->n + col];
+    offload_group_barrier(item);
+    for (uint32_t k = 0; k < TILE; k++) acc += t->a[ty][k] * t->b[k][tx];
+    offload_group_barrier(item);
+  }
+  p->c[row * p->n + col] = acc;
+}
+
+/* Inclusive prefix sum of each group's slice of `in` (Hillis-Steele in
+ * dynamic group memory of 2 x group size words, double-buffered: one
+ * barrier per step). */
+OFFLOAD_HOST_KERNEL_BARRIER(scan_group) {
+  const struct {
+    const uint32_t *in;
+    uint32_t *out;
+  } *p = args;
+  uint32_t n = item->group_size[0], l = item->local_id[0];
+  size_t g = offload_global_id_x(item);
+  uint32_t *buf = item->group_memory;
+  uint32_t src = 0;
+  buf[l] = p->in[g];
+  offload_group_barrier(item);
+  for (uint32_t off = 1; off < n; off <<= 1) {
+    uint32_t dst = 1 - src;
+    uint32_t v = buf[src * n + l];
+    if (l >= off) v += buf[src * n + l - off];
+    buf[dst * n + l] = v;
+    src = dst;
+    offload_group_barrier(item);
+  }
+  p->out[g] = buf[src * n + l];
+}
+
+/* 3-D groups: each item writes its linear local id to group memory; after
+ * the barrier it reads its neighbour's (wrapping), so every id and the
+ * sharing of the memory are checked. out[global linear id] = neighbour id. */
+OFFLOAD_HOST_KERNEL_BARRIER(neighbour_3d) {
+  uint32_t *const *out = args;
+  const uint32_t *s = item->group_size, *l = item->local_id;
+  uint32_t n = s[0] * s[1] * s[2];
+  uint32_t lin = l[0] + s[0] * (l[1] + s[1] * l[2]);
+  uint32_t *mem = item->group_memory;
+  mem[lin] = lin;
+  offload_group_barrier(item);
+  uint32_t got = mem[(lin + 1) % n];
+  offload_group_barrier(item);
+  /* Reused after a second barrier: nobody may still be reading. */
+  mem[lin] = 0;
+  size_t gx = offload_global_id(item, 0), gy = offload_global_id(item, 1),
+         gz = offload_global_id(item, 2);
+  size_t w = offload_global_size(item, 0), h = offload_global_size(item, 1);
+  (*out)[gx + w * (gy + h * gz)] = got;
+}
+
+/* Many barriers: `rounds` rounds, each item adds its id to a group counter
+ * between barriers; item 0 checks the counter every round and counts the
+ * rounds that were right. out[group] = good rounds. */
+OFFLOAD_HOST_KERNEL_BARRIER(many_barriers) {
+  const struct {
+    uint32_t *out;
+    uint32_t rounds;
+  } *p = args;
+  uint32_t *mem = item->group_memory; /* [0]: sum, [1]: good rounds */
+  uint32_t n = item->group_size[0], l = item->local_id[0];
+  if (l == 0) mem[1] = 0;
+  for (uint32_t r = 0; r < p->rounds; r++) {
+    if (l == 0) mem[0] = 0;
+    offload_group_barrier(item);
+    mem[0] += l + r; /* items of a group never run at the same time */
+    offload_group_barrier(item);
+    if (l == 0 && mem[0] == n * (n - 1) / 2 + n * r) mem[1]++;
+    offload_group_barrier(item);
+  }
+  if (l == 0) p->out[item->group_id[0]] = mem[1];
+}
+
+/* A barrier in divergent control flow: item 0 returns early. */
+OFFLOAD_HOST_KERNEL_BARRIER(divergent_barrier) {
+  uint32_t *const *out = args;
+  if (item->local_id[0] == 0) return;
+  offload_group_barrier(item);
+  (*out)[offload_global_id_x(item)] = 1;
+}
+
+/* A barrier in a kernel not declared to use one. */
+OFFLOAD_HOST_KERNEL(undeclared_barrier) {
+  (void)args;
+  offload_group_barrier(item);
+}
+
+/* Stores 1 in *started, then waits until the host sets *flag. */
+OFFLOAD_HOST_KERNEL(wait_for_flag) {
+  const struct {
+    int *flag;
+    int *started;
+  } *p = args;
+  (void)item;
+  __atomic_store_n(p->started, 1, __ATOMIC_RELEASE);
+  while (!__atomic_load_n(p->flag, __ATOMIC_ACQUIRE))
+    ;
+}
+
+/* Plain (ABI v1 style) kernel for comparison: writes its global id. */
+OFFLOAD_HOST_KERNEL(write_global_id) {
+  uint32_t *const *out = args;
+  size_t i = offload_global_id_x(item);
+  (*out)[i] = (uint32_t)i;
+}
+
+/* y = a x + y over n floats (no barrier: the direct path). */
+OFFLOAD_HOST_KERNEL(saxpy) {
+  const struct {
+    float a;
+    const float *x;
+    float *y;
+    uint32_t n;
+  } *p = args;
+  size_t i = offload_global_id_x(item);
+  if (i < p->n) p->y[i] = p->a * p->x[i] + p->y[i];
+}
