@@ -376,8 +376,13 @@ token="gpu-tests-$$-$RANDOM"
 # missing file (set -e) or an earlier run's address.
 : > serve.out
 : > serve.err
+# On a GPU the session workers are sandboxed (the GPU must work from one);
+# the rehearsal's fake driver lies in a private temporary folder, which a
+# sandboxed worker (its own /tmp) cannot see.
+serve_flags=()
+[[ $fake == 1 ]] && serve_flags=(--insecure-no-sandbox)
 OFFLOAD_PLUGINS=cuda OFFLOAD_REMOTE_TOKEN=$token ./offload serve --listen 127.0.0.1:0 \
-    > serve.out 2> serve.err &
+    "${serve_flags[@]}" > serve.out 2> serve.err &
 serve_pid=$!
 # The server goes, whatever ends the script.
 trap 'kill "$serve_pid" 2> /dev/null || true' EXIT
