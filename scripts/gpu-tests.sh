@@ -10,6 +10,10 @@
 #   scripts/gpu-tests.sh bundle [DIR]    # here (Rust + clang-22): build DIR
 #                                        # (default target/gpu-bundle)
 #   DIR/gpu-tests.sh run                 # there: run from the bundle
+#   scripts/gpu-tests.sh carry [DIR [CARRY]]  # here: DIR packed to travel
+#                                        # (default target/gpu-carry, under
+#                                        # 64 MiB with the working tree);
+#                                        # there: CARRY/run-there.sh
 #   scripts/gpu-tests.sh rehearse [DIR]  # here: bundle + run against the
 #                                        # fake driver (what CI runs)
 #
@@ -30,6 +34,8 @@
 #                ${GPU_OMP_ARCH:-sm_90} (plugins/cuda/tests/gpu/omp_*.c), built
 #                with `offload clang-flags` against our device runtime; or
 #                OMP-SKIP, saying why they could not be built
+#   omp_progs/   the 16 crates/omptarget/tests/c programs of gpu_build.rs,
+#                built the same way
 #   cuda_bench.cu  the CUDA C baselines, compiled there with nvcc
 #   llvm22/      LLVM 22's libomptarget.so.22.1 (its CUDA plugin is inside)
 #                and the libraries it needs (libLLVM.so.22.1, libz3.so.4,
@@ -57,8 +63,10 @@
 #      cannot run nvptx code, so only the host fallback runs there):
 #      omp_checks in host fallback (OMP_TARGET_OFFLOAD=DISABLED), then on
 #      the GPU (MANDATORY) through our libomptarget and through LLVM 22's
-#      (LD_LIBRARY_PATH=llvm22/lib), each output equal to the fallback's;
-#      the LIBOMPTARGET_INFO=16 launch lines; then
+#      (LD_LIBRARY_PATH=llvm22/lib), each output equal to the fallback's
+#      (diagnostic reruns in the log when ours differs); the
+#      LIBOMPTARGET_INFO=16 launch lines; each omp_progs/ program exits 0
+#      on the GPU with ours and prints what it prints with LLVM's; then
 #      ${GPU_BENCH_ROUNDS:-5} rounds of omp_bench on both runtimes and
 #      cuda_bench (nvcc there), best round kept: empty `target teams
 #      distribute parallel for` launch + sync <= 1.10x raw_saxpy's driver
@@ -100,6 +108,11 @@ RUN_TOOLS="bash env awk grep sed date tee cat dirname uname timeout sleep head d
 
 die() { echo "gpu-tests: $*" >&2; exit 2; }
 
+# crates/omptarget/tests/c programs run on the GPU (as in gpu_build.rs).
+OMP_PROGRAMS="basic.c collapse.c declare_target_vars.c deep_copy.c firstprivate_big.c globals.c
+    implicit.c nested_data.c reductions.c structs.c target_in_parallel.c threads_nowait.c
+    update_strided.c cxx_classes.cpp lambda_ref.cpp mapper.cpp"
+
 # OpenMP programs for the GPU (issue 21), built with `offload clang-flags`
 # against our device runtime. What cannot be built (no device runtime, no
 # CUDA tools) is written to OUT/OMP-SKIP and `run` skips the section.
@@ -117,11 +130,22 @@ build_openmp() { # build_openmp OUT TARGETDIR ROOT
     for p in omp_checks omp_bench; do
         # One flag per word, as clang-flags promises for $(...).
         # shellcheck disable=SC2086
-        clang-22 -fopenmp $flags -O2 -Wall -Werror "$src/$p.c" -o "$out/$p" \
+        clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/$p.c" -o "$out/$p" \
             || die "building $p for $arch failed"
     done
     cp "$src/cuda_bench.cu" "$out/cuda_bench.cu"
     echo "$arch" > "$out/OMP-ARCH"
+    # The project's OpenMP test programs that make sense on a GPU (the
+    # ones crates/offload-cli/tests/gpu_build.rs builds), for this arch.
+    mkdir -p "$out/omp_progs"
+    local c cc
+    for c in $OMP_PROGRAMS; do
+        cc=clang-22
+        [[ $c == *.cpp ]] && cc=clang++-22
+        # shellcheck disable=SC2086
+        "$cc" -fopenmp $flags -O2 "$root/crates/omptarget/tests/c/$c" -o "$out/omp_progs/${c%.*}" \
+            || die "building $c for $arch failed"
+    done
     # LLVM's libomptarget also dlopens "libomp.so": the same file as the
     # libomp.so.5 already loaded, or libomp runs twice (OMP Error #15).
     ln -sf libomp.so.5 "$out/lib/libomp.so"
@@ -199,7 +223,7 @@ build_bundle() { # build_bundle DIR PROFILE
     # Everything must load from the bundle plus Ubuntu's base libraries.
     local f lib where glibc
     local programs=("$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api)
-    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_bench)
+    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_bench "$out"/omp_progs/*)
     for f in "${programs[@]}" "$out"/lib/*.so*; do
         while read -r lib where; do
             [[ $lib == /* ]] && lib=${lib##*/}
@@ -225,7 +249,57 @@ build_bundle() { # build_bundle DIR PROFILE
     } > "$out/BUNDLE-INFO"
 }
 
+# A bundle made small enough to travel to a lent GPU machine (its
+# transfer limit: 64 MiB with the working tree): everything but llvm22/ in
+# one `zstd -19 --long=27` tar, llvm22/ as it is (already compressed, with
+# the zstd that unpacks both), and run-there.sh, which unpacks into a
+# folder there, runs the checks and copies the results to $OUT.
+pack_carry() { # pack_carry BUNDLE CARRY
+    local bundle=$1 carry=$2 root size limit=$((64 * 1024 * 1024)) tree
+    root=$(cd "$here/.." && pwd)
+    [[ -x $bundle/gpu-tests.sh ]] || die "$bundle is not a bundle (scripts/gpu-tests.sh bundle makes one)"
+    [[ -x $bundle/llvm22/zstd ]] || die "$bundle/llvm22/zstd missing (bundle with GPU_BUNDLE_LLVM_RUNTIME=1)"
+    rm -rf "$carry"
+    mkdir -p "$carry"
+    tar -C "$bundle" --exclude=./llvm22 -cf - . | "$bundle/llvm22/zstd" -q -19 -T0 --long=27 -o "$carry/bundle.tar.zst"
+    cp -r "$bundle/llvm22" "$carry/llvm22"
+    rm -rf "$carry/llvm22/lib"
+    cat > "$carry/run-there.sh" <<'SCRIPT'
+#!/usr/bin/env bash
+# Unpacks the bundle into ${GPU_RUN_DIR:-/tmp/gpu-bundle} and runs
+# gpu-tests.sh there; its log, results and program outputs go to $OUT.
+set -uo pipefail
+carry=$(cd "$(dirname "$0")" && pwd)
+dir=${GPU_RUN_DIR:-/tmp/gpu-bundle}
+out=${OUT:-$dir/out}
+mkdir -p "$dir" "$out"
+"$carry/llvm22/zstd" -q -d --long=27 -c "$carry/bundle.tar.zst" | tar -C "$dir" -xf - || exit 2
+cp -r "$carry/llvm22" "$dir/" || exit 2
+cd "$dir" || exit 2
+command -v nvidia-smi > /dev/null && nvidia-smi -L
+timeout "${GPU_RUN_TIMEOUT:-540}" ./gpu-tests.sh run > "$out/stdout.txt" 2>&1
+rc=$?
+cp gpu-run.log gpu-results.md "$out/" 2> /dev/null
+tar czf "$out/outputs.tgz" info.txt omp-*.txt omp_progs.* 2> /dev/null
+echo "gpu-tests.sh run exited $rc (0 all passed and goals met, 1 a check failed, 3 a goal missed, 124 timed out)"
+tail -c 6000 "$out/stdout.txt"
+exit "$rc"
+SCRIPT
+    chmod +x "$carry/run-there.sh"
+    size=$(du -sb "$carry" | cut -f1)
+    tree=$(cd "$root" && { git ls-files -z; git ls-files -z --others --exclude-standard; } \
+        | du -cb --files0-from=- 2> /dev/null | tail -n 1 | cut -f1)
+    echo "gpu-tests: carry: $carry, $((size / 1024 / 1024)) MiB + working tree $((tree / 1024 / 1024)) MiB" >&2
+    ((size + tree < limit)) || die "carry folder + working tree pass 64 MiB"
+}
+
 case $mode in
+carry)
+    root=$(cd "$here/.." && pwd)
+    pack_carry "${2:-$root/target/gpu-bundle}" "${3:-$root/target/gpu-carry}"
+    echo "carry: ${3:-$root/target/gpu-carry} (there: target/gpu-carry/run-there.sh)"
+    exit 0
+    ;;
 bundle)
     root=$(cd "$here/.." && pwd)
     out=${2:-$root/target/gpu-bundle}
@@ -281,7 +355,7 @@ rehearse)
     ;;
 run) ;;
 *)
-    echo "usage: $0 bundle [DIR] | run | rehearse [DIR]" >&2
+    echo "usage: $0 bundle [DIR] | carry [DIR [CARRY]] | run | rehearse [DIR]" >&2
     exit 2
     ;;
 esac
@@ -428,6 +502,17 @@ else
         omp_gpu=1
         check "OpenMP checks on the GPU, our libomptarget: output = host fallback's" \
             bash -c 'OMP_TARGET_OFFLOAD=MANDATORY ./omp_checks --expect-device > omp-ours.txt && diff omp-host.txt omp-ours.txt && cat omp-ours.txt'
+        if [[ ${checks[-1]} == FAIL* ]]; then
+            # Whatever helps find out why, in the log (no check of its own).
+            echo "== omp_checks diagnostics: LIBOMPTARGET_INFO=-1 LIBOMPTARGET_DEBUG=1" >> "$log"
+            OMP_TARGET_OFFLOAD=MANDATORY LIBOMPTARGET_INFO=-1 LIBOMPTARGET_DEBUG=1 \
+                timeout 60 ./omp_checks --expect-device >> "$log" 2>&1 || echo "(exit $?)" >> "$log"
+            if [[ -x ${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer ]]; then
+                echo "== omp_checks diagnostics: compute-sanitizer" >> "$log"
+                OMP_TARGET_OFFLOAD=MANDATORY timeout 120 "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" \
+                    --print-limit 20 ./omp_checks --expect-device >> "$log" 2>&1 || echo "(exit $?)" >> "$log"
+            fi
+        fi
         # LLVM's launch line for every region, with the sizes that launched.
         check "OpenMP LIBOMPTARGET_INFO=16 launch lines (our libomptarget)" \
             bash -c 'set -o pipefail; LIBOMPTARGET_INFO=16 OMP_TARGET_OFFLOAD=MANDATORY ./omp_checks --expect-device 2>&1 >/dev/null | grep "Launching kernel .* with \[[0-9]*,1,1\] blocks and \[[0-9]*,1,1\] threads in [A-Za-z-]* mode"'
@@ -467,6 +552,31 @@ else
             env LD_LIBRARY_PATH="$llvm_rt:$here/lib" \
             bash -c 'OMP_TARGET_OFFLOAD=DISABLED ./omp_checks --expect-host > omp-llvm.txt && diff omp-host.txt omp-llvm.txt'
     fi
+fi
+# The project's OpenMP test programs on the GPU: exit 0 and the same
+# output on our libomptarget as on LLVM 22's (host fallback's output is
+# logged for reference: some print where they ran). The rehearsal's fake
+# driver cannot run them: there both runtimes fall back to the host.
+omp_where=MANDATORY
+[[ $omp_gpu == 1 ]] || omp_where=DISABLED
+if [[ -d omp_progs && ($omp_gpu == 1 || $fake == 1) ]]; then
+    for p in omp_progs/*; do
+        b=$(basename "$p")
+        echo "== $b: host fallback (reference)" >> "$log"
+        OMP_TARGET_OFFLOAD=DISABLED timeout 60 "$p" > "omp_progs.$b.host" 2>> "$log" || true
+        cat "omp_progs.$b.host" >> "$log"
+        if [[ -n $llvm_rt ]]; then
+            check "OpenMP program $b (OMP_TARGET_OFFLOAD=$omp_where): exit 0, output = LLVM 22's libomptarget's" \
+                bash -c 'set -e; p=$1; b=$2; l=$3; export OMP_TARGET_OFFLOAD=$4
+                    "$p" > omp_progs.$b.ours
+                    LD_LIBRARY_PATH=$l "$p" > omp_progs.$b.llvm || echo "(LLVM exit $?)"
+                    diff omp_progs.$b.llvm omp_progs.$b.ours; cat omp_progs.$b.ours' \
+                _ "$p" "$b" "$llvm_rt:$here/lib" "$omp_where"
+        else
+            check "OpenMP program $b (OMP_TARGET_OFFLOAD=$omp_where): exit 0" \
+                env OMP_TARGET_OFFLOAD=$omp_where "$p"
+        fi
+    done
 fi
 if [[ $omp_gpu == 1 ]]; then
     # The CUDA C baselines, compiled here for this GPU.

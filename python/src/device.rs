@@ -118,10 +118,7 @@ impl PyDevice {
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let rt = offload::internals::runtime();
         let facts = info::platform_of(rt, self.dev.id());
-        json_loads(
-            py,
-            &info::device_report(self.dev.core(), &facts).to_string(),
-        )
+        json_loads(py, &info::device_report_json(self.dev.core(), &facts)?)
     }
 
     /// The platform (plugin) of the device.

@@ -287,8 +287,8 @@ impl Context {
         // As in LLVM 22: one synthetic host platform and device, last.
         let platform = platforms.len();
         platforms.push(Platform {
-            name: "Host".to_string(),
-            vendor: "Unknown platform vendor".to_string(),
+            name: offload_core::facts::HOST_PLATFORM_NAME.to_string(),
+            vendor: offload_core::facts::HOST_PLATFORM_VENDOR.to_string(),
             version: API_VERSION.to_string(),
             backend: ol_platform_backend_t::OL_PLATFORM_BACKEND_HOST,
         });

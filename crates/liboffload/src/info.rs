@@ -13,6 +13,7 @@ use std::ffi::c_void;
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
 use crate::handles::{context, Context, Device, DeviceKind, SymbolKind};
 use crate::types::*;
+use offload_core::facts::{self, VirtualHost};
 
 /// One info value, in the representation the header documents.
 pub enum Value {
@@ -146,28 +147,6 @@ pub unsafe fn platform_info(
 
 // ---------------------------------------------------------------- device
 
-fn host_cpu_facts(ctx: &Context) -> (String, u32, u64, u32) {
-    // vendor, clock MHz, memory bytes, cpus: borrowed from a host-plugin
-    // device when there is one.
-    ctx.runtime
-        .devices()
-        .iter()
-        .find(|d| d.shares_host_memory())
-        .map(|d| {
-            let i = d.info();
-            (
-                i.vendor.clone(),
-                i.clock_mhz,
-                i.global_memory_bytes,
-                i.compute_units,
-            )
-        })
-        .unwrap_or_else(|| {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-            ("Unknown".to_string(), 0, 0, cpus)
-        })
-}
-
 #[inline(always)]
 fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<Value> {
     use ol_device_info_t as P;
@@ -219,18 +198,16 @@ fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<V
             }
         }
         DeviceKind::Host => {
-            let facts = || host_cpu_facts(ctx);
+            let host = || VirtualHost::of(ctx.runtime);
             match prop {
                 P::OL_DEVICE_INFO_TYPE => Value::U32(ol_device_type_t::OL_DEVICE_TYPE_HOST.0),
                 P::OL_DEVICE_INFO_PLATFORM => Value::Ptr(ctx.platform_handle(d.platform) as usize),
                 P::OL_DEVICE_INFO_NAME | P::OL_DEVICE_INFO_PRODUCT_NAME => {
-                    Value::Str("Virtual Host Device".to_string())
+                    Value::Str(facts::HOST_DEVICE_NAME.to_string())
                 }
-                P::OL_DEVICE_INFO_UID => Value::Str("HOST".to_string()),
-                P::OL_DEVICE_INFO_VENDOR => Value::Str(facts().0),
-                P::OL_DEVICE_INFO_DRIVER_VERSION => {
-                    Value::Str(format!("offload-rs {}", env!("CARGO_PKG_VERSION")))
-                }
+                P::OL_DEVICE_INFO_UID => Value::Str(facts::HOST_DEVICE_UID.to_string()),
+                P::OL_DEVICE_INFO_VENDOR => Value::Str(host().vendor),
+                P::OL_DEVICE_INFO_DRIVER_VERSION => Value::Str(facts::driver_version()),
                 P::OL_DEVICE_INFO_MAX_WORK_GROUP_SIZE => Value::U32(1),
                 P::OL_DEVICE_INFO_MAX_WORK_GROUP_SIZE_PER_DIMENSION => Value::Dims([1, 1, 1]),
                 P::OL_DEVICE_INFO_MAX_WORK_SIZE => Value::U32(u32::MAX),
@@ -238,11 +215,11 @@ fn device_value(ctx: &Context, d: &Device, prop: ol_device_info_t) -> OlResult<V
                 P::OL_DEVICE_INFO_VENDOR_ID => Value::U32(0),
                 P::OL_DEVICE_INFO_NUM_COMPUTE_UNITS => Value::U32(1),
                 P::OL_DEVICE_INFO_MAX_CLOCK_FREQUENCY | P::OL_DEVICE_INFO_MEMORY_CLOCK_RATE => {
-                    Value::U32(facts().1.max(1))
+                    Value::U32(host().clock_mhz.max(1))
                 }
                 P::OL_DEVICE_INFO_ADDRESS_BITS => Value::U32(usize::BITS),
                 P::OL_DEVICE_INFO_MAX_MEM_ALLOC_SIZE | P::OL_DEVICE_INFO_GLOBAL_MEM_SIZE => {
-                    Value::U64(facts().2)
+                    Value::U64(host().memory_bytes)
                 }
                 P::OL_DEVICE_INFO_WORK_GROUP_LOCAL_MEM_SIZE => Value::U64(0),
                 P::OL_DEVICE_INFO_SINGLE_FP_CONFIG | P::OL_DEVICE_INFO_DOUBLE_FP_CONFIG => {

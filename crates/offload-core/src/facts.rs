@@ -61,6 +61,56 @@ pub fn cpu_vendor_id(vendor: &str) -> u32 {
     }
 }
 
+/// LLVM 22's synthetic last platform, holding the virtual HOST device.
+pub const HOST_PLATFORM_NAME: &str = "Host";
+/// The host platform's vendor name, as LLVM 22 reports it.
+pub const HOST_PLATFORM_VENDOR: &str = "Unknown platform vendor";
+/// The virtual HOST device's name and product name.
+pub const HOST_DEVICE_NAME: &str = "Virtual Host Device";
+/// The virtual HOST device's UID.
+pub const HOST_DEVICE_UID: &str = "HOST";
+
+/// The driver version every device of ours reports when it has none of its
+/// own (the virtual HOST device).
+pub fn driver_version() -> String {
+    format!("offload-rs {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// What the virtual HOST device reports of the CPU: borrowed from a device
+/// that shares host memory (the host plugin's) when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VirtualHost {
+    pub vendor: String,
+    pub clock_mhz: u32,
+    pub memory_bytes: u64,
+    pub cpus: u32,
+}
+
+impl VirtualHost {
+    /// The facts for `runtime`'s HOST device.
+    pub fn of(runtime: &crate::Runtime) -> VirtualHost {
+        runtime
+            .devices()
+            .iter()
+            .find(|d| d.shares_host_memory())
+            .map(|d| {
+                let i = d.info();
+                VirtualHost {
+                    vendor: i.vendor.clone(),
+                    clock_mhz: i.clock_mhz,
+                    memory_bytes: i.global_memory_bytes,
+                    cpus: i.compute_units,
+                }
+            })
+            .unwrap_or_else(|| VirtualHost {
+                vendor: "Unknown".to_string(),
+                clock_mhz: 0,
+                memory_bytes: 0,
+                cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

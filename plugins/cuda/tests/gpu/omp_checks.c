@@ -13,9 +13,9 @@
  * two at once; many teams and few), generic-mode `teams distribute` with
  * a nested `parallel for`, dynamic schedules with atomics, critical,
  * declare target functions and globals with `target update`,
- * firstprivate scalars, and a region of a single thread.
- *
- * NOT RUN ON A GPU YET: written and checked in host fallback only. */
+ * firstprivate scalars, a region of a single thread, a parallel region in
+ * a plain target region (barrier, single, master), tasks, simd, and
+ * printf on the device. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +43,8 @@ int main(int argc, char **argv) {
   int expect_device = argc > 1 && !strcmp(argv[1], "--expect-device");
   int expect_host = argc > 1 && !strcmp(argv[1], "--expect-host");
   int initial = 1;
+  /* Line by line: a crash on the device must not lose what came before. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   for (int i = 0; i < N; i++) {
     a[i] = i % 17;
     b[i] = 1.0;
@@ -157,6 +159,67 @@ int main(int argc, char **argv) {
     omp_target_free(d, target_dev);
   }
   printf("device memory %.1f\n", filled);
+
+  /* A parallel region in a plain target region (generic mode): barrier,
+   * single, master. */
+  int team_size = 0, arrivals = 0, singles = 0, masters = 0, broken = 0;
+#pragma omp target map(tofrom : team_size, arrivals, singles, masters, broken)
+  {
+#pragma omp parallel num_threads(64)
+    {
+#pragma omp atomic
+      arrivals++;
+#pragma omp barrier
+      int seen;
+#pragma omp atomic read
+      seen = arrivals;
+      if (seen != omp_get_num_threads()) {
+#pragma omp atomic write
+        broken = 1;
+      }
+#pragma omp single
+      {
+        singles++;
+        team_size = omp_get_num_threads();
+      }
+#pragma omp master
+      masters++;
+    }
+  }
+  printf("parallel: arrivals %s team size, singles %d masters %d barrier %s\n",
+         arrivals == team_size ? "==" : "!=", singles, masters, broken ? "broken" : "ok");
+
+  /* Tasks created by one thread of a parallel region, and a taskwait. */
+  int tasks_sum = 0;
+#pragma omp target map(tofrom : tasks_sum)
+  {
+#pragma omp parallel num_threads(32)
+#pragma omp single
+    {
+      for (int i = 0; i < 10; i++) {
+#pragma omp task firstprivate(i) shared(tasks_sum)
+        {
+#pragma omp atomic
+          tasks_sum += i;
+        }
+      }
+#pragma omp taskwait
+    }
+  }
+  printf("tasks %d\n", tasks_sum);
+
+  /* simd inside the combined construct, with a reduction. */
+  double dot = 0;
+#pragma omp target teams distribute parallel for simd reduction(+ : dot) map(to : a[0 : N])
+  for (int i = 0; i < N; i++)
+    dot += a[i] * a[i];
+  printf("simd dot %.1f\n", dot);
+
+  /* printf on the device, between host lines. */
+  fflush(stdout);
+#pragma omp target
+  printf("device printf %d %s\n", 42, "ok");
+  fflush(stdout);
 
   if (where_failed)
     return 1;
