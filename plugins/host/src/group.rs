@@ -4,7 +4,9 @@
 //!
 //! * **Direct** (kernels without `OFFLOAD_HOST_KERNEL_BARRIER`): the group's
 //!   work items are plain calls, one after another on the worker thread, in
-//!   x-fastest order. No context switch, no extra stack. A barrier call here
+//!   x-fastest order; or one call of the kernel's own loop over them
+//!   (`<kernel>_offload_group`, which `OFFLOAD_HOST_KERNEL` exports) with
+//!   the item of local id 0. No context switch, no extra stack. A barrier call here
 //!   cannot wait for anyone: it is recorded and the launch fails with an
 //!   error naming the missing declaration.
 //! * **Cooperative** (kernels declared with `OFFLOAD_HOST_KERNEL_BARRIER`):
@@ -131,6 +133,8 @@ pub unsafe extern "C" fn group_barrier(item: *const HostItem) {
 pub struct GroupLaunch<'a> {
     pub kernel: &'a str,
     pub entry: PackedKernelFn,
+    /// The kernel's loop over a group's items, when it exports one.
+    pub group_entry: Option<PackedKernelFn>,
     pub args: *const c_void,
     pub num_groups: [u32; 3],
     pub group_size: [u32; 3],
@@ -258,20 +262,31 @@ impl GroupLaunch<'_> {
     ) -> Result<(), String> {
         let rt = ItemRuntime::new(mode);
         let mut item = self.item(gid, group_static, group_memory, &rt);
+        if let Some(group_entry) = self.group_entry {
+            // SAFETY: as below; the loop gives each item its local id.
+            unsafe { group_entry(self.args, &item) };
+        } else {
+            self.run_items(&mut item);
+        }
+        if rt.misused.get() {
+            return Err(self.undeclared_barrier());
+        }
+        Ok(())
+    }
+
+    /// The items of `item`'s group, one call each.
+    #[inline]
+    fn run_items(&self, item: &mut HostItem) {
         for z in 0..self.group_size[2] {
             for y in 0..self.group_size[1] {
                 for x in 0..self.group_size[0] {
                     item.local_id = [x, y, z];
                     // SAFETY: the kernel has the packed signature; the
                     // caller keeps the argument buffer alive.
-                    unsafe { (self.entry)(self.args, &item) };
+                    unsafe { (self.entry)(self.args, item) };
                 }
             }
         }
-        if rt.misused.get() {
-            return Err(self.undeclared_barrier());
-        }
-        Ok(())
     }
 
     #[cold]

@@ -225,9 +225,16 @@ impl plugin::Program for HostProgram {
                 crate::queue::MAX_GROUP_MEMORY
             )));
         }
+        // The per-group loop OFFLOAD_HOST_KERNEL exports; a barrier kernel's
+        // items must be coroutines, so it is never used for one.
+        let group_entry = match uses_barrier {
+            true => None,
+            false => self.image.symbol(&format!("{name}_offload_group")).ok(),
+        };
         Ok(Arc::new(HostKernel {
             name: name.to_string(),
             entry,
+            group_entry,
             _program: self.image.clone(),
             uses_barrier,
             group_static_size,

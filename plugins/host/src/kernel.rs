@@ -11,7 +11,8 @@
 //!   no libffi.
 //! * **Packed** (liboffload and the Rust API): `void k(const void *args,
 //!   const offload_host_item_t *item)` once per work item, as described in
-//!   `include/offload/host_kernel.h`.
+//!   `include/offload/host_kernel.h`, or its `k_offload_group` (same
+//!   signature) once per group when the image exports one.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -26,6 +27,10 @@ pub const MAX_KERNEL_WORDS: usize = 256;
 pub struct HostKernel {
     pub(crate) name: String,
     pub(crate) entry: *const c_void,
+    /// `<name>_offload_group` (OFFLOAD_HOST_KERNEL exports it): the loop over
+    /// one group's items, called once per group with the item of local id 0
+    /// instead of `entry` once per item. Same signature as `entry`.
+    pub(crate) group_entry: Option<*const c_void>,
     /// Keeps the image mapped while the kernel is alive.
     pub(crate) _program: Arc<crate::image::LoadedImage>,
     /// Declared with `OFFLOAD_HOST_KERNEL_BARRIER` (exports

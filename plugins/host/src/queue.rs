@@ -121,6 +121,10 @@ fn launch_packed(k: &HostKernel, args: &[u8], config: &LaunchConfig) -> Result<(
         kernel: &k.name,
         // SAFETY: packed host kernels have this signature (host_kernel.h).
         entry: unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(k.entry) },
+        // SAFETY: as above (OFFLOAD_HOST_KERNEL defines both alike).
+        group_entry: k
+            .group_entry
+            .map(|e| unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(e) }),
         args: args.as_ptr().cast(),
         num_groups: config.num_groups,
         group_size: config.group_size,

@@ -189,6 +189,50 @@ fn three_dimensional_groups_share_memory() {
 }
 
 #[test]
+fn group_loops_cover_every_item_of_3d_grids() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("write_ids_3d").unwrap();
+    let (groups, size) = ([3u32, 2, 2], [5u32, 3, 2]);
+    let n: u32 = (0..3).map(|i| groups[i] * size[i]).product();
+    let out = buffer(dev, n as usize, u32::MAX);
+    dev.launch(
+        &k,
+        KernelArgs::Packed(&ptr_arg(out)),
+        &config(groups, size, 4),
+    )
+    .unwrap();
+    for (i, &v) in out.iter().enumerate() {
+        assert_eq!(v, i as u32 + 1, "item {i}: id and its group's memory");
+    }
+}
+
+#[test]
+fn a_kernels_group_loop_is_called_once_per_group() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let (groups, size) = ([5u32, 3, 1], [8u32, 2, 1]);
+    for (name, want_items, want_groups) in [
+        ("count_group_calls", 0, 15),
+        ("count_item_calls", 15 * 16, 0),
+    ] {
+        let k = prog.kernel(name).unwrap();
+        let counts = buffer(dev, 2, 0u32);
+        let mut args = ptr_arg(&counts[..1]);
+        args.extend(ptr_arg(&counts[1..]));
+        dev.launch(&k, KernelArgs::Packed(&args), &config(groups, size, 0))
+            .unwrap();
+        assert_eq!(
+            (counts[0], counts[1]),
+            (want_items, want_groups),
+            "{name}: (item calls, group calls)"
+        );
+    }
+}
+
+#[test]
 fn many_barriers_in_loops() {
     let rt = runtime();
     let dev = &rt.devices()[0];

@@ -174,3 +174,43 @@ OFFLOAD_HOST_KERNEL(saxpy) {
   size_t i = offload_global_id_x(item);
   if (i < p->n) p->y[i] = p->a * p->x[i] + p->y[i];
 }
+
+/* Every item of a 3-D grid writes its linear global id, plus 1 when the
+ * group memory it sees is the group's (no barrier: the group loop that
+ * OFFLOAD_HOST_KERNEL exports, with dynamic group memory). */
+OFFLOAD_HOST_KERNEL(write_ids_3d) {
+  uint32_t *const *out = args;
+  size_t w = offload_global_size(item, 0), h = offload_global_size(item, 1);
+  size_t i = offload_global_id(item, 0) + w * (offload_global_id(item, 1) + h * offload_global_id(item, 2));
+  uint32_t *mem = item->group_memory;
+  uint32_t first = item->local_id[0] == 0 && item->local_id[1] == 0 && item->local_id[2] == 0;
+  if (first)
+    mem[0] = item->group_id[0] + 1000 * item->group_id[1] + 1000000 * item->group_id[2];
+  uint32_t mine = item->group_id[0] + 1000 * item->group_id[1] + 1000000 * item->group_id[2];
+  (*out)[i] = (uint32_t)i + (mem[0] == mine);
+}
+
+/* Call counters: how the runtime calls a kernel. */
+struct call_counts {
+  uint32_t *item_calls;
+  uint32_t *group_calls;
+};
+
+/* Only the per-item export (an ABI v1 kernel): called once per item. */
+OFFLOAD_HOST_KERNEL_ITEM(count_item_calls) {
+  const struct call_counts *p = args;
+  __atomic_fetch_add(p->item_calls, 1, __ATOMIC_RELAXED);
+}
+
+/* A group loop written by hand: the runtime must call it once per group,
+ * with the item of local id 0, and never the per-item export. */
+OFFLOAD_HOST_KERNEL_ITEM(count_group_calls) {
+  const struct call_counts *p = args;
+  __atomic_fetch_add(p->item_calls, 1, __ATOMIC_RELAXED);
+}
+OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void
+count_group_calls_offload_group(const void *args, const offload_host_item_t *first) {
+  const struct call_counts *p = args;
+  uint32_t bad = first->local_id[0] | first->local_id[1] | first->local_id[2];
+  __atomic_fetch_add(p->group_calls, bad ? 1u << 20 : 1u, __ATOMIC_RELAXED);
+}
