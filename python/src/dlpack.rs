@@ -468,7 +468,9 @@ pub fn from_dlpack(
     })?;
 
     // One of ours: share the storage.
-    // SAFETY (of the reads below): our deleter identifies our layout.
+    // SAFETY: `managed` is the capsule's live DLManagedTensor (checked
+    // non-null above); its deleter field is read, nothing called. Our
+    // deleter identifies our layout for the reads below.
     let ours = unsafe { (*managed).deleter }
         .is_some_and(|d| std::ptr::fn_addr_eq(d, delete_exported as unsafe extern "C" fn(_)));
     if ours {

@@ -262,6 +262,7 @@ fn clients_ops_per_s(config: &Config, image: &[u8], clients: usize, iters: usize
                 let mut back = vec![0u8; 1024];
                 for i in 0..iters {
                     let data = vec![(c * 7 + i) as u8; 1024];
+                    // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size. the empty kernel takes no arguments.
                     unsafe {
                         dev.copy_to_device(buf, data.as_ptr(), 1024).unwrap();
                         queue
@@ -422,6 +423,7 @@ fn remote(json: bool, quick: bool) {
     let (d2h_small, ping_small) = interleaved_us(
         reps,
         iters / 4,
+        // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
         || unsafe {
             dev.copy_from_device(small_host.as_mut_ptr(), small, 1024)
                 .unwrap()
@@ -436,6 +438,7 @@ fn remote(json: bool, quick: bool) {
     let (h2d_small, _) = interleaved_us(
         reps,
         iters / 4,
+        // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
         || unsafe {
             dev.copy_to_device(small, small_host.as_ptr(), 1024)
                 .unwrap()
@@ -463,6 +466,7 @@ fn remote(json: bool, quick: bool) {
     let (h2d_us, up_us) = interleaved_us(
         copy_reps,
         2,
+        // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
         || unsafe { dev.copy_to_device(d, host.as_ptr(), bytes).unwrap() },
         || {
             up.write_all(&header(0)).unwrap();
@@ -474,6 +478,7 @@ fn remote(json: bool, quick: bool) {
     let (d2h_us, down_us) = interleaved_us(
         copy_reps,
         2,
+        // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
         || unsafe { dev.copy_from_device(back.as_mut_ptr(), d, bytes).unwrap() },
         || {
             down.write_all(&header(1)).unwrap();

@@ -102,18 +102,22 @@ pub fn run(json: bool, quick: bool) {
     let d = dev.alloc(bytes, AllocKind::Device).unwrap();
     let (mut up, mut raw_up, mut down, mut raw_down) = (vec![], vec![], vec![], vec![]);
     // Warm-up: every buffer on both sides touched once.
+    // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
     unsafe { dev.copy_to_device(d, host.as_ptr(), bytes).unwrap() };
+    // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
     unsafe { dev.copy_from_device(back.as_mut_ptr(), d, bytes).unwrap() };
     offload_plugin_mpi::raw_loop(&t, rank, 2, 1, &mut raw).unwrap();
     offload_plugin_mpi::raw_loop(&t, rank, 3, 1, &mut raw).unwrap();
     for _ in 0..copy_reps {
         let s = Instant::now();
+        // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
         unsafe { dev.copy_to_device(d, host.as_ptr(), bytes).unwrap() };
         up.push(gbs(s.elapsed().as_secs_f64()));
         raw_up.push(gbs(
             offload_plugin_mpi::raw_loop(&t, rank, 2, 1, &mut raw).unwrap()
         ));
         let s = Instant::now();
+        // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
         unsafe { dev.copy_from_device(back.as_mut_ptr(), d, bytes).unwrap() };
         down.push(gbs(s.elapsed().as_secs_f64()));
         raw_down.push(gbs(
@@ -192,6 +196,7 @@ pub fn run(json: bool, quick: bool) {
             peer.push(gbs(s.elapsed().as_secs_f64()));
         }
         let mut check = vec![0u8; bytes];
+        // SAFETY: the host buffer holds every byte copied; the device range was allocated above with that size.
         unsafe { o.copy_from_device(check.as_mut_ptr(), od, bytes).unwrap() };
         assert!(check == host, "rank-to-rank copy corrupted data");
         let p = median(peer);

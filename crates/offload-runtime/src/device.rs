@@ -140,7 +140,8 @@ impl Device {
     /// The contents are uninitialised: write every element (a copy, a fill,
     /// a kernel) before reading any of it back to the host.
     pub unsafe fn alloc_uninit<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        DeviceBuffer::new_uninit(self, len, AllocKind::Device)
+        // SAFETY: our caller takes on writing before reading.
+        unsafe { DeviceBuffer::new_uninit(self, len, AllocKind::Device) }
     }
 
     /// Uninitialised memory of a chosen kind.
@@ -152,7 +153,8 @@ impl Device {
         len: usize,
         kind: AllocKind,
     ) -> Result<DeviceBuffer<T>> {
-        DeviceBuffer::new_uninit(self, len, kind)
+        // SAFETY: as for alloc_uninit.
+        unsafe { DeviceBuffer::new_uninit(self, len, kind) }
     }
 
     /// Device memory holding a copy of `data`.

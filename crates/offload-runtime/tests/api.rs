@@ -112,6 +112,7 @@ fn programs_kernels_globals_queues_events() {
     let queue = dev.create_queue().unwrap();
     let bump = program.kernel("bump").unwrap();
     let args = KernelArgs::new();
+    // SAFETY: the arguments match the kernel's parameters (test kernels of this file) and name only live buffers; the launch is waited for.
     let launch = unsafe { queue.launch(&bump, LaunchConfig::default(), &args) }.unwrap();
     let event = queue.record_event().unwrap();
     event.synchronize().unwrap();
@@ -151,6 +152,7 @@ fn a_kernel_cannot_run_on_another_devices_queue() {
         .kernel("saxpy")
         .unwrap();
     let q = all[1].create_queue().unwrap();
+    // SAFETY: the launch is refused before any device code runs.
     let e = unsafe { q.launch(&k, LaunchConfig::default(), &KernelArgs::new()) }.unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArgument);
 }
@@ -176,6 +178,7 @@ fn saxpy_from_many_threads_at_once() {
                         .ptr_mut(&mut y)
                         .value(n as u32);
                     let config = LaunchConfig::linear((n as u32).div_ceil(64), 64);
+                    // SAFETY: the arguments match the kernel's parameters (test kernels of this file) and name only live buffers; the launch is waited for.
                     unsafe { q.launch(&k, config, &args) }
                         .unwrap()
                         .wait()
@@ -211,6 +214,7 @@ fn bitcode_programs_are_compiled_at_load_time() {
     let queue = dev.create_queue().unwrap();
     let bump = program.kernel("bump").unwrap();
     let args = KernelArgs::new();
+    // SAFETY: the arguments match the kernel's parameters (test kernels of this file) and name only live buffers; the launch is waited for.
     unsafe { queue.launch(&bump, LaunchConfig::default(), &args) }
         .unwrap()
         .wait()

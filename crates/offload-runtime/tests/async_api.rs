@@ -334,6 +334,7 @@ fn events_pending_copies_and_launches_are_futures() {
         .ptr(x.slice(10..))
         .ptr_mut(y.slice_mut(10..))
         .value(n as u32);
+    // SAFETY: the arguments match the kernel's parameters (test kernels of this file) and name only live buffers; the launch is waited for.
     let launch = unsafe { queue.launch(&saxpy, LaunchConfig::linear(16, 64), &args) }.unwrap();
     block_on(launch).0.unwrap();
     drop(args);
@@ -359,6 +360,7 @@ fn events_pending_copies_and_launches_are_futures() {
                 .ptr(&x)
                 .ptr_mut(y.slice_mut(..10))
                 .value(10u32);
+            // SAFETY: the arguments match the kernel's parameters (test kernels of this file) and name only live buffers; the launch is waited for.
             let pending = unsafe { s.launch(&saxpy, LaunchConfig::linear(1, 16), &args)? };
             block_on(pending).0
         })
@@ -406,6 +408,7 @@ fn launches_wait_on_other_queues_events() {
         .ptr(&x)
         .ptr_mut(&mut y)
         .value(n as u32);
+    // SAFETY: the arguments match the kernel's parameters (test kernels of this file) and name only live buffers; the launch is waited for.
     unsafe { compute.launch(&saxpy, LaunchConfig::linear(64, 64), &args) }
         .unwrap()
         .wait()
@@ -451,6 +454,7 @@ fn errors_display_without_debug_noise() {
         let k = program.kernel("saxpy").unwrap();
         let q = all[1].create_queue().unwrap();
         let args = KernelArgs::new();
+        // SAFETY: the launch is refused before any device code runs.
         let e = unsafe { q.launch(&k, LaunchConfig::default(), &args) }.unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidArgument);
         assert_eq!(

@@ -253,8 +253,8 @@ impl Gpu {
         let Some(Some(pool)) = self.queue_pool.get() else {
             return false;
         };
-        // SAFETY: waits for the context's work; no arguments.
         if self
+            // SAFETY: waits for the context's work; no arguments.
             .call("cuCtxSynchronize", |d| unsafe { (d.cuCtxSynchronize)() })
             .is_err()
         {

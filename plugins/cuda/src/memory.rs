@@ -59,8 +59,8 @@ pub fn free(gpu: &Gpu, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
         AllocKind::Host => gpu.call("cuMemFreeHost", |d| unsafe {
             (d.cuMemFreeHost)(ptr.0 as usize as *mut c_void)
         }),
-        // SAFETY: as above (managed memory is freed with cuMemFree too).
         AllocKind::Device | AllocKind::Shared => {
+            // SAFETY: as above (managed memory is freed with cuMemFree too).
             gpu.call("cuMemFree", |d| unsafe { (d.cuMemFree)(ptr.0) })
         }
     }

@@ -366,8 +366,8 @@ impl plugin::Queue for CudaQueue {
             return pool.alloc(&self.gpu, size, s).map(Some);
         }
         let mut p: sys::CUdeviceptr = 0;
-        // SAFETY: writes one device pointer; the stream is this queue's.
         self.gpu
+            // SAFETY: writes one device pointer; the stream is this queue's.
             .call("cuMemAllocAsync", |_| unsafe { alloc(&mut p, size, s) })?;
         Ok(Some(DevicePtr(p)))
     }
@@ -413,8 +413,8 @@ impl plugin::Queue for CudaQueue {
             event: e as usize,
         };
         let s = self.raw();
-        // SAFETY: a live event and stream.
         self.gpu
+            // SAFETY: a live event and stream.
             .call("cuEventRecord", |d| unsafe { (d.cuEventRecord)(e, s) })?;
         Ok(Arc::new(event))
     }

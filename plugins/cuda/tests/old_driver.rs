@@ -27,6 +27,7 @@ fn a_driver_without_stream_ordered_allocation_still_serves() {
     let lib = unsafe { libloading::Library::new(&path) }.unwrap();
     // SAFETY: only looked up, never called.
     assert!(unsafe { lib.get::<unsafe extern "C" fn()>(b"cuMemAllocAsync\0") }.is_err());
+    // SAFETY: as above.
     assert!(unsafe { lib.get::<unsafe extern "C" fn()>(b"cuLaunchKernel\0") }.is_ok());
 
     let config = Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "cuda".to_string()));

@@ -117,10 +117,11 @@ impl LoadedImage {
         let Ok(addr) = self.symbol(&name) else {
             return Ok(0);
         };
-        // SAFETY: `addr` is a data object of the image, `size` bytes long
-        // (its symbol table says so); it is read as the declared width.
         match size {
+            // SAFETY: `addr` is a data object of the image, `size` bytes long
+            // (its symbol table says so); it is read as the declared width.
             4 => Ok(unsafe { std::ptr::read_unaligned(addr.cast::<u32>()) } as u64),
+            // SAFETY: as above.
             8 => Ok(unsafe { std::ptr::read_unaligned(addr.cast::<u64>()) }),
             _ => Err(Error::invalid_binary(format!(
                 "'{name}' is {size} bytes; a kernel declaration is a uint32_t or uint64_t \

@@ -43,6 +43,7 @@ pub struct HostKernel {
 // SAFETY: `entry` is an address in an image that `_program` keeps loaded;
 // calling it from any thread is what the image was built for.
 unsafe impl Send for HostKernel {}
+// SAFETY: as for Send; nothing in a HostKernel changes after lookup.
 unsafe impl Sync for HostKernel {}
 
 impl plugin::Kernel for HostKernel {
@@ -98,9 +99,13 @@ pub type PackedKernelFn = unsafe extern "C" fn(*const c_void, *const HostItem);
 macro_rules! call_with {
     ($f:expr, $a:expr; $($i:literal)*) => {{
         type F = unsafe extern "C" fn($(call_with!(@ty $i)),*);
-        // SAFETY (caller): `$f` is a kernel taking at most as many words.
-        let f: F = std::mem::transmute::<*const c_void, F>($f);
-        f($($a[$i]),*)
+        // SAFETY: `call_words`'s caller guarantees `$f` is a kernel taking
+        // at most as many integer words, valid for these values; surplus
+        // words land in registers or stack slots the caller owns (SysV).
+        unsafe {
+            let f: F = std::mem::transmute::<*const c_void, F>($f);
+            f($($a[$i]),*)
+        }
     }};
     (@ty $i:literal) => { u64 };
 }

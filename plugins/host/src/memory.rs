@@ -169,13 +169,15 @@ pub mod fixed {
 /// # Safety
 /// Both ranges valid for `size` bytes. They may overlap (memmove).
 pub unsafe fn copy(dst: *mut u8, src: *const u8, size: usize) {
-    std::ptr::copy(src, dst, size);
+    // SAFETY: the caller's guarantee above.
+    unsafe { std::ptr::copy(src, dst, size) };
 }
 
 /// # Safety
 /// `dst` valid for `size` bytes; `size` a multiple of `pattern.len()`.
 pub unsafe fn fill(dst: *mut u8, pattern: &[u8], size: usize) {
-    offload_core::transfer::host_fill(dst, pattern, size)
+    // SAFETY: the caller's guarantee above is host_fill's.
+    unsafe { offload_core::transfer::host_fill(dst, pattern, size) }
 }
 
 #[cfg(test)]
@@ -215,6 +217,7 @@ mod tests {
         assert!(fixed::alloc(a, 8).is_err(), "placed twice");
         assert!(fixed::free(a));
         // The shared page stays for `b`.
+        // SAFETY: `b` is still mapped (only `a` was freed).
         unsafe { assert_eq!(*(b.as_ptr() as *const u8), 7) };
         assert!(fixed::free(b));
         assert!(!fixed::free(b), "freed twice");

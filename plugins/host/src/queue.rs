@@ -174,11 +174,14 @@ fn worker_pool() -> &'static rayon::ThreadPool {
 
 impl plugin::Queue for HostQueue {
     unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
-        memory::copy(dst.as_ptr(), src, size);
+        // SAFETY: the trait's contract: `src` is valid for `size` bytes and
+        // the core checked `dst..dst+size` against a live allocation.
+        unsafe { memory::copy(dst.as_ptr(), src, size) };
         Ok(())
     }
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
-        memory::copy(dst, src.as_ptr(), size);
+        // SAFETY: as above, the other way.
+        unsafe { memory::copy(dst, src.as_ptr(), size) };
         Ok(())
     }
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {

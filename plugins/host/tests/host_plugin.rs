@@ -72,6 +72,7 @@ fn words_convention_with_many_argument_counts() {
         dev.launch(&kernel, KernelArgs::Words(&words), &LaunchConfig::default())
             .unwrap();
         let mut got = 0i64;
+        // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
         unsafe {
             dev.copy_from_device((&mut got as *mut i64).cast(), out, 8)
                 .unwrap()
@@ -126,6 +127,7 @@ long table[4] = {1, 2, 3, 4};
 "#;
 
 fn packed<T>(v: &T) -> &[u8] {
+    // SAFETY: `v` is a live value of size_of::<T>() initialised bytes, borrowed as long as the slice.
     unsafe { std::slice::from_raw_parts((v as *const T).cast(), std::mem::size_of::<T>()) }
 }
 
@@ -143,6 +145,7 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
     let y: Vec<f32> = vec![1.0; n];
     let dx = dev.alloc(n * 4, AllocKind::Device).unwrap();
     let dy = dev.alloc(n * 4, AllocKind::Device).unwrap();
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         dev.copy_to_device(dx, x.as_ptr().cast(), n * 4).unwrap();
         dev.copy_to_device(dy, y.as_ptr().cast(), n * 4).unwrap();
@@ -168,6 +171,7 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
     )
     .unwrap();
     let mut out = vec![0f32; n];
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         dev.copy_from_device(out.as_mut_ptr().cast(), dy, n * 4)
             .unwrap()
@@ -182,6 +186,7 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
     let dv = dev.alloc(vals.len() * 8, AllocKind::Device).unwrap();
     let total = dev.alloc(8, AllocKind::Device).unwrap();
     dev.fill(total, &[0], 8).unwrap();
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         dev.copy_to_device(dv, vals.as_ptr().cast(), vals.len() * 8)
             .unwrap()
@@ -208,6 +213,7 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
     )
     .unwrap();
     let mut got = 0i64;
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         dev.copy_from_device((&mut got as *mut i64).cast(), total, 8)
             .unwrap()
@@ -230,6 +236,7 @@ fn packed_grid_saxpy_reduction_and_3d_ids() {
     )
     .unwrap();
     let mut ids = vec![0u32; w * h * d];
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         dev.copy_from_device(ids.as_mut_ptr().cast(), dout, ids.len() * 4)
             .unwrap()
@@ -282,12 +289,14 @@ fn globals_have_sizes_and_each_device_its_own_copy() {
     let (c1, _) = p1.global("counter").unwrap();
     assert_ne!(c0, c1, "each device loads its own copy of the image");
     let v = 42i32;
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         rt.devices()[0]
             .copy_to_device(c0, (&v as *const i32).cast(), 4)
             .unwrap()
     };
     let mut r = 0i32;
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         rt.devices()[1]
             .copy_from_device((&mut r as *mut i32).cast(), c1, 4)
@@ -427,7 +436,9 @@ fn memory_kinds_frees_and_copies() {
     let a = d0.alloc(1 << 20, AllocKind::Device).unwrap();
     let b = d1.alloc(1 << 20, AllocKind::Device).unwrap();
     let data: Vec<u8> = (0..1 << 20).map(|i| (i * 7) as u8).collect();
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe { d0.copy_to_device(a, data.as_ptr(), data.len()).unwrap() };
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         rt.copy(
             offload_core::Location::Device(d1.id(), b),
@@ -438,12 +449,14 @@ fn memory_kinds_frees_and_copies() {
         .unwrap()
     };
     let mut back = vec![0u8; data.len()];
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe {
         d1.copy_from_device(back.as_mut_ptr(), b, back.len())
             .unwrap()
     };
     assert_eq!(back, data);
     d0.fill(a, &[1, 2, 3, 4], 16).unwrap();
+    // SAFETY: the host buffer holds every byte copied, and the device range is a live allocation of this test.
     unsafe { d0.copy_from_device(back.as_mut_ptr(), a, 16).unwrap() };
     assert_eq!(&back[..8], &[1, 2, 3, 4, 1, 2, 3, 4]);
     assert_eq!(

@@ -391,8 +391,11 @@ impl Link<'_> {
         len: usize,
     ) -> Result<()> {
         in_pieces(len, |at, n| {
+            // SAFETY: `at + n <= len` and the caller makes `ptr` readable
+            // for `len` bytes.
+            let piece = unsafe { ptr.add(at) };
             self.mpi()
-                .send_raw(self.t.comm, rank, tag, ptr.add(at), n)
+                .send_raw(self.t.comm, rank, tag, piece, n)
                 .map_err(|e| rank_error(rank, e))
         })
     }
@@ -409,8 +412,11 @@ impl Link<'_> {
         len: usize,
     ) -> Result<()> {
         in_pieces(len, |at, n| {
+            // SAFETY: `at + n <= len` and the caller makes `ptr` writable
+            // for `len` bytes.
+            let piece = unsafe { ptr.add(at) };
             self.mpi()
-                .recv_raw(self.t.comm, rank, tag, ptr.add(at), n)
+                .recv_raw(self.t.comm, rank, tag, piece, n)
                 .map_err(|e| rank_error(rank, e))
         })
     }

@@ -28,11 +28,13 @@ impl SimQueue {
 impl plugin::Queue for SimQueue {
     unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
         self.step(Op::H2d, size)?;
-        self.inner.copy_to_device(dst, src, size)
+        // SAFETY: the caller's guarantee for this call is the inner queue's.
+        unsafe { self.inner.copy_to_device(dst, src, size) }
     }
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
         self.step(Op::D2h, size)?;
-        self.inner.copy_from_device(dst, src, size)
+        // SAFETY: as above.
+        unsafe { self.inner.copy_from_device(dst, src, size) }
     }
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
         self.step(Op::D2d, size)?;
