@@ -1380,8 +1380,11 @@ pub fn target_kernel(
             let size = a.size(i).max(0) as u64;
             let off = a.base(i).wrapping_sub(hp);
             let tbl = d.table(hp, size);
+            // LLVM's getTgtPtrBegin without MustContain: an entry that only
+            // overlaps the argument (a struct whose declare mapper mapped
+            // one member) still gives its device address, by offset.
             let tgt = match tbl.lookup(hp, size) {
-                Some((k, f)) if f == Found::Contained || t & IMPLICIT != 0 => {
+                Some((k, _)) => {
                     let e = tbl.get(k).unwrap();
                     let tgt = e.tgt_of(hp);
                     if info & msg::INFO_MAPPING_EXISTS != 0 {

@@ -622,6 +622,7 @@ c_tests! {
     use_device_addr_ref => "use_device_addr_ref.cpp",
     dump_stdout => "dump_stdout.c",
     indirect_shared => "indirect_shared.c",
+    mapper_partial_struct => "mapper_partial_struct.c",
 }
 
 // ------------------------------------------------ remote plugin failures
