@@ -6,6 +6,7 @@ use offload_core::plugin::{KernelArgs, LaunchConfig};
 use smallvec::SmallVec;
 
 use crate::abi::*;
+use crate::mapper::MapperComponents;
 use crate::mapping::{Entry, Found, Neighbours, Shadow};
 use crate::msg::{self, Loc, P};
 use crate::registry::{self, DevState};
@@ -125,26 +126,6 @@ impl Ctx {
 
 // ------------------------------------------------------------ mappers
 
-/// One entry pushed by a mapper function: the layout of LLVM 22's
-/// `MapComponentInfoTy` (base, begin, size, type, name).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct MapComponent {
-    pub base: *mut c_void,
-    pub begin: *mut c_void,
-    pub size: i64,
-    pub ty: i64,
-    pub name: *mut c_void,
-}
-
-/// What `__tgt_push_mapper_component` fills: the runtime creates one per
-/// mapper call and passes its address as the opaque handle (LLVM 22's
-/// `MapperComponentsTy`); generated code only hands it back to
-/// `__tgt_mapper_num_components` / `__tgt_push_mapper_component`.
-pub struct MapperComponents {
-    pub comps: Vec<MapComponent>,
-}
-
 type MapperFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, i64, *mut c_void);
 
 struct OwnedArgs {
@@ -170,12 +151,12 @@ impl OwnedArgs {
 }
 
 fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
-    let mut mc = MapperComponents { comps: Vec::new() };
+    let mut mc = MapperComponents::new();
     let f: MapperFn = unsafe { std::mem::transmute(a.mapper(i)) };
     // SAFETY: clang's generated mapper with the documented signature.
     unsafe {
         f(
-            &mut mc as *mut MapperComponents as *mut c_void,
+            mc.handle(),
             a.base(i) as *mut c_void,
             a.begin(i) as *mut c_void,
             a.size(i),
@@ -194,7 +175,7 @@ fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
     // they are called with but drop its `always`: the modifier applies to
     // the whole list item, so it reaches every entry that moves data.
     let always = a.ty(i) & ALWAYS;
-    for c in mc.comps {
+    for c in mc.as_slice() {
         let t = if c.ty & (TO | FROM) != 0 {
             c.ty | always
         } else {

@@ -623,6 +623,7 @@ c_tests! {
     dump_stdout => "dump_stdout.c",
     indirect_shared => "indirect_shared.c",
     mapper_partial_struct => "mapper_partial_struct.c",
+    mapper_api_handles => "mapper_api_handles.cpp",
 }
 
 // ------------------------------------------------ remote plugin failures
