@@ -477,6 +477,23 @@ fn struct_padding(a: &Args, i: usize) -> u64 {
 
 // ------------------------------------------------------------ enter
 
+/// What a RETURN_PARAM entry (`use_device_ptr`/`use_device_addr`) gets in
+/// its base slot: LLVM's `TgtPtrBegin - (HstPtrBegin - HstPtrBase)`, where
+/// the host base of a PTR_AND_OBJ entry is the pointer stored at its base.
+/// For a reference member of a class clang names `this` as that base, so
+/// LLVM 22 (and we, to match it) load the object's first word there.
+fn return_param_base(hp: u64, hb: u64, pao: bool, tgt: u64) -> u64 {
+    let base = if pao {
+        // SAFETY: a PTR_AND_OBJ entry's base is the host address of a
+        // pointer-sized object the program's map clause names (LLVM reads
+        // it the same way).
+        unsafe { std::ptr::read_unaligned(hb as *const u64) }
+    } else {
+        hb
+    };
+    tgt.wrapping_sub(hp.wrapping_sub(base))
+}
+
 pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> Result<(), Fail> {
     for i in 0..a.n {
         let t = a.ty(i);
@@ -558,16 +575,10 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
             }
         }
         if t & RETURN_PARAM != 0 && r.key.is_some() {
-            // Not mapped: the host address stays (OpenMP 5.1). For a
-            // PTR_AND_OBJ entry the base names where the pointer lives (for
-            // a reference member of a class: the object, `this`), not the
-            // start of the list item, so the answer is the device address
-            // of the item itself (`use_device_addr` of a reference member).
-            let tb = if pao {
-                r.tgt
-            } else {
-                r.tgt.wrapping_sub(hp.wrapping_sub(hb))
-            };
+            // Not mapped: the host address stays (OpenMP 5.1).
+            let tb = return_param_base(hp, hb, pao, r.tgt);
+            // SAFETY: `i < a.n`; the base array is the construct's, which
+            // clang reads back after the call.
             unsafe { *a.base.add(i) = tb as *mut c_void };
         }
         if r.key.is_none()

@@ -619,11 +619,11 @@ c_tests! {
     remote_warn => "remote_warn.c",
     mapper_api => "mapper_api.c",
     always_mapper => "always_mapper.cpp",
-    use_device_addr_ref => "use_device_addr_ref.cpp",
     dump_stdout => "dump_stdout.c",
     indirect_shared => "indirect_shared.c",
     mapper_partial_struct => "mapper_partial_struct.c",
     mapper_api_handles => "mapper_api_handles.cpp",
+    use_device_addr_ref_member => "use_device_addr_ref_member.cpp",
 }
 
 // ------------------------------------------------ remote plugin failures
