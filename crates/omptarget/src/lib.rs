@@ -8,6 +8,7 @@
 pub mod abi;
 pub mod api;
 pub mod interop;
+pub mod mapper;
 pub mod mapping;
 pub mod msg;
 pub mod registry;
@@ -18,7 +19,7 @@ use std::ffi::{c_char, c_void};
 
 use abi::*;
 use offload_core::AllocKind;
-use target::{Args, DataKind, MapperComponents};
+use target::{Args, DataKind};
 
 macro_rules! guard {
     ($($body:tt)*) => {
@@ -477,16 +478,21 @@ data_fns!(
     __tgt_target_data_update_nowait
 );
 
+/// The number of components a mapper has pushed to `handle`.
 #[no_mangle]
 pub extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
     if handle.is_null() {
         return 0;
     }
-    // SAFETY: the handle is the `MapperComponents` the runtime passed to
-    // the mapper function that calls us.
-    guard!(unsafe { (*(handle as *mut MapperComponents)).comps.len() as i64 })
+    // SAFETY: LLVM's contract: the handle is a `MapperComponentsTy` (ours,
+    // passed to the mapper function that calls us) or a caller's struct
+    // that starts with its header.
+    guard!(i64::from(unsafe {
+        mapper::len(handle as *const mapper::Header)
+    }))
 }
 
+/// Appends one component to `handle` (see [`mapper`] for the layout).
 #[no_mangle]
 pub extern "C" fn __tgt_push_mapper_component(
     handle: *mut c_void,
@@ -499,17 +505,18 @@ pub extern "C" fn __tgt_push_mapper_component(
     if handle.is_null() {
         return;
     }
-    guard!(unsafe {
-        (*(handle as *mut MapperComponents))
-            .comps
-            .push(target::MapComponent {
-                base,
-                begin,
-                size,
-                ty,
-                name,
-            })
-    })
+    let c = mapper::MapComponent {
+        base,
+        begin,
+        size,
+        ty,
+        name,
+    };
+    // SAFETY: as in `__tgt_mapper_num_components`; the header is writable.
+    let pushed = guard!(unsafe { mapper::push(handle as *mut mapper::Header, c) });
+    if let Err(e) = pushed {
+        msg::fatal(1, &format!("cannot add a mapper component: {e}"));
+    }
 }
 
 // ------------------------------------------------------------ OpenMP API

@@ -6,6 +6,7 @@ use offload_core::plugin::{KernelArgs, LaunchConfig};
 use smallvec::SmallVec;
 
 use crate::abi::*;
+use crate::mapper::MapperComponents;
 use crate::mapping::{Entry, Found, Neighbours, Shadow};
 use crate::msg::{self, Loc, P};
 use crate::registry::{self, DevState};
@@ -125,26 +126,6 @@ impl Ctx {
 
 // ------------------------------------------------------------ mappers
 
-/// One entry pushed by a mapper function: the layout of LLVM 22's
-/// `MapComponentInfoTy` (base, begin, size, type, name).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct MapComponent {
-    pub base: *mut c_void,
-    pub begin: *mut c_void,
-    pub size: i64,
-    pub ty: i64,
-    pub name: *mut c_void,
-}
-
-/// What `__tgt_push_mapper_component` fills: the runtime creates one per
-/// mapper call and passes its address as the opaque handle (LLVM 22's
-/// `MapperComponentsTy`); generated code only hands it back to
-/// `__tgt_mapper_num_components` / `__tgt_push_mapper_component`.
-pub struct MapperComponents {
-    pub comps: Vec<MapComponent>,
-}
-
 type MapperFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, i64, *mut c_void);
 
 struct OwnedArgs {
@@ -170,12 +151,12 @@ impl OwnedArgs {
 }
 
 fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
-    let mut mc = MapperComponents { comps: Vec::new() };
+    let mut mc = MapperComponents::new();
     let f: MapperFn = unsafe { std::mem::transmute(a.mapper(i)) };
     // SAFETY: clang's generated mapper with the documented signature.
     unsafe {
         f(
-            &mut mc as *mut MapperComponents as *mut c_void,
+            mc.handle(),
             a.base(i) as *mut c_void,
             a.begin(i) as *mut c_void,
             a.size(i),
@@ -194,7 +175,7 @@ fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
     // they are called with but drop its `always`: the modifier applies to
     // the whole list item, so it reaches every entry that moves data.
     let always = a.ty(i) & ALWAYS;
-    for c in mc.comps {
+    for c in mc.as_slice() {
         let t = if c.ty & (TO | FROM) != 0 {
             c.ty | always
         } else {
@@ -496,6 +477,23 @@ fn struct_padding(a: &Args, i: usize) -> u64 {
 
 // ------------------------------------------------------------ enter
 
+/// What a RETURN_PARAM entry (`use_device_ptr`/`use_device_addr`) gets in
+/// its base slot: LLVM's `TgtPtrBegin - (HstPtrBegin - HstPtrBase)`, where
+/// the host base of a PTR_AND_OBJ entry is the pointer stored at its base.
+/// For a reference member of a class clang names `this` as that base, so
+/// LLVM 22 (and we, to match it) load the object's first word there.
+fn return_param_base(hp: u64, hb: u64, pao: bool, tgt: u64) -> u64 {
+    let base = if pao {
+        // SAFETY: a PTR_AND_OBJ entry's base is the host address of a
+        // pointer-sized object the program's map clause names (LLVM reads
+        // it the same way).
+        unsafe { std::ptr::read_unaligned(hb as *const u64) }
+    } else {
+        hb
+    };
+    tgt.wrapping_sub(hp.wrapping_sub(base))
+}
+
 pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> Result<(), Fail> {
     for i in 0..a.n {
         let t = a.ty(i);
@@ -577,16 +575,10 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
             }
         }
         if t & RETURN_PARAM != 0 && r.key.is_some() {
-            // Not mapped: the host address stays (OpenMP 5.1). For a
-            // PTR_AND_OBJ entry the base names where the pointer lives (for
-            // a reference member of a class: the object, `this`), not the
-            // start of the list item, so the answer is the device address
-            // of the item itself (`use_device_addr` of a reference member).
-            let tb = if pao {
-                r.tgt
-            } else {
-                r.tgt.wrapping_sub(hp.wrapping_sub(hb))
-            };
+            // Not mapped: the host address stays (OpenMP 5.1).
+            let tb = return_param_base(hp, hb, pao, r.tgt);
+            // SAFETY: `i < a.n`; the base array is the construct's, which
+            // clang reads back after the call.
             unsafe { *a.base.add(i) = tb as *mut c_void };
         }
         if r.key.is_none()
@@ -1380,8 +1372,11 @@ pub fn target_kernel(
             let size = a.size(i).max(0) as u64;
             let off = a.base(i).wrapping_sub(hp);
             let tbl = d.table(hp, size);
+            // LLVM's getTgtPtrBegin without MustContain: an entry that only
+            // overlaps the argument (a struct whose declare mapper mapped
+            // one member) still gives its device address, by offset.
             let tgt = match tbl.lookup(hp, size) {
-                Some((k, f)) if f == Found::Contained || t & IMPLICIT != 0 => {
+                Some((k, _)) => {
                     let e = tbl.get(k).unwrap();
                     let tgt = e.tgt_of(hp);
                     if info & msg::INFO_MAPPING_EXISTS != 0 {

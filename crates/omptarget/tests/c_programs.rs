@@ -340,14 +340,47 @@ fn key_lines(s: &str) -> Vec<String> {
         .collect()
 }
 
-fn tmpfiles() -> usize {
-    std::fs::read_dir("/tmp")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().starts_with("tmpfile_"))
-                .count()
-        })
-        .unwrap_or(0)
+/// A private temporary directory for one run, given to the program as
+/// `TMPDIR`: what a run leaves there is that run's, whatever other offload
+/// programs on the machine (LLVM's runtime writes `/tmp/tmpfile_*` per
+/// image and never removes them) do meanwhile. Removed when dropped.
+struct RunTmp(PathBuf);
+
+impl RunTmp {
+    fn new(test_dir: &Path) -> RunTmp {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let d = test_dir.join(format!("tmp-{}", N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir_all(&d).unwrap();
+        RunTmp(d)
+    }
+
+    /// `env` plus `TMPDIR` naming this directory.
+    fn env_with(&self, env: &[(String, String)]) -> Vec<(String, String)> {
+        let mut e = env.to_vec();
+        e.push(("TMPDIR".into(), self.0.display().to_string()));
+        e
+    }
+
+    /// Temporary files a runtime left behind: LLVM's `tmpfile_*` or ours
+    /// (`offload-*`). Other entries (an MPI launcher's session directory)
+    /// are not the runtime's.
+    fn leftovers(&self) -> Vec<String> {
+        std::fs::read_dir(&self.0)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("tmpfile_") || n.starts_with("offload-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RunTmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn check(name: &str) {
@@ -389,38 +422,28 @@ fn check(name: &str) {
         let mut env = sp.env.clone();
         env.extend(v.iter().cloned());
         for a in &args {
-            // LLVM's runs (of this and of parallel tests) create
-            // /tmp/tmpfile_*; count around our run while none of ours run.
-            // Other processes on the machine (LLVM runs elsewhere) may add
-            // files meanwhile: only a run that adds one on every attempt fails.
-            let (before, ours, after) = {
+            let ours_tmp = RunTmp::new(&dir);
+            let ours = {
                 let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-                let mut ours_env = env.clone();
+                let mut ours_env = ours_tmp.env_with(&env);
                 if let Some(r) = &remote {
                     ours_env.push(("OFFLOAD_PLUGINS".into(), "remote".into()));
                     ours_env.push(("OFFLOAD_REMOTE".into(), r.clone()));
                 } else if mpi_servers().is_some() {
                     ours_env.push(("OFFLOAD_PLUGINS".into(), "mpi".into()));
                 }
-                let mut attempt = 0;
-                loop {
-                    let before = tmpfiles();
-                    let ours = run(&exe, &ours_path, &ours_env, *a);
-                    let after = tmpfiles();
-                    attempt += 1;
-                    if after <= before || attempt == 3 {
-                        break (before, ours, after);
-                    }
-                }
+                run(&exe, &ours_path, &ours_env, *a)
             };
             let llvm = {
+                let llvm_tmp = RunTmp::new(&dir);
                 let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-                run(&exe, LLVM_LIB, &env, *a)
+                run(&exe, LLVM_LIB, &llvm_tmp.env_with(&env), *a)
             };
             let what = format!("{name} env={env:?} arg={a:?}");
+            let left = ours_tmp.leftovers();
             assert!(
-                after <= before,
-                "{what}: our run left /tmp/tmpfile_* files behind"
+                left.is_empty(),
+                "{what}: our run left temporary files behind: {left:?}"
             );
             if mpi_servers().is_some() {
                 assert_eq!(
@@ -499,11 +522,17 @@ fn check_expected(
         } else if mpi_servers().is_some() {
             env.push(("OFFLOAD_PLUGINS".into(), "mpi".into()));
         }
+        let tmp = RunTmp::new(exe.parent().unwrap());
         let r = {
             let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-            run(exe, ours_path, &env, None)
+            run(exe, ours_path, &tmp.env_with(&env), None)
         };
         let what = format!("{name} (ours only: {why}) env={env:?}");
+        let left = tmp.leftovers();
+        assert!(
+            left.is_empty(),
+            "{what}: our run left temporary files behind: {left:?}"
+        );
         let want_exit = sp.expect_exit.unwrap_or(0);
         // Exit 134 is how a shell reports abort(): the process got SIGABRT.
         let got_exit = r.status.or(r.signal.map(|s| 128 + s));
@@ -619,9 +648,11 @@ c_tests! {
     remote_warn => "remote_warn.c",
     mapper_api => "mapper_api.c",
     always_mapper => "always_mapper.cpp",
-    use_device_addr_ref => "use_device_addr_ref.cpp",
     dump_stdout => "dump_stdout.c",
     indirect_shared => "indirect_shared.c",
+    mapper_partial_struct => "mapper_partial_struct.c",
+    mapper_api_handles => "mapper_api_handles.cpp",
+    use_device_addr_ref_member => "use_device_addr_ref_member.cpp",
 }
 
 // ------------------------------------------------ remote plugin failures
