@@ -75,10 +75,14 @@
 
 #define OFFLOAD_HOST_KERNEL_ABI_VERSION 2
 
+/* The largest argument buffer a group loop (`<kernel>_offload_group`) is
+ * called with; larger ones get one call of the kernel per item. */
+#define OFFLOAD_HOST_GROUP_ARGS_MAX 4096
+
 /* What a work item knows about itself. Read-only for the kernel. */
 typedef struct offload_host_item {
   uint32_t abi_version;     /* OFFLOAD_HOST_KERNEL_ABI_VERSION */
-  uint32_t reserved;
+  uint32_t args_size;       /* bytes at `args` (0 from runtimes before group loops) */
   uint32_t num_groups[3];   /* grid size in groups, per dimension */
   uint32_t group_size[3];   /* work items per group, per dimension */
   uint32_t group_id[3];     /* this item's group */
@@ -107,17 +111,24 @@ typedef struct offload_host_item {
 /* Declares a kernel: the body below becomes an inline function of the work
  * item, exported twice: as `name` (one call per item, as in ABI v1) and as
  * `name_offload_group`, a loop over the items of one group that the runtime
- * calls once per group (it is given the item of local id 0). The loop lets
- * the compiler inline the body, keep the item in registers and vectorise
- * over x (build with -O2, and -march=native for the host's widest vectors).
- * A runtime that knows only ABI v1 calls `name` per item. */
+ * calls once per group (it is given the item of local id 0, and does so
+ * only for argument buffers of at most OFFLOAD_HOST_GROUP_ARGS_MAX bytes).
+ * The loop works on a copy of the arguments in a local buffer, so the
+ * compiler may load them once, ahead of any branch: with the body inlined,
+ * the item in registers and the bounds check of `if (i < n)` masked, it
+ * vectorises over x (build with -O2, and -mavx2 or -march=native for the
+ * host's wider vectors and masked stores). A runtime that knows only ABI
+ * v1 calls `name` per item. */
 #define OFFLOAD_HOST_KERNEL(name)                                              \
   static inline __attribute__((always_inline)) void name##_offload_item_(      \
       const void *args, const offload_host_item_t *item);                      \
   OFFLOAD_HOST_KERNEL_ITEM(name) { name##_offload_item_(args, item); }         \
   OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
-      name##_offload_group(const void *__restrict args,                       \
-                           const offload_host_item_t *first) {                \
+      name##_offload_group(const void *args, const offload_host_item_t *first) { \
+    unsigned char args_copy_[OFFLOAD_HOST_GROUP_ARGS_MAX]                      \
+        __attribute__((aligned(64)));                                          \
+    __builtin_memcpy(args_copy_, args, first->args_size);                      \
+    args = args_copy_;                                                         \
     offload_host_item_t it = *first;                                           \
     const uint32_t nx = it.group_size[0], ny = it.group_size[1],               \
                    nz = it.group_size[2];                                      \

@@ -32,6 +32,8 @@ use std::sync::OnceLock;
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
+#[cfg(doc)]
+use crate::kernel::GROUP_ARGS_MAX;
 use crate::kernel::{HostItem, PackedKernelFn, HOST_ITEM_ABI_VERSION};
 
 /// Default stack of one work item in cooperative mode.
@@ -136,6 +138,8 @@ pub struct GroupLaunch<'a> {
     /// The kernel's loop over a group's items, when it exports one.
     pub group_entry: Option<PackedKernelFn>,
     pub args: *const c_void,
+    /// Bytes at `args` (at most [`GROUP_ARGS_MAX`] when `group_entry` is set).
+    pub args_size: u32,
     pub num_groups: [u32; 3],
     pub group_size: [u32; 3],
     pub dyn_group_memory: usize,
@@ -237,7 +241,7 @@ impl GroupLaunch<'_> {
     ) -> HostItem {
         HostItem {
             abi_version: HOST_ITEM_ABI_VERSION,
-            reserved: 0,
+            args_size: self.args_size,
             num_groups: self.num_groups,
             group_size: self.group_size,
             group_id: gid,

@@ -75,7 +75,8 @@ impl plugin::Kernel for HostKernel {
 #[derive(Debug, Clone, Copy)]
 pub struct HostItem {
     pub abi_version: u32,
-    pub reserved: u32,
+    /// Bytes at `args` (`reserved` in ABI v1 headers; 0 then).
+    pub args_size: u32,
     pub num_groups: [u32; 3],
     pub group_size: [u32; 3],
     pub group_id: [u32; 3],
@@ -93,6 +94,11 @@ pub struct HostItem {
 }
 
 pub const HOST_ITEM_ABI_VERSION: u32 = 2;
+
+/// `OFFLOAD_HOST_GROUP_ARGS_MAX`: a group loop copies the arguments into a
+/// local buffer of this size, so larger argument buffers are passed to the
+/// per-item entry instead.
+pub const GROUP_ARGS_MAX: usize = 4096;
 
 pub type PackedKernelFn = unsafe extern "C" fn(*const c_void, *const HostItem);
 

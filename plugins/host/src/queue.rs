@@ -13,7 +13,7 @@ use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
 use offload_core::{Error, ErrorCode, Result};
 
 use crate::group::GroupLaunch;
-use crate::kernel::{call_words, HostKernel, PackedKernelFn};
+use crate::kernel::{call_words, HostKernel, PackedKernelFn, GROUP_ARGS_MAX};
 use crate::memory;
 
 /// Largest group size and dynamic group memory a host launch accepts.
@@ -121,11 +121,16 @@ fn launch_packed(k: &HostKernel, args: &[u8], config: &LaunchConfig) -> Result<(
         kernel: &k.name,
         // SAFETY: packed host kernels have this signature (host_kernel.h).
         entry: unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(k.entry) },
-        // SAFETY: as above (OFFLOAD_HOST_KERNEL defines both alike).
+        // Only buffers the group loop's local copy holds.
         group_entry: k
             .group_entry
-            .map(|e| unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(e) }),
+            .filter(|_| args.len() <= GROUP_ARGS_MAX)
+            .map(|e| {
+                // SAFETY: as above (OFFLOAD_HOST_KERNEL defines both alike).
+                unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(e) }
+            }),
         args: args.as_ptr().cast(),
+        args_size: u32::try_from(args.len()).unwrap_or(u32::MAX),
         num_groups: config.num_groups,
         group_size: config.group_size,
         dyn_group_memory: config.dyn_group_memory as usize,

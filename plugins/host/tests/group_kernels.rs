@@ -214,20 +214,25 @@ fn a_kernels_group_loop_is_called_once_per_group() {
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
     let (groups, size) = ([5u32, 3, 1], [8u32, 2, 1]);
-    for (name, want_items, want_groups) in [
-        ("count_group_calls", 0, 15),
-        ("count_item_calls", 15 * 16, 0),
+    // (kernel, argument bytes, item calls, group calls)
+    for (name, arg_bytes, want_items, want_groups) in [
+        ("count_group_calls", 16, 0, 15),
+        ("count_group_calls", 4096, 0, 15),
+        // Past what the group loop's copy holds: one call per item.
+        ("count_group_calls", 4097, 15 * 16, 0),
+        ("count_item_calls", 16, 15 * 16, 0),
     ] {
         let k = prog.kernel(name).unwrap();
         let counts = buffer(dev, 2, 0u32);
         let mut args = ptr_arg(&counts[..1]);
         args.extend(ptr_arg(&counts[1..]));
+        args.resize(arg_bytes, 0);
         dev.launch(&k, KernelArgs::Packed(&args), &config(groups, size, 0))
             .unwrap();
         assert_eq!(
             (counts[0], counts[1]),
             (want_items, want_groups),
-            "{name}: (item calls, group calls)"
+            "{name} with {arg_bytes} argument bytes: (item calls, group calls)"
         );
     }
 }

@@ -203,7 +203,9 @@ OFFLOAD_HOST_KERNEL_ITEM(count_item_calls) {
 }
 
 /* A group loop written by hand: the runtime must call it once per group,
- * with the item of local id 0, and never the per-item export. */
+ * with the item of local id 0 and the argument buffer's size, and never the
+ * per-item export (argument buffers of up to OFFLOAD_HOST_GROUP_ARGS_MAX
+ * bytes; larger ones go to the per-item export). */
 OFFLOAD_HOST_KERNEL_ITEM(count_group_calls) {
   const struct call_counts *p = args;
   __atomic_fetch_add(p->item_calls, 1, __ATOMIC_RELAXED);
@@ -212,5 +214,6 @@ OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void
 count_group_calls_offload_group(const void *args, const offload_host_item_t *first) {
   const struct call_counts *p = args;
   uint32_t bad = first->local_id[0] | first->local_id[1] | first->local_id[2];
+  bad |= first->args_size < sizeof *p || first->args_size > OFFLOAD_HOST_GROUP_ARGS_MAX;
   __atomic_fetch_add(p->group_calls, bad ? 1u << 20 : 1u, __ATOMIC_RELAXED);
 }
