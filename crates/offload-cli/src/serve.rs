@@ -187,17 +187,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// `offload serve-worker`: one session, on the control socket the server
 /// started this process with.
 pub fn run_worker() -> anyhow::Result<()> {
-    init_logging();
+    // The log stays on the server's stderr once the worker hands its own
+    // descriptors 1 and 2 to the session's device code.
+    init_logging_to(offload_server::output::log_writer);
     let control = offload_server::worker::control_socket_from_env().map_err(anyhow::Error::msg)?;
     offload_server::worker::run(control).map_err(anyhow::Error::msg)
 }
 
 fn init_logging() {
+    init_logging_to(std::io::stderr);
+}
+
+fn init_logging_to<W>(writer: W)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("OFFLOAD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(false)
         .try_init();
 }

@@ -1002,17 +1002,11 @@ fn sigterm_and_sigint_drain_and_exit_zero() {
         assert!(!rt.devices().is_empty());
         // SAFETY: sending a signal to our own child process.
         assert_eq!(unsafe { libc::kill(server.child.id() as i32, signal) }, 0);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let status = loop {
-            if let Some(s) = server.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not exit on signal {signal}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = exit_within(
+            &mut server.child,
+            Duration::from_secs(15),
+            "serve after a signal",
+        );
         assert!(
             status.success(),
             "signal {signal}: {status}\n{}",
@@ -2278,4 +2272,255 @@ int main(void) {
             common::text(&out)
         );
     }
+}
+
+/// How `child` ended, waiting at most `limit` (else the test fails).
+fn exit_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still running after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `offload exec PROGRAM` with only the remote plugin, on `server`.
+fn exec_remote(server: &Server, exe: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_offload"));
+    cmd.arg("exec")
+        .arg(exe)
+        .env("OFFLOAD_PLUGINS", "remote")
+        .env("OFFLOAD_REMOTE", &server.addr)
+        .env_remove("OFFLOAD_REMOTE_TOKEN")
+        .env("OFFLOAD_REMOTE_TIMEOUT", "20");
+    cmd
+}
+
+/// What a target region prints comes out on the client, not in the
+/// server's log: stdout on stdout (in order with the program's own lines,
+/// even through a pipe, where C buffers the program's stdout), stderr on
+/// stderr. The same program run by LLVM locally prints the same stdout.
+#[test]
+fn a_target_regions_output_comes_out_on_the_client_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_openmp(
+        dir.path(),
+        "hello",
+        r#"#include <stdio.h>
+int main(void) {
+  printf("host: before\n");
+  for (int i = 0; i < 3; i++) {
+#pragma omp target
+    {
+      printf("device: region %d\n", i);
+      fprintf(stderr, "device-stderr: region %d\n", i);
+    }
+    printf("host: after region %d\n", i);
+  }
+  return 0;
+}
+"#,
+    ) else {
+        return;
+    };
+    let server = Server::start(None);
+    let ours = exec_remote(&server, &exe).output().unwrap();
+    assert!(ours.status.success(), "{}", common::text(&ours));
+    let expected = "host: before\n\
+        device: region 0\nhost: after region 0\n\
+        device: region 1\nhost: after region 1\n\
+        device: region 2\nhost: after region 2\n";
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        expected,
+        "{}",
+        common::text(&ours)
+    );
+    let err = String::from_utf8_lossy(&ours.stderr);
+    for i in 0..3 {
+        assert!(
+            err.contains(&format!("device-stderr: region {i}\n")),
+            "{}",
+            common::text(&ours)
+        );
+    }
+    let log = server.log();
+    assert!(
+        !log.contains("device: region"),
+        "in the server's log:\n{log}"
+    );
+    assert!(
+        !log.contains("device-stderr"),
+        "in the server's log:\n{log}"
+    );
+    assert!(
+        log.contains("session opened"),
+        "the log went missing:\n{log}"
+    );
+    let llvm = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", "/usr/lib/llvm-22/lib")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&llvm.stdout), expected);
+}
+
+/// A target region that traps or writes through a null pointer kills a
+/// local LLVM run by SIGILL or SIGSEGV; through `offload serve` it kills
+/// the session's worker the same way, and the client dies by the same
+/// signal after saying so (not "exit 1, the session is gone").
+#[test]
+fn a_region_killed_by_a_signal_kills_the_client_by_the_same_signal() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_openmp(
+        dir.path(),
+        "die",
+        r#"#include <stdio.h>
+int main(int argc, char **argv) {
+  int mode = argc > 1 ? argv[1][0] : 0, x = 0;
+  /* null when argc == 2, which the compiler cannot know */
+  long bad = argc - 2;
+  printf("started\n");
+  fflush(stdout);
+#pragma omp target map(tofrom: x) firstprivate(mode, bad)
+  {
+    if (mode == 't') __builtin_trap();
+    if (mode == 's') *(volatile int *)bad = 1;
+    x = 1;
+  }
+  printf("x=%d\n", x);
+  return 0;
+}
+"#,
+    ) else {
+        return;
+    };
+    let mut server = Server::start(None);
+    for (mode, sig, name) in [
+        ("t", libc::SIGILL, "SIGILL"),
+        ("s", libc::SIGSEGV, "SIGSEGV"),
+    ] {
+        let llvm = Command::new(&exe)
+            .arg(mode)
+            .env("LD_LIBRARY_PATH", "/usr/lib/llvm-22/lib")
+            .output()
+            .unwrap();
+        assert_eq!(llvm.status.signal(), Some(sig), "{}", common::text(&llvm));
+        let ours = exec_remote(&server, &exe).arg(mode).output().unwrap();
+        let err = String::from_utf8_lossy(&ours.stderr);
+        assert_eq!(
+            ours.status.signal(),
+            Some(sig),
+            "mode {mode}: {}",
+            common::text(&ours)
+        );
+        assert!(
+            err.contains(&format!("killed by signal {sig} ({name})")),
+            "{}",
+            common::text(&ours)
+        );
+        assert!(
+            err.contains("by the same signal"),
+            "{}",
+            common::text(&ours)
+        );
+        assert!(!err.contains("panicked"), "{}", common::text(&ours));
+        assert!(String::from_utf8_lossy(&ours.stdout).starts_with("started\n"));
+        assert!(server.alive(), "{}", server.log());
+    }
+    // Undisturbed by its sessions' deaths, the server serves the next one.
+    let ok = exec_remote(&server, &exe).output().unwrap();
+    assert!(ok.status.success(), "{}", common::text(&ok));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("x=1"));
+}
+
+/// SIGTERM drains: a target region running when the signal comes (2.5 s)
+/// completes, and its program gets its result and exits 0; a session asked
+/// for meanwhile is refused; the server then exits 0.
+#[test]
+fn sigterm_lets_a_running_region_finish_and_refuses_new_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_openmp(
+        dir.path(),
+        "slow",
+        r#"#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+  int x = 0;
+  printf("started\n");
+  fflush(stdout);
+#pragma omp target map(tofrom: x)
+  {
+    usleep(2500000);
+    x = 41;
+  }
+  x++;
+  printf("x=%d\n", x);
+  return 0;
+}
+"#,
+    ) else {
+        return;
+    };
+    let mut server = Server::start(None);
+    let mut prog = exec_remote(&server, &exe)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(prog.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    // The region is on its way (its launch follows at once).
+    std::thread::sleep(Duration::from_millis(700));
+    let signalled = Instant::now();
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(
+        unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) },
+        0
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    // A new session during the drain is refused.
+    let late = Runtime::new(
+        Config {
+            remote_timeout_secs: 2,
+            ..client_config(&server.addr, None)
+        },
+        &offload::internals::builtin_plugins(),
+    );
+    assert!(
+        late.devices().is_empty(),
+        "a session opened while the server drains"
+    );
+    assert!(
+        signalled.elapsed() < Duration::from_millis(1800),
+        "too slow to test during the region: {:?}",
+        signalled.elapsed()
+    );
+    let status = prog.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut prog.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        status.success() && rest == "x=42\n",
+        "the region in flight did not complete: {status}\nstdout: {rest}\nstderr: {err}\nserver:\n{}",
+        server.log()
+    );
+    let status = exit_within(
+        &mut server.child,
+        Duration::from_secs(15),
+        "serve after draining",
+    );
+    assert!(status.success(), "{status}\n{}", server.log());
 }

@@ -9,13 +9,14 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use offload_image::DeviceImage;
 use tracing::debug_span;
 
 use crate::config::Config;
 use crate::error::{Error, ErrorCode, Result};
+use crate::executor::Worker;
 use crate::launch::LaunchTuning;
 use crate::memory::{Allocation, AllocationIndex, MemoryPool, Origin, Owner};
 use crate::plugin::{self, AllocKind, DeviceInfo, DevicePtr, KernelArgs, LaunchConfig};
@@ -39,6 +40,26 @@ pub struct Device {
     launch_tuning: LaunchTuning,
     /// [`plugin::Device::host_allocations_are_local`], asked once.
     local_host_allocations: bool,
+    /// The core-driven queues made on this device (their work runs later,
+    /// on memory a free must not release under it).
+    queues: Mutex<Vec<Weak<Worker>>>,
+}
+
+/// Memory whose free waits for queued work: released when the last queue
+/// that had work pending at the free drops its token (has passed it).
+struct DeferredFree {
+    raw: Arc<dyn plugin::Device>,
+    ptr: DevicePtr,
+    kind: AllocKind,
+    label: String,
+}
+
+impl Drop for DeferredFree {
+    fn drop(&mut self) {
+        if let Err(e) = self.raw.free(self.ptr, self.kind) {
+            tracing::warn!(device = %self.label, ptr = %self.ptr, error = %e, "deferred free failed");
+        }
+    }
 }
 
 thread_local! {
@@ -69,7 +90,25 @@ impl Device {
             label,
             launch_tuning: config.launch,
             local_host_allocations,
+            queues: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Remember a core-driven queue of this device (frees defer to its work).
+    pub(crate) fn track_queue(&self, worker: &Arc<Worker>) {
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues.retain(|w| w.strong_count() > 0);
+        queues.push(Arc::downgrade(worker));
+    }
+
+    /// The core-driven queues of this device with work not yet done.
+    fn busy_queues(&self) -> Vec<Arc<Worker>> {
+        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|w| !w.is_empty())
+            .collect()
     }
 
     /// `[ptr, ptr + size)` as a host address, where it lies in a `Host`
@@ -242,6 +281,33 @@ impl Device {
         let pooled = |a: &Allocation| {
             a.kind == AllocKind::Device && a.size <= self.pool.threshold() && a.size > 0
         };
+        // Queued work may still use the memory: stream-ordered, the
+        // pointer dies now and the memory once those queues pass this point.
+        if !self.busy_queues().is_empty() {
+            let (a, slot) = self.index.retire(ptr, label, accept)?;
+            self.index.forget(&slot);
+            let token = Arc::new(DeferredFree {
+                raw: self.raw.clone(),
+                ptr,
+                kind: a.kind,
+                label: label.clone(),
+            });
+            // Asked again now that no new work can name the pointer.
+            for w in self.busy_queues() {
+                let t = token.clone();
+                let position = w.position();
+                let queued = w.enqueue(Box::new(move || {
+                    drop(t);
+                    Ok(())
+                }));
+                if queued.is_err() {
+                    // A destroyed queue takes no new work but finishes its
+                    // own: wait for it here.
+                    let _ = w.wait_until(position);
+                }
+            }
+            return Ok(());
+        }
         // Fast path: a block this thread used last goes back to its pool
         // front in one thread-local access.
         let fast = crate::memory::with_thread(|t| {

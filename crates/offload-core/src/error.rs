@@ -148,6 +148,8 @@ impl std::fmt::Debug for Error {
 struct Inner {
     code: ErrorCode,
     message: String,
+    /// The device's process died of this signal (a remote session's worker).
+    signal: Option<i32>,
 }
 
 impl Error {
@@ -156,10 +158,22 @@ impl Error {
         Error(Box::new(Inner {
             code,
             message: message.into(),
+            signal: None,
         }))
     }
     pub fn code(&self) -> ErrorCode {
         self.0.code
+    }
+    /// Mark the error as the death of the device's process by signal `sig`
+    /// (a remote session's worker killed by SIGSEGV, SIGILL, ...): the
+    /// device code would have killed a local process the same way.
+    pub fn with_signal(mut self, sig: i32) -> Self {
+        self.0.signal = Some(sig);
+        self
+    }
+    /// The signal the device's process died of, when that is what failed.
+    pub fn signal(&self) -> Option<i32> {
+        self.0.signal
     }
     pub fn message(&self) -> &str {
         &self.0.message

@@ -60,6 +60,9 @@ impl Queue {
         let worker = raw
             .completes_inline()
             .then(|| Worker::for_device(raw.clone()));
+        if let Some(w) = &worker {
+            device.track_queue(w);
+        }
         Ok(Queue {
             device: Some(device.clone()),
             raw: Some(raw),

@@ -20,6 +20,7 @@ mod fdpass;
 mod incoming;
 pub mod metrics;
 pub mod mpi;
+pub mod output;
 mod peers;
 mod refusals;
 pub mod sandbox;

@@ -109,12 +109,14 @@ fn reply(link: &Link<'_>, to: c_int, r: Result<Vec<u8>>) -> Result<()> {
             code: 0,
             message: String::new(),
             data: data.into(),
+            output: None,
         },
         Err(e) => QueueCompletion {
             ticket: 0,
             code: e.code().as_raw(),
             message: e.message().to_string(),
             data: Default::default(),
+            output: None,
         },
     };
     link.send_reply(to, &c)
@@ -179,7 +181,11 @@ fn handle(
             };
             let program = s.load(r.device, &image.as_device_image())?;
             let id = s.add_program(r.device, program, binary);
-            Ok(LoadProgramReply { program: id }.encode_to_vec())
+            Ok(LoadProgramReply {
+                program: id,
+                output: None,
+            }
+            .encode_to_vec())
         }),
         Op::UnloadProgram => decode::<UnloadProgramRequest>(body)
             .and_then(|r| s.unload_program(r.program).map(|_| vec![])),

@@ -281,7 +281,7 @@ struct SupervisedStream {
     guard: WorkerGuard,
     stopped: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
     /// Resolves with how the worker process ended.
-    ended: Pin<Box<dyn std::future::Future<Output = String> + Send>>,
+    ended: Pin<Box<dyn std::future::Future<Output = crate::supervisor::Ended> + Send>>,
     done: bool,
     /// The server is stopping: the worker was told to finish; the stream
     /// ends when it has.
@@ -312,11 +312,12 @@ impl Stream for SupervisedStream {
         if let Some(g) = self.greeting.take() {
             return Poll::Ready(Some(Ok(g)));
         }
-        if let Poll::Ready(how) = self.ended.as_mut().poll(cx) {
+        if let Poll::Ready(ended) = self.ended.as_mut().poll(cx) {
             self.done = true;
             if self.draining {
                 return Poll::Ready(None);
             }
+            let how = ended.how;
             let id = self.guard.worker.id.clone();
             tracing::warn!(session = %id, pid = self.guard.worker.pid, worker = %how, "session worker ended; session closed");
             let why = if how.contains("--session-idle-timeout") {
@@ -324,10 +325,17 @@ impl Stream for SupervisedStream {
             } else {
                 "a kernel or image of this session crashed or exited"
             };
-            return Poll::Ready(Some(Err(Status::aborted(format!(
+            let mut status = Status::aborted(format!(
                 "offload server: the session's process (pid {}) {how}; the session is closed ({why})",
                 self.guard.worker.pid
-            )))));
+            ));
+            // The signal, for a client that ends the way a local run would.
+            if let Some(sig) = ended.signal {
+                status
+                    .metadata_mut()
+                    .insert(offload_proto::WORKER_SIGNAL_HEADER, sig.into());
+            }
+            return Poll::Ready(Some(Err(status)));
         }
         if !self.draining {
             if let Poll::Ready(()) = self.stopped.as_mut().poll(cx) {
@@ -755,13 +763,18 @@ impl Offload for Service {
         .map_err(status)?;
         let id = s.add_program(r.device, program, binary);
         info!(session = %s.id, device = r.device, program = id, "program loaded");
-        Ok(Response::new(LoadProgramReply { program: id }))
+        Ok(Response::new(LoadProgramReply {
+            program: id,
+            output: crate::output::take(),
+        }))
     }
 
-    async fn unload_program(&self, req: Request<UnloadProgramRequest>) -> R<Empty> {
+    async fn unload_program(&self, req: Request<UnloadProgramRequest>) -> R<UnloadProgramReply> {
         let s = self.session(&req)?;
         s.unload_program(req.into_inner().program).map_err(status)?;
-        Ok(Response::new(Empty {}))
+        Ok(Response::new(UnloadProgramReply {
+            output: crate::output::take(),
+        }))
     }
 
     async fn get_kernel(&self, req: Request<SymbolRequest>) -> R<KernelReply> {
@@ -813,12 +826,16 @@ impl Offload for Service {
                 if ticket == 0 && result.is_ok() {
                     continue;
                 }
+                // What the device code printed comes out before the
+                // client's wait for this operation returns.
+                let output = crate::output::take();
                 let completion = match result {
                     Ok(data) => QueueCompletion {
                         ticket,
                         code: 0,
                         message: String::new(),
                         data: data.into(),
+                        output,
                     },
                     Err(e) => QueueCompletion {
                         ticket,
@@ -828,6 +845,7 @@ impl Offload for Service {
                         },
                         message: e.message().to_string(),
                         data: Default::default(),
+                        output,
                     },
                 };
                 if tx.blocking_send(Ok(completion)).is_err() {

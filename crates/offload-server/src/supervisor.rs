@@ -46,11 +46,30 @@ pub(crate) struct Worker {
     /// The control socket (None once the session is closing).
     control: Mutex<Option<UnixStream>>,
     /// How the process ended, once it has.
-    ended: tokio::sync::watch::Receiver<Option<String>>,
+    ended: tokio::sync::watch::Receiver<Option<Ended>>,
     kill: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     /// Set when the supervisor ends the session (an exit after that is no
     /// crash).
     closing: std::sync::atomic::AtomicBool,
+}
+
+/// How a worker process ended.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Ended {
+    /// In words ("was killed by signal 11 (SIGSEGV)").
+    pub how: String,
+    /// The signal that killed it, if one did.
+    pub signal: Option<i32>,
+}
+
+impl Ended {
+    fn of(status: std::io::Result<std::process::ExitStatus>) -> Ended {
+        let signal = status.as_ref().ok().and_then(|s| s.signal());
+        Ended {
+            how: describe_exit(status),
+            signal,
+        }
+    }
 }
 
 /// What a new session gets from [`Workers::start`]: its worker and the
@@ -79,12 +98,15 @@ impl Drop for Admission {
 
 impl Worker {
     /// Resolves with how the process ended.
-    pub fn ended(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+    pub fn ended(&self) -> impl std::future::Future<Output = Ended> + Send + 'static {
         let mut rx = self.ended.clone();
         async move {
             match rx.wait_for(|v| v.is_some()).await {
                 Ok(v) => v.clone().unwrap_or_default(),
-                Err(_) => "ended".to_string(),
+                Err(_) => Ended {
+                    how: "ended".to_string(),
+                    signal: None,
+                },
             }
         }
     }
@@ -429,7 +451,7 @@ impl Workers {
                     .worker_crashes
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            let _ = ended_tx.send(Some(describe_exit(status)));
+            let _ = ended_tx.send(Some(Ended::of(status)));
         });
         self.map().insert(id, worker.clone());
         Ok(Started {

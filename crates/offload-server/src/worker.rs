@@ -81,6 +81,8 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     // anyone: the sandbox (the process the supervisor started stays
     // outside as its waiter and never returns from here).
     let sandboxed = crate::sandbox::enter_from_env()?;
+    // Device code's stdout and stderr go to the client, not the server's log.
+    crate::output::capture()?;
     let idle = std::env::var(IDLE_ENV)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())

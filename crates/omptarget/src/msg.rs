@@ -84,6 +84,34 @@ pub fn error(s: &str) {
 /// names the device, address or server), in the plugin layer's format.
 pub fn plugin_error(what: &str, e: &offload_core::Error) {
     eprint_line(&format!("\"PluginInterface\" error: {what}: {e}"));
+    die_like_the_device(e);
+}
+
+/// When `e` is the death of the device's process by a signal (a remote
+/// session's worker whose kernel or constructor trapped or faulted), end
+/// this process by the same signal: a local run would have died of it in
+/// the offloaded code, and the exit status must say the same.
+pub fn die_like_the_device(e: &offload_core::Error) {
+    let Some(sig) = e.signal() else {
+        return;
+    };
+    eprint_line(&format!(
+        "omptarget fatal error: the device's process was killed by signal {sig}; ending this process by the same signal, as a local run of the offloaded code would have ended"
+    ));
+    let _ = std::io::stderr().flush();
+    // SAFETY: plain libc calls: default action for `sig`, unblocked, raised;
+    // abort() if it does not end the process (a signal whose default
+    // action is to go on).
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+        libc::abort()
+    }
 }
 
 /// `omptarget fatal error <code>: <msg>` then abort.

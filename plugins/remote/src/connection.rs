@@ -8,6 +8,7 @@ use offload_core::{Config, Error, ErrorCode, Result};
 use offload_proto::offload_client::OffloadClient;
 use offload_proto::{
     session_connection, HelloEvent, HelloRequest, PROTOCOL_VERSION, SESSION_HEADER,
+    WORKER_SIGNAL_HEADER,
 };
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
@@ -89,6 +90,8 @@ pub struct Connection {
     /// Why the session ended, once it has (the server's last word on the
     /// Hello stream, e.g. how the session's worker process died).
     ended: Arc<std::sync::Mutex<Option<String>>>,
+    /// The signal that killed the session's worker process (0: none known).
+    signal: Arc<std::sync::atomic::AtomicI32>,
     pub timeout: Duration,
     pub chunk_size: usize,
     /// Bulk-data side channel, when the server offers one.
@@ -209,15 +212,27 @@ impl Connection {
                 .ok_or_else(|| fail("hello", &"server closed the session at once"))?;
             let alive = Arc::new(AtomicBool::new(true));
             let ended = Arc::new(std::sync::Mutex::new(None));
+            let signal = Arc::new(std::sync::atomic::AtomicI32::new(0));
             // The session lives as long as this stream: watch it.
-            let (watch, why) = (alive.clone(), ended.clone());
+            let (watch, why, killed_by) = (alive.clone(), ended.clone(), signal.clone());
             let who = addr_owned.clone();
             tokio::spawn(async move {
                 let end = loop {
                     match stream.message().await {
                         Ok(Some(_)) => continue,
                         Ok(None) => break "the server closed the session".to_string(),
-                        Err(e) => break e.message().to_string(),
+                        Err(e) => {
+                            let sig = e
+                                .metadata()
+                                .get(WORKER_SIGNAL_HEADER)
+                                .and_then(|v| v.to_str().ok())
+                                .and_then(|v| v.parse::<i32>().ok())
+                                .filter(|&s| s > 0 && s < 65);
+                            if let Some(sig) = sig {
+                                killed_by.store(sig, Ordering::SeqCst);
+                            }
+                            break e.message().to_string();
+                        }
                     }
                 };
                 *why.lock().unwrap_or_else(|e| e.into_inner()) = Some(end.clone());
@@ -267,6 +282,7 @@ impl Connection {
                 hello: first,
                 alive,
                 ended,
+                signal,
                 timeout,
                 chunk_size: config.remote_chunk_size,
                 data,
@@ -291,13 +307,17 @@ impl Connection {
     pub fn gone(&self, what: &str) -> Error {
         let why = self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let why = why.unwrap_or_else(|| "connection lost".to_string());
-        Error::new(
+        let e = Error::new(
             ErrorCode::BackendFailure,
             format!(
                 "remote server {}: {what}: the session is gone ({why})",
                 self.addr
             ),
-        )
+        );
+        match self.signal.load(Ordering::SeqCst) {
+            0 => e,
+            sig => e.with_signal(sig),
+        }
     }
 
     /// After a call failed for want of a connection: the session's end, if

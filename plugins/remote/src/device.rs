@@ -159,6 +159,7 @@ impl plugin::Device for RemoteDevice {
             "load program",
             |mut c| async move { c.load_program(req).await },
         )?;
+        crate::output::emit(r.output.as_ref());
         Ok(Arc::new(RemoteProgram {
             conn: self.conn.clone(),
             id: r.program,

@@ -60,9 +60,12 @@ impl Drop for RemoteProgram {
     fn drop(&mut self) {
         if self.conn.is_alive() {
             let req = UnloadProgramRequest { program: self.id };
-            let _ = self.conn.call("unload program", |mut c| async move {
+            let r = self.conn.call("unload program", |mut c| async move {
                 c.unload_program(req).await
             });
+            if let Ok(r) = r {
+                crate::output::emit(r.output.as_ref());
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ mod data;
 mod device;
 mod image;
 mod memory;
+mod output;
 mod queue;
 
 use std::collections::HashMap;

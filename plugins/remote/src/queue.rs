@@ -81,6 +81,8 @@ impl RemoteQueue {
                     loop {
                         match completions.message().await {
                             Ok(Some(c)) => {
+                                // Out before the wait for this operation returns.
+                                crate::output::emit(c.output.as_ref());
                                 let mut p = sh.lock();
                                 if let Some((dst, len)) = p.pending_reads.remove(&c.ticket) {
                                     let n = len.min(c.data.len());

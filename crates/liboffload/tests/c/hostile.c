@@ -3,6 +3,7 @@
  * does not own) and leave the library usable. Argument: kernels.so. */
 #include "common.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -18,6 +19,45 @@ static void still_usable(void) {
   OK(olMemcpy(NULL, out, H, p, D, sizeof out));
   CHECK(memcmp(in, out, sizeof in) == 0);
   OK(olMemFree(p));
+}
+
+/* Spin (yielding) until *gate != 0. */
+static void block_fn(void *ud) {
+  while (!__atomic_load_n((int *)ud, __ATOMIC_ACQUIRE)) sched_yield();
+}
+
+struct add_args { int *x; int v; size_t n; };
+
+/* olMemFree of memory that queued work (copies, a launch) still uses: the
+ * free is deferred until the queue has passed that work (stream-ordered):
+ * the work runs on live memory, the pointer is dead at once for new calls. */
+static void free_with_work_pending(ol_queue_handle_t q, ol_symbol_handle_t add_value) {
+  size_t n = (size_t)64 << 20; /* unmapped by a real free: a crash if freed early */
+  size_t ints = n / sizeof(int);
+  int *mem = NULL, *back = malloc(n);
+  char *src = malloc(n);
+  memset(src, 1, n);
+  MUST(olMemAlloc(D, OL_ALLOC_TYPE_DEVICE, n, (void **)&mem));
+  int gate = 0;
+  OK(olLaunchHostFunction(q, block_fn, &gate));
+  OK(olMemcpy(q, mem, D, src, H, n));
+  ol_kernel_launch_size_args_t ls = {1, {(uint32_t)(ints / 256), 1, 1}, {256, 1, 1}, 0};
+  struct add_args a = {mem, 1, ints};
+  OK(olLaunchKernel(q, D, add_value, &a, sizeof a, &ls));
+  OK(olMemcpy(q, back, H, mem, D, n));
+  OK(olMemFree(mem)); /* deferred: nothing has run yet */
+  /* The pointer is dead for new work and a second free at once. */
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemFree(mem));
+  EXPECT(OL_ERRC_INVALID_ARGUMENT, olMemcpy(q, back, H, mem, D, 16));
+  __atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
+  OK(olSyncQueue(q));
+  CHECK(back[0] == 0x01010102 && back[ints - 1] == 0x01010102);
+  /* Freed for real once the queue passed it: memory can be had again. */
+  int *again = NULL;
+  OK(olMemAlloc(D, OL_ALLOC_TYPE_DEVICE, n, (void **)&again));
+  OK(olMemFree(again));
+  free(back);
+  free(src);
 }
 
 int main(int argc, char **argv) {
@@ -90,6 +130,8 @@ int main(int argc, char **argv) {
   char *image = read_file(argv[1], &ksize);
   ol_program_handle_t prog;
   MUST(olCreateProgram(D, image, ksize, &prog));
+  ol_symbol_handle_t add_value;
+  MUST(olGetSymbol(prog, "add_value", OL_SYMBOL_KIND_KERNEL, &add_value));
   ol_symbol_handle_t k;
   MUST(olGetSymbol(prog, "empty_kernel", OL_SYMBOL_KIND_KERNEL, &k));
   /* Only what the image itself defines: never its dependencies' symbols
@@ -148,6 +190,8 @@ int main(int argc, char **argv) {
   CHECK(loaded + refused == 300 && refused > 0);
   free(mutant);
   free(image);
+
+  free_with_work_pending(q, add_value);
 
   OK(olDestroyQueue(q));
   OK(olMemFree(small));
