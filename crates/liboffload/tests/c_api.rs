@@ -262,6 +262,36 @@ fn async_queues() {
     assert_passed("async", &out);
 }
 
+/// A process that exits while a queued launch of 2^40 work items runs ends
+/// at once with its own status (the launch returned once enqueued).
+#[test]
+fn exit_during_a_huge_launch_is_prompt() {
+    let b = built();
+    let kernels = b.dir.join("kernels.so");
+    let mut child = Command::new(b.dir.join("async"))
+        .arg(&kernels)
+        .arg("exit-during-launch")
+        .env("LD_LIBRARY_PATH", &b.lib_dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            child.kill().unwrap();
+            panic!("still running 10 s after its exit() during the launch");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("exiting during the launch"), "{stdout}");
+    assert_eq!(status.code(), Some(0), "{stdout}");
+}
+
 #[test]
 fn trace_prints_calls() {
     let b = built();

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 static ol_device_handle_t H;
@@ -387,6 +388,35 @@ static void test_shutdown_drains(void) {
   }
 }
 
+/* A queued launch of 2^40 work items (hours of work), then exit(): the
+ * launch returns once enqueued and the process ends at once with status 0;
+ * the queue's workers neither hold the exit nor crash it. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int exit_during_huge_launch(const char *image) {
+  size_t size;
+  char *img = read_file(image, &size);
+  ol_program_handle_t prog;
+  ol_symbol_handle_t add_value;
+  ol_queue_handle_t q;
+  MUST(olCreateProgram(CPUS[0], img, size, &prog));
+  MUST(olGetSymbol(prog, "add_value", OL_SYMBOL_KIND_KERNEL, &add_value));
+  MUST(olCreateQueue(CPUS[0], &q));
+  struct add_args a = {NULL, 1, 0}; /* n = 0: every item only compares */
+  ol_kernel_launch_size_args_t huge = {1, {1u << 30, 1, 1}, {1024, 1, 1}, 0};
+  double t0 = now_s();
+  MUST(olLaunchKernel(q, CPUS[0], add_value, &a, sizeof a, &huge));
+  CHECK(now_s() - t0 < 1.0); /* enqueued, not run */
+  usleep(100000);            /* the workers are busy with it now */
+  printf("exiting during the launch\n");
+  fflush(stdout);
+  exit(0);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   alarm(60); /* a deadlock fails the test instead of hanging it */
@@ -397,6 +427,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < g_ndevs; i++)
     if (g_devs[i] != H) CPUS[NCPUS++] = g_devs[i];
   CHECK(H != NULL && NCPUS >= 1);
+  if (argc > 2 && !strcmp(argv[2], "exit-during-launch")) return exit_during_huge_launch(argv[1]);
   size_t size;
   char *img = read_file(argv[1], &size);
   for (int i = 0; i < NCPUS && i < 2; i++) {
