@@ -243,8 +243,11 @@ pub fn usm() -> bool {
 /// A kernel pointer kept alive by the device's loaded programs.
 #[derive(Clone, Copy)]
 pub struct KernelRef(pub *const offload_core::Kernel);
-// SAFETY: kernels are Send + Sync; the pointee lives in `DevState::programs`.
+// SAFETY: `offload_core::Kernel` is Send + Sync; the pointee is kept alive
+// by the `Arc<Kernel>` in the device's `LoadState::loaded` until the kernel
+// map has forgotten it (see `DevState::unload`).
 unsafe impl Send for KernelRef {}
+// SAFETY: as for `Send`: shared access to a `Sync` kernel.
 unsafe impl Sync for KernelRef {}
 
 /// Region id -> kernel, read on every launch without a lock: readers load
@@ -577,27 +580,45 @@ impl DevState {
         )
     }
 
+    /// Copy `size` bytes from host address `hst` into the owned block
+    /// range at `tgt`.
+    ///
     /// # Safety
-    /// Host range valid.
+    /// `[hst, hst + size)` is readable host memory, and `[tgt, tgt + size)`
+    /// lies inside device memory of a live mapping-table entry (a block
+    /// from [`Self::alloc_block`] or a global of a loaded image).
     #[inline]
     pub unsafe fn h2d(&self, tgt: u64, hst: u64, size: u64) -> bool {
         size == 0
             || reported(
-                // Mapped blocks are the face's own allocations (range
-                // checked in debug builds).
-                self.dev
-                    .copy_to_owned_block(DevicePtr(tgt), hst as *const u8, size as usize),
+                // SAFETY: the caller guarantees the host range is readable
+                // and the device range is inside live device memory this
+                // face allocated or loaded (range checked in debug builds).
+                unsafe {
+                    self.dev
+                        .copy_to_owned_block(DevicePtr(tgt), hst as *const u8, size as usize)
+                },
                 "Failure to copy data from host to device",
             )
     }
+    /// Copy `size` bytes from the owned block range at `tgt` to host
+    /// address `hst`.
+    ///
     /// # Safety
-    /// Host range valid.
+    /// `[hst, hst + size)` is writable host memory, and `[tgt, tgt + size)`
+    /// lies inside device memory of a live mapping-table entry (a block
+    /// from [`Self::alloc_block`] or a global of a loaded image).
     #[inline]
     pub unsafe fn d2h(&self, hst: u64, tgt: u64, size: u64) -> bool {
         size == 0
             || reported(
-                self.dev
-                    .copy_from_owned_block(hst as *mut u8, DevicePtr(tgt), size as usize),
+                // SAFETY: the caller guarantees the host range is writable
+                // and the device range is inside live device memory this
+                // face allocated or loaded.
+                unsafe {
+                    self.dev
+                        .copy_from_owned_block(hst as *mut u8, DevicePtr(tgt), size as usize)
+                },
                 "Failure to copy data from device to host",
             )
     }
@@ -623,7 +644,8 @@ fn report(what: &str, e: offload_core::Error) -> bool {
 /// Read the entry table `[begin, end)` (new or legacy layout).
 ///
 /// # Safety
-/// The range must be a valid entry table.
+/// `[begin, end)` is null/empty or a readable entry table (whole entries of
+/// one layout) whose symbol names are null or NUL-terminated C strings.
 pub unsafe fn read_entries(begin: *const u8, end: *const u8) -> Vec<HostEntry> {
     let mut out = Vec::new();
     if begin.is_null() || end <= begin {
@@ -634,15 +656,19 @@ pub unsafe fn read_entries(begin: *const u8, end: *const u8) -> Vec<HostEntry> {
         if p.is_null() {
             String::new()
         } else {
-            CStr::from_ptr(p).to_string_lossy().into_owned()
+            // SAFETY: the caller guarantees non-null names are C strings.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
         }
     };
-    let first = std::ptr::read_unaligned(begin as *const u64);
+    // SAFETY: the table is non-empty (checked above) and readable (caller);
+    // every layout starts with an 8-byte word.
+    let first = unsafe { std::ptr::read_unaligned(begin as *const u64) };
     if first == 0 {
         let n = bytes / std::mem::size_of::<EntryTy>();
         let p = begin as *const EntryTy;
         for i in 0..n {
-            let e = std::ptr::read_unaligned(p.add(i));
+            // SAFETY: `i < n` whole entries lie in the caller's readable table.
+            let e = unsafe { std::ptr::read_unaligned(p.add(i)) };
             out.push(HostEntry {
                 addr: e.address as u64,
                 name_ptr: e.symbol_name as usize,
@@ -657,7 +683,8 @@ pub unsafe fn read_entries(begin: *const u8, end: *const u8) -> Vec<HostEntry> {
         let n = bytes / std::mem::size_of::<LegacyEntryTy>();
         let p = begin as *const LegacyEntryTy;
         for i in 0..n {
-            let e = std::ptr::read_unaligned(p.add(i));
+            // SAFETY: as above, for the legacy layout.
+            let e = unsafe { std::ptr::read_unaligned(p.add(i)) };
             out.push(HostEntry {
                 addr: e.address as u64,
                 name_ptr: e.name as usize,
@@ -676,14 +703,19 @@ pub unsafe fn read_entries(begin: *const u8, end: *const u8) -> Vec<HostEntry> {
 /// OffloadBinary (found by walking back from `image_start`) for the triple.
 ///
 /// # Safety
-/// The image range must be valid for the life of the registration.
+/// `[image_start, image_end)` is null/empty or readable memory that stays
+/// valid and unchanged for the life of the process (an image in the
+/// program's read-only data).
 pub unsafe fn read_image(img: &DeviceImageTy) -> Vec<DeviceImage<'static>> {
     let start = img.image_start;
     let end = img.image_end;
     if start.is_null() || end <= start {
         return vec![];
     }
-    let raw: &'static [u8] = std::slice::from_raw_parts(start, end as usize - start as usize);
+    // SAFETY: the caller guarantees the non-empty range is readable for
+    // the life of the process.
+    let raw: &'static [u8] =
+        unsafe { std::slice::from_raw_parts(start, end as usize - start as usize) };
     // Walk back (8-byte steps, up to 4 KiB) looking for the OffloadBinary magic.
     let mut k = 8usize;
     while k <= 4096 {
@@ -691,26 +723,32 @@ pub unsafe fn read_image(img: &DeviceImageTy) -> Vec<DeviceImage<'static>> {
         // Only read what is in a mapped region: the header must lie in the
         // same section; check magic then image_offset of the entry.
         if (hdr as usize).is_multiple_of(8) && readable(hdr, 32) {
-            let magic = std::slice::from_raw_parts(hdr, 4);
-            if magic == [0x10, 0xFF, 0x10, 0xAD] {
-                let size = std::ptr::read_unaligned(hdr.add(8) as *const u64) as usize;
-                let entry_off = std::ptr::read_unaligned(hdr.add(16) as *const u64) as usize;
-                if size >= k && entry_off + 40 <= size && readable(hdr, size) {
-                    let img_off =
-                        std::ptr::read_unaligned(hdr.add(entry_off + 24) as *const u64) as usize;
-                    if img_off == k {
-                        let whole: &'static [u8] = std::slice::from_raw_parts(hdr, size);
-                        if let Ok(mut imgs) = offload_image::unwrap(whole) {
-                            if !imgs.is_empty() {
-                                for i in imgs.iter_mut() {
-                                    if i.bytes.as_ptr() == start {
-                                        // keep the image as the caller delimited it
-                                    }
-                                }
-                                return imgs;
-                            }
-                        }
-                        break;
+            // SAFETY: `[hdr, hdr + 32)` is mapped (checked just now).
+            let (magic, size, entry_off) = unsafe {
+                (
+                    std::slice::from_raw_parts(hdr, 4),
+                    std::ptr::read_unaligned(hdr.add(8) as *const u64) as usize,
+                    std::ptr::read_unaligned(hdr.add(16) as *const u64) as usize,
+                )
+            };
+            if magic == [0x10, 0xFF, 0x10, 0xAD]
+                && size >= k
+                && entry_off + 40 <= size
+                && readable(hdr, size)
+            {
+                // SAFETY: `entry_off + 40 <= size` and `[hdr, hdr + size)`
+                // is mapped (checked just now).
+                let img_off = unsafe {
+                    std::ptr::read_unaligned(hdr.add(entry_off + 24) as *const u64) as usize
+                };
+                if img_off == k {
+                    // SAFETY: mapped (checked above) and, as the
+                    // OffloadBinary around the caller's image, in the same
+                    // never-unmapped section as the image.
+                    let whole: &'static [u8] = unsafe { std::slice::from_raw_parts(hdr, size) };
+                    match offload_image::unwrap(whole) {
+                        Ok(imgs) if !imgs.is_empty() => return imgs,
+                        _ => break,
                     }
                 }
             }
@@ -769,7 +807,9 @@ pub fn add_requires(flags: i64) {
 /// `__tgt_register_lib`.
 ///
 /// # Safety
-/// `desc` is a valid descriptor that outlives its registration.
+/// `desc` is null or a readable `__tgt_bin_desc` whose entry table and
+/// images satisfy [`read_entries`] and [`read_image`] and which stays valid
+/// until `__tgt_unregister_lib` (clang's descriptors are static data).
 pub unsafe fn register(desc: *const BinDesc) {
     if desc.is_null() {
         return;
@@ -784,10 +824,14 @@ pub unsafe fn register(desc: *const BinDesc) {
         ANY_WAITING.store(true, Ordering::Release);
         return;
     }
-    register_now(desc)
+    // SAFETY: the caller's guarantee, and `desc` is not null.
+    unsafe { register_now(desc) }
 }
 
 /// [`register`], with the runtime started.
+///
+/// # Safety
+/// As for [`register`], and `desc` is not null.
 unsafe fn register_now(desc: *const BinDesc) {
     TLS_PROBE.with(|_| ());
     let st = started_state();
@@ -797,11 +841,15 @@ unsafe fn register_now(desc: *const BinDesc) {
             return;
         }
     }
-    let d = &*desc;
-    let entries = read_entries(d.host_entries_begin, d.host_entries_end);
+    // SAFETY: a non-null, readable descriptor (caller).
+    let d = unsafe { &*desc };
+    // SAFETY: the descriptor's entry table, as the caller guarantees.
+    let entries = unsafe { read_entries(d.host_entries_begin, d.host_entries_end) };
     let mut images = Vec::new();
     for i in 0..d.num_device_images.max(0) as usize {
-        images.extend(read_image(&*d.device_images.add(i)));
+        // SAFETY: the descriptor holds `num_device_images` image records,
+        // each delimiting a static image (caller).
+        images.extend(unsafe { read_image(&*d.device_images.add(i)) });
     }
     let mut any_req = false;
     for e in &entries {

@@ -11,33 +11,105 @@ use crate::mapping::{Entry, Found, Neighbours, Shadow};
 use crate::msg::{self, Loc, P};
 use crate::registry::{self, DevState};
 
-/// The argument arrays of one construct.
+/// The argument arrays of one construct (clang's `args_base`, `args`,
+/// `arg_sizes`, `arg_types`, `arg_names`, `arg_mappers`), read through
+/// index accessors. Built only by the unsafe constructors, whose contract
+/// is the invariant every accessor relies on: each non-null array holds
+/// `n` elements, readable (and `base` writable) while the value is used.
 #[derive(Clone, Copy)]
-pub struct Args {
-    pub n: usize,
-    pub base: *mut *mut c_void,
-    pub begin: *mut *mut c_void,
-    pub sizes: *const i64,
-    pub types: *const i64,
-    pub names: *const *mut c_void,
-    pub mappers: *const *mut c_void,
+pub struct Args<'a> {
+    n: usize,
+    base: *mut *mut c_void,
+    begin: *mut *mut c_void,
+    sizes: *const i64,
+    types: *const i64,
+    names: *const *mut c_void,
+    mappers: *const *mut c_void,
+    /// The arrays are borrowed for `'a`.
+    _arrays: std::marker::PhantomData<&'a mut [*mut c_void]>,
 }
 
-impl Args {
+impl<'a> Args<'a> {
+    /// # Safety
+    /// `base` and `begin` hold `n` pointers each (`base` also writable:
+    /// RETURN_PARAM entries get their device address there); `sizes`,
+    /// `types`, `names` and `mappers` are null or hold `n` elements; all
+    /// of them stay valid for `'a`. As clang guarantees: each mapped host
+    /// range (`begin[i]`, `sizes[i]` bytes) and each PTR_AND_OBJ/ATTACH base
+    /// pointer slot is the program's memory, live for the construct; a
+    /// non-null name is a C string; a non-null mapper is a mapper function
+    /// of clang's signature ([`MapperFn`]).
+    pub unsafe fn from_raw(
+        n: usize,
+        base: *mut *mut c_void,
+        begin: *mut *mut c_void,
+        sizes: *const i64,
+        types: *const i64,
+        names: *const *mut c_void,
+        mappers: *const *mut c_void,
+    ) -> Args<'a> {
+        Args {
+            n,
+            base,
+            begin,
+            sizes,
+            types,
+            names,
+            mappers,
+            _arrays: std::marker::PhantomData,
+        }
+    }
+
+    /// The argument arrays of a `__tgt_target_kernel` call.
+    ///
+    /// # Safety
+    /// `ka`'s arrays satisfy [`Args::from_raw`] for `ka.num_args` and `'a`.
+    pub unsafe fn from_kernel_args(ka: &KernelArgsTy) -> Args<'a> {
+        // SAFETY: the caller's guarantee for `ka`'s arrays.
+        unsafe {
+            Args::from_raw(
+                ka.num_args as usize,
+                ka.arg_base_ptrs,
+                ka.arg_ptrs,
+                ka.arg_sizes,
+                ka.arg_types,
+                ka.arg_names as *const *mut c_void,
+                ka.arg_mappers as *const *mut c_void,
+            )
+        }
+    }
+
+    /// The number of arguments.
+    #[inline]
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Element `i` of a non-null array of `n` elements (the constructor's
+    /// contract); a bad index from malformed input panics (`guard!` turns
+    /// that into LLVM's fatal error) instead of reading past the array.
+    #[inline]
+    fn at<T: Copy>(&self, p: *const T, i: usize) -> T {
+        assert!(i < self.n, "argument index {i} out of range ({})", self.n);
+        // SAFETY: `p` is one of this value's non-null arrays, which hold
+        // `n` readable elements (`from_raw`'s contract), and `i < n`.
+        unsafe { *p.add(i) }
+    }
+
     #[inline]
     pub fn base(&self, i: usize) -> u64 {
-        unsafe { *self.base.add(i) as u64 }
+        self.at(self.base as *const *mut c_void, i) as u64
     }
     #[inline]
     pub fn begin(&self, i: usize) -> u64 {
-        unsafe { *self.begin.add(i) as u64 }
+        self.at(self.begin as *const *mut c_void, i) as u64
     }
     #[inline]
     pub fn size(&self, i: usize) -> i64 {
         if self.sizes.is_null() {
             0
         } else {
-            unsafe { *self.sizes.add(i) }
+            self.at(self.sizes, i)
         }
     }
     #[inline]
@@ -45,7 +117,7 @@ impl Args {
         if self.types.is_null() {
             0
         } else {
-            unsafe { *self.types.add(i) }
+            self.at(self.types, i)
         }
     }
     #[inline]
@@ -53,7 +125,7 @@ impl Args {
         if self.names.is_null() {
             0
         } else {
-            unsafe { *self.names.add(i) as usize }
+            self.at(self.names, i) as usize
         }
     }
     #[inline]
@@ -61,8 +133,18 @@ impl Args {
         if self.mappers.is_null() {
             0
         } else {
-            unsafe { *self.mappers.add(i) as usize }
+            self.at(self.mappers, i) as usize
         }
+    }
+
+    /// Store `v` in base slot `i` (a RETURN_PARAM's device address, which
+    /// clang reads back after the call).
+    #[inline]
+    pub fn set_base(&self, i: usize, v: u64) {
+        assert!(i < self.n, "argument index {i} out of range ({})", self.n);
+        // SAFETY: `base` holds `n` writable pointers (`from_raw`'s
+        // contract) and `i < n`.
+        unsafe { *self.base.add(i) = v as *mut c_void };
     }
 }
 
@@ -137,23 +219,44 @@ struct OwnedArgs {
 }
 
 impl OwnedArgs {
-    fn args(&mut self) -> Args {
-        Args {
-            n: self.base.len(),
-            base: self.base.as_mut_ptr(),
-            begin: self.begin.as_mut_ptr(),
-            sizes: self.sizes.as_ptr(),
-            types: self.types.as_ptr(),
-            names: self.names.as_ptr(),
-            mappers: std::ptr::null(),
+    /// The arrays as [`Args`] (borrowing `self`).
+    fn args(&mut self) -> Args<'_> {
+        debug_assert!([
+            self.begin.len(),
+            self.sizes.len(),
+            self.types.len(),
+            self.names.len()
+        ]
+        .iter()
+        .all(|&l| l == self.base.len()));
+        // SAFETY: five vectors of `base.len()` elements each (filled
+        // together in `run_mapper`), mutably borrowed for the result's
+        // lifetime; no mapper array.
+        unsafe {
+            Args::from_raw(
+                self.base.len(),
+                self.base.as_mut_ptr(),
+                self.begin.as_mut_ptr(),
+                self.sizes.as_ptr(),
+                self.types.as_ptr(),
+                self.names.as_ptr(),
+                std::ptr::null(),
+            )
         }
     }
 }
 
+/// Call the declare-mapper function of argument `i` (not null) and return
+/// the components it pushed.
 fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
     let mut mc = MapperComponents::new();
-    let f: MapperFn = unsafe { std::mem::transmute(a.mapper(i)) };
-    // SAFETY: clang's generated mapper with the documented signature.
+    let m = a.mapper(i);
+    assert!(m != 0, "argument {i} has no mapper");
+    // SAFETY: a non-null mapper entry is a function of clang's mapper
+    // signature (`Args::from_raw`'s contract).
+    let f: MapperFn = unsafe { std::mem::transmute::<usize, MapperFn>(m) };
+    // SAFETY: `f` is clang's generated mapper; the handle is `mc`'s live
+    // `MapperComponentsTy`, the other arguments the construct's own.
     unsafe {
         f(
             mc.handle(),
@@ -192,7 +295,12 @@ fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
 
 // ------------------------------------------------------------ helpers
 
-fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
+/// Copy `[hp, hp + size)` to `tgt` (with its INFO line).
+///
+/// # Safety
+/// As [`DevState::h2d`]: the host range is readable, the device range lies
+/// in live device memory of a mapping-table entry or owned block.
+unsafe fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
     if msg::info_on(msg::INFO_DATA_TRANSFER) {
         msg::dev_info(
             d.id,
@@ -204,11 +312,16 @@ fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
             ),
         );
     }
-    // SAFETY: host range comes from the program's map clause.
+    // SAFETY: the caller's guarantee, passed on.
     unsafe { d.h2d(tgt, hp, size) }
 }
 
-fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
+/// Copy `size` bytes at `tgt` to `[hp, hp + size)` (with its INFO line).
+///
+/// # Safety
+/// As [`DevState::d2h`]: the host range is writable, the device range lies
+/// in live device memory of a mapping-table entry.
+unsafe fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
     if msg::info_on(msg::INFO_DATA_TRANSFER) {
         msg::dev_info(
             d.id,
@@ -220,6 +333,7 @@ fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
             ),
         );
     }
+    // SAFETY: the caller's guarantee, passed on.
     unsafe { d.d2h(hp, tgt, size) }
 }
 
@@ -227,6 +341,9 @@ fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
 fn reapply_shadows(d: &DevState, shadows: &[Shadow], hp: u64, size: u64) {
     for s in shadows {
         if s.host_ptr_addr >= hp && s.host_ptr_addr + 8 <= hp + size {
+            // SAFETY: the source is the shadow's own 8-byte value; a shadow's
+            // device slot lies inside the device memory of the live entry
+            // that holds it (recorded by `attach`).
             unsafe { d.h2d(s.tgt_ptr_addr, &s.tgt_value as *const u64 as u64, 8) };
         }
     }
@@ -236,7 +353,9 @@ fn reapply_shadows(d: &DevState, shadows: &[Shadow], hp: u64, size: u64) {
 fn restore_shadows(shadows: &[Shadow], hp: u64, size: u64) {
     for s in shadows {
         if s.host_ptr_addr >= hp && s.host_ptr_addr + 8 <= hp + size {
-            // SAFETY: the pointer lies inside host memory the program mapped.
+            // SAFETY: the pointer slot lies inside `[hp, hp + size)` (checked
+            // above), host memory of a live entry the program mapped
+            // (`Args::from_raw`'s contract when it was mapped).
             unsafe { std::ptr::write_unaligned(s.host_ptr_addr as *mut u64, s.host_value) };
         }
     }
@@ -311,7 +430,9 @@ pub fn map_one(
             if to && !host_ptr && size > 0 && (always || force_copy || was_new) {
                 let shadows = e.shadows.clone();
                 drop(tbl);
-                if !copy_h2d(d, ename, hp, tgt, size) {
+                // SAFETY: `[hp, hp + size)` is the construct's mapped host
+                // range (`Args::from_raw`), inside the live entry `k`.
+                if !unsafe { copy_h2d(d, ename, hp, tgt, size) } {
                     return Err(Fail::Other);
                 }
                 reapply_shadows(d, &shadows, hp, size);
@@ -406,7 +527,9 @@ pub fn map_one(
             // thread finding the new entry must see its data on the device
             // (over a remote device the copy is a round trip; the window
             // lost increments of shared mapped counters).
-            let copied = !to || copy_h2d(d, name, hp, tgt, size);
+            // SAFETY: the construct's mapped host range (`Args::from_raw`)
+            // into the block just allocated for it.
+            let copied = !to || unsafe { copy_h2d(d, name, hp, tgt, size) };
             drop(tbl);
             ctx.new_entries.push((hp, hp + size));
             if !copied {
@@ -457,12 +580,14 @@ fn attach(d: &DevState, ptr_addr: u64, pointee_begin: u64, pointee_tgt: u64) {
     }
     drop(tbl);
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    copy_h2d(d, ename, &tgt_value as *const u64 as u64, tgt_ptr_addr, 8);
+    // SAFETY: the source is the local `tgt_value`; the device slot is
+    // inside the entry containing `[ptr_addr, ptr_addr + 8)` (looked up).
+    unsafe { copy_h2d(d, ename, &tgt_value as *const u64 as u64, tgt_ptr_addr, 8) };
 }
 
 fn struct_padding(a: &Args, i: usize) -> u64 {
     let t = a.ty(i);
-    if parent_index(t).is_none() && i + 1 < a.n && parent_index(a.ty(i + 1)) == Some(i) {
+    if parent_index(t).is_none() && i + 1 < a.n() && parent_index(a.ty(i + 1)) == Some(i) {
         let base = a.base(i);
         let align = if base == 0 {
             16
@@ -495,7 +620,7 @@ fn return_param_base(hp: u64, hb: u64, pao: bool, tgt: u64) -> u64 {
 }
 
 pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> Result<(), Fail> {
-    for i in 0..a.n {
+    for i in 0..a.n() {
         let t = a.ty(i);
         if t & (LITERAL | PRIVATE) != 0 {
             continue;
@@ -539,7 +664,7 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
         // Members of a struct allocated by this construct are copied too.
         let force_copy = member && !pao && {
             let p = parent_index(t).unwrap_or(usize::MAX);
-            p < a.n && {
+            p < a.n() && {
                 let tbl = d.table(a.begin(p), 0);
                 tbl.lookup(a.begin(p), 0)
                     .map(|(k, _)| {
@@ -577,9 +702,7 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
         if t & RETURN_PARAM != 0 && r.key.is_some() {
             // Not mapped: the host address stays (OpenMP 5.1).
             let tb = return_param_base(hp, hb, pao, r.tgt);
-            // SAFETY: `i < a.n`; the base array is the construct's, which
-            // clang reads back after the call.
-            unsafe { *a.base.add(i) = tb as *mut c_void };
+            a.set_base(i, tb);
         }
         if r.key.is_none()
             && !r.host
@@ -704,7 +827,7 @@ fn data_end_inner(
     check_present: bool,
     removals: &mut Removals,
 ) -> Result<(), Fail> {
-    for i in (0..a.n).rev() {
+    for i in (0..a.n()).rev() {
         let t = a.ty(i);
         if t & (LITERAL | PRIVATE | ATTACH) != 0 {
             continue;
@@ -781,7 +904,9 @@ fn data_end_inner(
             // The last reference copies back before the entry leaves the
             // table: a thread mapping the range next (a new entry, copied
             // in from the host) must see the updated host value.
-            let copied = copy_d2h(d, name, hp, tgt, size);
+            // SAFETY: the construct's mapped host range (`Args::from_raw`),
+            // from the entry `k`, still in the table (locked).
+            let copied = unsafe { copy_d2h(d, name, hp, tgt, size) };
             if copied {
                 restore_shadows(&shadows, hp, size);
             }
@@ -798,7 +923,9 @@ fn data_end_inner(
         let removed = if remove { tbl.remove(k) } else { None };
         drop(tbl);
         if do_copy {
-            if !copy_d2h(d, name, hp, tgt, size) {
+            // SAFETY: the construct's mapped host range; the entry is not
+            // removed (`removed` is None here), so its memory is live.
+            if !unsafe { copy_d2h(d, name, hp, tgt, size) } {
                 return Err(Fail::Other);
             }
             restore_shadows(&shadows, hp, size);
@@ -813,7 +940,7 @@ fn data_end_inner(
 // ------------------------------------------------------------ update
 
 pub fn data_update(d: &DevState, a: &Args) -> Result<(), Fail> {
-    for i in 0..a.n {
+    for i in 0..a.n() {
         let t = a.ty(i);
         if t & (LITERAL | PRIVATE) != 0 {
             continue;
@@ -907,13 +1034,16 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
         return Ok(());
     }
     if t & FROM != 0 {
-        if !copy_d2h(d, name, hp, tgt, size) {
+        // SAFETY: the update's host range (`Args::from_raw`, or a strided
+        // piece of it), contained in a live entry (looked up above).
+        if !unsafe { copy_d2h(d, name, hp, tgt, size) } {
             return Err(Fail::Other);
         }
         restore_shadows(&shadows, hp, size);
     }
     if t & TO != 0 {
-        if !copy_h2d(d, name, hp, tgt, size) {
+        // SAFETY: as for the FROM copy above.
+        if !unsafe { copy_h2d(d, name, hp, tgt, size) } {
             return Err(Fail::Other);
         }
         reapply_shadows(d, &shadows, hp, size);
@@ -1004,7 +1134,7 @@ pub fn target_failed(loc_ptr: *const Ident) -> ! {
 }
 
 fn print_args(d: &DevState, a: &Args) {
-    for i in 0..a.n {
+    for i in 0..a.n() {
         let t = a.ty(i);
         let s = a.size(i);
         msg::dev_info(
@@ -1060,7 +1190,11 @@ pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
         };
         msg::dev_info(
             d.id,
-            &format!("{what} at {} with {} arguments:", Loc::from_ident(loc), a.n),
+            &format!(
+                "{what} at {} with {} arguments:",
+                Loc::from_ident(loc),
+                a.n()
+            ),
         );
         print_args(d, a);
     }
@@ -1154,7 +1288,9 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
         }
         (tgt, e.name)
     };
-    copy_h2d(d, name, &value as *const u64 as u64, tgt_ptr_begin, 8);
+    // SAFETY: the source is the local `value`; the destination is the
+    // capture's slot inside the lambda's private device copy (its word).
+    unsafe { copy_h2d(d, name, &value as *const u64 as u64, tgt_ptr_begin, 8) };
 }
 
 /// Copy the packed small firstprivates in one transfer and fill in their
@@ -1195,7 +1331,8 @@ fn pack_firstprivates(
     } else {
         0
     };
-    copy_h2d(d, name, bp, p, total);
+    // SAFETY: `buf` holds `total` bytes; `p` is a block of `total` bytes.
+    unsafe { copy_h2d(d, name, bp, p, total) };
     let mut tp = p;
     for &(idx, _, size, padding, off, _) in packed {
         tp += padding;
@@ -1229,22 +1366,12 @@ fn launch_config(ka: &KernelArgsTy) -> LaunchConfig {
 pub fn target_kernel(
     loc: *const Ident,
     device: i64,
-    _num_teams: i32,
-    _thread_limit: i32,
     region: *mut c_void,
     ka: &KernelArgsTy,
+    a: &Args,
 ) -> i32 {
     let Some(d) = registry::resolve(device, loc) else {
         return -1;
-    };
-    let a = Args {
-        n: ka.num_args as usize,
-        base: ka.arg_base_ptrs,
-        begin: ka.arg_ptrs,
-        sizes: ka.arg_sizes,
-        types: ka.arg_types,
-        names: ka.arg_names as *const *mut c_void,
-        mappers: ka.arg_mappers as *const *mut c_void,
     };
     let info = msg::info();
     if info & msg::INFO_KERNEL_ARGS != 0 {
@@ -1253,10 +1380,10 @@ pub fn target_kernel(
             &format!(
                 "Entering OpenMP kernel at {} with {} arguments:",
                 Loc::from_ident(loc),
-                a.n
+                a.n()
             ),
         );
-        print_args(d, &a);
+        print_args(d, a);
     }
     // Images load on a device's first construct, after the INFO header
     // (LLVM's order: their INFO lines follow it).
@@ -1269,9 +1396,9 @@ pub fn target_kernel(
         target_failed(loc);
     };
     let mut ctx = Ctx::default();
-    if a.n > 0 {
-        ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n];
-        if let Err(f) = data_begin(d, &a, false, &mut ctx) {
+    if a.n() > 0 {
+        ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n()];
+        if let Err(f) = data_begin(d, a, false, &mut ctx) {
             begin_fail_msgs(f);
             msg::error("Call to targetDataBegin failed, abort target.");
             msg::error("Failed to process data before launching the kernel.");
@@ -1306,11 +1433,11 @@ pub fn target_kernel(
     // The argument index and word of the last target parameter (parent of
     // lambda captures that follow it).
     let mut last_param = (usize::MAX, 0u64);
-    for i in 0..a.n {
+    for i in 0..a.n() {
         let t = a.ty(i);
         if t & TARGET_PARAM == 0 {
             if t & LAMBDA_CAPTURE == LAMBDA_CAPTURE {
-                lambda_capture(d, &a, i, last_param);
+                lambda_capture(d, a, i, last_param);
             }
             continue;
         }
@@ -1324,7 +1451,7 @@ pub fn target_kernel(
                 a.base(i)
             } else if first_private
                 && size <= FP_PACK_THRESHOLD
-                && !(i + 1 < a.n && a.ty(i + 1) & MEMBER_OF != 0)
+                && !(i + 1 < a.n() && a.ty(i + 1) & MEMBER_OF != 0)
             {
                 let hp = a.begin(i);
                 let (padding, align) = match packed.last() {
@@ -1354,7 +1481,9 @@ pub fn target_kernel(
                             } else {
                                 0
                             };
-                            copy_h2d(d, name, a.begin(i), p, size);
+                            // SAFETY: the firstprivate's host range
+                            // (`Args::from_raw`) into its new block.
+                            unsafe { copy_h2d(d, name, a.begin(i), p, size) };
                         }
                         p.wrapping_add(off)
                     }
@@ -1429,8 +1558,8 @@ pub fn target_kernel(
         msg::error("Executing target region abort target.");
         target_failed(loc);
     }
-    if a.n > 0 {
-        if let Err(_f) = data_end(d, &a, false, false) {
+    if a.n() > 0 {
+        if let Err(_f) = data_end(d, a, false, false) {
             msg::error("Call to targetDataEnd failed, abort target.");
             msg::error("Failed to process data after launching the kernel.");
             target_failed(loc);
