@@ -5,25 +5,26 @@ use std::sync::OnceLock;
 
 use offload_core::{AllocKind, DevicePtr, Location};
 
+use crate::device::DevState;
 use crate::mapping::{Entry, Found, INF};
 use crate::msg;
-use crate::registry::{self, DevState};
+use crate::{devices, libomp, state};
 
 pub fn initial_device() -> i64 {
-    registry::num_devices() as i64
+    devices::num_devices() as i64
 }
 
 /// A device for an API call: Ok(None) = the initial device, Err = invalid.
 #[allow(clippy::result_unit_err)]
 pub fn api_device(dev: i64) -> Result<Option<&'static DevState>, ()> {
-    let n = registry::num_devices() as i64;
+    let n = devices::num_devices() as i64;
     if dev == n {
         return Ok(None);
     }
     if dev < 0 || dev > n {
         return Err(());
     }
-    let d = &registry::state().devices[dev as usize];
+    let d = &state::state().devices[dev as usize];
     Ok(Some(d))
 }
 
@@ -33,7 +34,7 @@ pub fn checked_device(dev: i64) -> Option<&'static DevState> {
     match api_device(dev) {
         Ok(d) => d,
         Err(()) => {
-            let n = registry::num_devices();
+            let n = devices::num_devices();
             msg::fatal(
                 dev,
                 &format!("\"invalid value\" device number '{dev}' out of range, only {n} devices available"),
@@ -340,7 +341,7 @@ pub fn disassociate(host: u64, dev: i64) -> i32 {
 fn uids() -> &'static Vec<CString> {
     static U: OnceLock<Vec<CString>> = OnceLock::new();
     U.get_or_init(|| {
-        registry::state()
+        state::state()
             .devices
             .iter()
             .map(|d| CString::new(d.dev.info().uid.clone()).unwrap_or_default())
@@ -349,7 +350,7 @@ fn uids() -> &'static Vec<CString> {
 }
 
 pub fn uid_from_device(dev: i64) -> *const c_char {
-    let n = registry::num_devices() as i64;
+    let n = devices::num_devices() as i64;
     if dev == n {
         return c"HOST".as_ptr();
     }
@@ -373,7 +374,7 @@ pub fn device_from_uid(uid: *const c_char) -> i32 {
     if s.to_bytes() == b"HOST" {
         return initial_device() as i32;
     }
-    let n = registry::num_devices();
+    let n = devices::num_devices();
     for (i, u) in uids().iter().enumerate().take(n) {
         if u.as_c_str() == s {
             return i as i32;
@@ -421,8 +422,8 @@ pub fn wait_depobjs(count: i32, list: *const *const c_void) {
     type WaitDeps =
         unsafe extern "C" fn(*const c_void, i32, i32, *const DependInfo, i32, *const DependInfo);
     type ThreadNum = unsafe extern "C" fn(*const c_void) -> i32;
-    let wait = registry::dlsym_default(c"__kmpc_omp_wait_deps");
-    let gtid = registry::dlsym_default(c"__kmpc_global_thread_num");
+    let wait = libomp::dlsym_default(c"__kmpc_omp_wait_deps");
+    let gtid = libomp::dlsym_default(c"__kmpc_global_thread_num");
     if wait.is_null() || gtid.is_null() {
         return;
     }

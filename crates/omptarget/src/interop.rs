@@ -36,7 +36,7 @@ use ol::interop_table::{offload_interop_table_t, OMPX_IFR_LIBOFFLOAD};
 use ol::types::*;
 use LLVMOffload as ol;
 
-use crate::registry;
+use crate::{devices, libomp, policy, state};
 
 // ------------------------------------------------------------ OpenMP constants
 
@@ -255,7 +255,7 @@ fn ol_devices() -> Result<&'static OlDevices, &'static str> {
                 )
             })
             .collect();
-        let omp = registry::state()
+        let omp = state::state()
             .devices
             .iter()
             .enumerate()
@@ -322,7 +322,7 @@ pub fn wait_deps(
     type WaitDeps =
         unsafe extern "C" fn(*const c_void, i32, i32, *const DependInfo, i32, *const DependInfo);
     static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| registry::dlsym_default(c"__kmpc_omp_wait_deps") as usize);
+    let f = *F.get_or_init(|| libomp::dlsym_default(c"__kmpc_omp_wait_deps") as usize);
     if f == 0 {
         return;
     }
@@ -341,15 +341,15 @@ pub fn wait_deps(
 /// offloading is disabled, the device does not exist, or liboffload cannot
 /// serve it.
 pub fn create(kind: Kind, device: i64, implicit_gtid: Option<i32>) -> *mut c_void {
-    if registry::offload_disabled() {
+    if policy::offload_disabled() {
         return std::ptr::null_mut();
     }
     let device = if device == -1 {
-        registry::default_device()
+        libomp::default_device()
     } else {
         device
     };
-    let n = registry::num_devices() as i64;
+    let n = devices::num_devices() as i64;
     if device < 0 || device > n {
         tracing::debug!(device, "interop: no such device");
         return std::ptr::null_mut();

@@ -7,12 +7,21 @@
 
 pub mod abi;
 pub mod api;
+pub mod descriptor;
+pub mod device;
+pub mod devices;
 pub mod interop;
+pub mod kernels;
+pub mod libomp;
+pub mod loading;
 pub mod mapper;
 pub mod mapping;
 pub mod msg;
-pub mod registry;
+pub mod policy;
+pub mod report;
+pub mod requires;
 pub mod shards;
+pub mod state;
 pub mod target;
 
 use std::ffi::{c_char, c_void};
@@ -38,25 +47,25 @@ type Ptrs = *mut *mut c_void;
 pub extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
     // SAFETY: clang's descriptor: static data that outlives the
     // registration (`__tgt_unregister_lib` comes from the same module).
-    guard!(unsafe { registry::register(desc) })
+    guard!(unsafe { state::register(desc) })
 }
 
 #[no_mangle]
 pub extern "C" fn __tgt_unregister_lib(desc: *const BinDesc) {
-    guard!(registry::unregister(desc))
+    guard!(state::unregister(desc))
 }
 
 #[no_mangle]
 pub extern "C" fn __tgt_init_all_rtls() {
     guard!({
-        let _ = registry::state();
+        let _ = state::state();
     })
 }
 
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init() {
     guard!({
-        let _ = registry::state();
+        let _ = state::state();
     })
 }
 
@@ -533,7 +542,7 @@ pub extern "C" fn __tgt_push_mapper_component(
 
 #[no_mangle]
 pub extern "C" fn omp_get_num_devices() -> i32 {
-    guard!(registry::num_devices() as i32)
+    guard!(devices::num_devices() as i32)
 }
 
 #[no_mangle]
@@ -969,7 +978,7 @@ pub extern "C" fn __tgt_print_device_info(dev: i64) {
 
 #[no_mangle]
 pub extern "C" fn ompx_dump_mapping_tables() {
-    guard!(target::dump_tables_to_stdout())
+    guard!(report::dump_tables_to_stdout())
 }
 
 #[no_mangle]

@@ -6,10 +6,12 @@ use offload_core::plugin::{KernelArgs, LaunchConfig};
 use smallvec::SmallVec;
 
 use crate::abi::*;
+use crate::device::DevState;
 use crate::mapper::MapperComponents;
-use crate::mapping::{Entry, Found, Neighbours, Shadow};
+use crate::mapping::{Entry, Found, Shadow};
 use crate::msg::{self, Loc, P};
-use crate::registry::{self, DevState};
+use crate::report::{after_block, lookup_name, target_failed};
+use crate::{devices, requires};
 
 /// The argument arrays of one construct (clang's `args_base`, `args`,
 /// `arg_sizes`, `arg_types`, `arg_names`, `arg_mappers`), read through
@@ -460,7 +462,7 @@ pub fn map_one(
         }
         // LLVM 22 creates no entry under unified shared memory: the host
         // address is used directly and nothing is recorded.
-        None if size > 0 && registry::usm() && t & CLOSE == 0 => {
+        None if size > 0 && requires::usm() && t & CLOSE == 0 => {
             drop(tbl);
             if msg::info_on(msg::INFO_MAPPING_CHANGED) {
                 msg::dev_info(
@@ -856,7 +858,7 @@ fn data_end_inner(
         };
         let Some(k) = key else {
             drop(tbl);
-            if check_present && t & PRESENT != 0 && !registry::usm() {
+            if check_present && t & PRESENT != 0 && !requires::usm() {
                 msg::message(&format!(
                     "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
                     P(hp)
@@ -1019,7 +1021,7 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
                 (tgt, e.shadows.clone(), e.host_ptr, e.name)
             }
             _ => {
-                if t & PRESENT != 0 && !registry::usm() {
+                if t & PRESENT != 0 && !requires::usm() {
                     msg::message(&format!(
                         "device mapping required by 'present' motion modifier does not exist for host address {} ({size} bytes)",
                         P(hp)
@@ -1052,86 +1054,6 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
 }
 
 // ------------------------------------------------------------ reporting
-
-pub fn dump_tables(header: &str) {
-    for d in registry::visible_devices() {
-        dump_table(d, header);
-    }
-}
-
-/// `ompx_dump_mapping_tables`: like LLVM, the tables go to stdout (through
-/// C's `stdout` stream, so they keep their place among the program's own
-/// buffered output), not to stderr like the INFO dumps.
-pub fn dump_tables_to_stdout() {
-    for d in registry::visible_devices() {
-        dump_table_with(
-            d,
-            "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",
-            &mut |dev, line| msg::dev_info_stdout(dev, line),
-        );
-    }
-}
-
-pub fn dump_table(d: &DevState, header: &str) {
-    dump_table_with(d, header, &mut |dev, line| msg::dev_info(dev, line));
-}
-
-fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &str)) {
-    let tbl = d.table_all();
-    if tbl.is_empty() {
-        out(d.id, "OpenMP Host-Device pointer mappings table empty");
-        return;
-    }
-    out(d.id, header);
-    out(
-        d.id,
-        "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration",
-    );
-    for e in tbl.entries() {
-        out(
-            d.id,
-            &format!(
-                "{} {} {:<8} {:<11} {:<12} {}",
-                P(e.hst_begin),
-                P(e.tgt_begin),
-                e.size(),
-                msg::rc_str(e.dyn_rc),
-                msg::rc_str(e.hold_rc),
-                msg::declaration_of(e.name)
-            ),
-        );
-    }
-}
-
-fn after_block(loc: &Loc) {
-    dump_tables(&format!(
-        "OpenMP Host-Device pointer mappings after block at {loc}:"
-    ));
-}
-
-/// The abort sequence for a failed construct (handleTargetOutcome).
-pub fn target_failed(loc_ptr: *const Ident) -> ! {
-    let loc = Loc::from_ident(loc_ptr);
-    if msg::info_on(msg::INFO_DUMP_TABLE) {
-        after_block(&loc);
-    } else {
-        msg::error("Consult https://openmp.llvm.org/design/Runtimes.html for debugging options.");
-    }
-    if loc.known {
-        msg::eprint_line(&format!(
-            "{loc}: omptarget fatal error 1: failure of target construct while offloading is mandatory"
-        ));
-        msg::abort()
-    } else {
-        msg::error(
-            "Source location information not present. Compile with -g or -gline-tables-only.",
-        );
-        msg::fatal(
-            1,
-            "failure of target construct while offloading is mandatory",
-        )
-    }
-}
 
 fn print_args(d: &DevState, a: &Args) {
     for i in 0..a.n() {
@@ -1178,7 +1100,7 @@ pub enum DataKind {
 }
 
 pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
-    let Some(d) = registry::resolve(device, loc) else {
+    let Some(d) = devices::resolve(device, loc) else {
         return;
     };
     let info = msg::info();
@@ -1236,22 +1158,6 @@ fn required_alignment(p: u64) -> u64 {
     } else {
         (1u64 << p.trailing_zeros()).min(FP_MAX_ALIGN)
     }
-}
-
-/// The map name LLVM prints for a copy without a known entry: the entry
-/// containing `[hp, hp+size)` or overlapping it from the left, else the next
-/// entry above, else the one below (lookupMapping's choice), else none.
-pub(crate) fn lookup_name(d: &DevState, hp: u64, size: u64) -> usize {
-    let tbl = d.table_all();
-    let left = tbl.last_below(hp.saturating_add(1));
-    if let Some((_, e)) = left {
-        if hp < e.hst_end {
-            return e.name;
-        }
-    }
-    let upper = tbl.first_above(hp);
-    let _ = size;
-    upper.or(left).map(|(_, e)| e.name).unwrap_or(0)
 }
 
 /// Write the device address of a lambda's by-reference capture into the
@@ -1370,7 +1276,7 @@ pub fn target_kernel(
     ka: &KernelArgsTy,
     a: &Args,
 ) -> i32 {
-    let Some(d) = registry::resolve(device, loc) else {
+    let Some(d) = devices::resolve(device, loc) else {
         return -1;
     };
     let info = msg::info();
