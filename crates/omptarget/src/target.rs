@@ -276,20 +276,15 @@ fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
         types: vec![],
         names: vec![],
     };
-    // clang's mapper functions decay each member's to/from by the map type
-    // they are called with but drop its `always`: the modifier applies to
-    // the whole list item, so it reaches every entry that moves data.
-    let always = a.ty(i) & ALWAYS;
+    // The components as pushed, like LLVM 22: clang's mapper functions
+    // decay each member's to/from by the map type they are called with but
+    // drop its `always`, so a present item moves only where a member entry
+    // would be its last reference (`always_mapper.cpp`).
     for c in mc.as_slice() {
-        let t = if c.ty & (TO | FROM) != 0 {
-            c.ty | always
-        } else {
-            c.ty
-        };
         o.base.push(c.base);
         o.begin.push(c.begin);
         o.sizes.push(c.size);
-        o.types.push(t);
+        o.types.push(c.ty);
         o.names.push(c.name);
     }
     o
@@ -663,14 +658,18 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
                 Err(f) => return Err(f),
             }
         }
-        // Members of a struct allocated by this construct are copied too.
+        // Members of a struct allocated by this construct are copied too
+        // (outside a declare mapper also when the struct's count is 1;
+        // LLVM 22 copies no member of a present struct that a mapper
+        // pushed: `always_mapper.cpp`).
         let force_copy = member && !pao && {
             let p = parent_index(t).unwrap_or(usize::MAX);
             p < a.n() && {
                 let tbl = d.table(a.begin(p), 0);
                 tbl.lookup(a.begin(p), 0)
                     .map(|(k, _)| {
-                        ctx.is_new(k) || tbl.get(k).map(|e| e.total() == 1).unwrap_or(false)
+                        ctx.is_new(k)
+                            || (!from_mapper && tbl.get(k).map(|e| e.total() == 1).unwrap_or(false))
                     })
                     .unwrap_or(false)
             }
