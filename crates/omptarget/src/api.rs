@@ -5,25 +5,26 @@ use std::sync::OnceLock;
 
 use offload_core::{AllocKind, DevicePtr, Location};
 
+use crate::device::DevState;
 use crate::mapping::{Entry, Found, INF};
 use crate::msg;
-use crate::registry::{self, DevState};
+use crate::{devices, libomp, state};
 
 pub fn initial_device() -> i64 {
-    registry::num_devices() as i64
+    devices::num_devices() as i64
 }
 
 /// A device for an API call: Ok(None) = the initial device, Err = invalid.
 #[allow(clippy::result_unit_err)]
 pub fn api_device(dev: i64) -> Result<Option<&'static DevState>, ()> {
-    let n = registry::num_devices() as i64;
+    let n = devices::num_devices() as i64;
     if dev == n {
         return Ok(None);
     }
     if dev < 0 || dev > n {
         return Err(());
     }
-    let d = &registry::state().devices[dev as usize];
+    let d = &state::state().devices[dev as usize];
     Ok(Some(d))
 }
 
@@ -33,7 +34,7 @@ pub fn checked_device(dev: i64) -> Option<&'static DevState> {
     match api_device(dev) {
         Ok(d) => d,
         Err(()) => {
-            let n = registry::num_devices();
+            let n = devices::num_devices();
             msg::fatal(
                 dev,
                 &format!("\"invalid value\" device number '{dev}' out of range, only {n} devices available"),
@@ -47,6 +48,7 @@ pub fn target_alloc(size: usize, dev: i64, kind: AllocKind) -> *mut c_void {
         return std::ptr::null_mut();
     }
     match checked_device(dev) {
+        // SAFETY: plain malloc; a null result is returned as is.
         None => unsafe { libc::malloc(size) },
         Some(d) => d
             .dev
@@ -61,6 +63,8 @@ pub fn target_free(p: *mut c_void, dev: i64) {
         return;
     }
     match checked_device(dev) {
+        // SAFETY: `omp_target_free` on the initial device takes what
+        // `omp_target_alloc` gave there, which is malloc'd memory (above).
         None => unsafe { libc::free(p) },
         Some(d) => {
             if d.dev.free(DevicePtr(p as u64)).is_err() {
@@ -74,7 +78,12 @@ pub fn target_free(p: *mut c_void, dev: i64) {
 }
 
 /// Copy `len` bytes between any two devices (host = initial device).
-pub fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64) -> i32 {
+///
+/// # Safety
+/// Where a side is the initial device, its address names `len` readable
+/// (source) or writable (destination) bytes of host memory; device sides
+/// are checked by the core.
+pub unsafe fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64) -> i32 {
     if len == 0 {
         return 0;
     }
@@ -107,8 +116,8 @@ pub fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64) -> i32
         Some(d) => Location::Device(d.id, DevicePtr(p)),
         None => Location::Host(p as *const u8),
     };
-    // SAFETY: the caller names `len` valid bytes at both addresses; device
-    // ranges are checked by the core.
+    // SAFETY: host sides name `len` valid bytes (the caller's guarantee);
+    // device ranges are checked by the core.
     let ok = unsafe {
         offload_plugins::runtime()
             .copy(at(dd, dst), at(sd, src), len, None)
@@ -121,8 +130,15 @@ pub fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64) -> i32
     }
 }
 
+/// `omp_target_memcpy_rect` over `ndims` dimensions.
+///
+/// # Safety
+/// Unless `dst` and `src` are both 0 (the query form) or a check below
+/// fails first, `volume`, `dst_off`, `src_off`, `dst_dims` and `src_dims`
+/// each hold `ndims` readable elements, and the rectangles they describe
+/// satisfy [`memcpy`] on each side.
 #[allow(clippy::too_many_arguments)]
-pub fn memcpy_rect(
+pub unsafe fn memcpy_rect(
     dst: u64,
     src: u64,
     elem: usize,
@@ -141,34 +157,42 @@ pub fn memcpy_rect(
     if dst == 0 || src == 0 || elem == 0 || ndims == 0 || volume.is_null() {
         return -1;
     }
+    // SAFETY: each array holds `ndims` elements (the caller's guarantee).
     let s = |p: *const usize| unsafe { std::slice::from_raw_parts(p, ndims) };
     let (vol, doff, soff, ddim, sdim) =
         (s(volume), s(dst_off), s(src_off), s(dst_dims), s(src_dims));
     if ndims == 1 {
-        return memcpy(
-            dst + (doff[0] * elem) as u64,
-            src + (soff[0] * elem) as u64,
-            vol[0] * elem,
-            dst_dev,
-            src_dev,
-        );
+        // SAFETY: the innermost row of the caller's rectangles.
+        return unsafe {
+            memcpy(
+                dst + (doff[0] * elem) as u64,
+                src + (soff[0] * elem) as u64,
+                vol[0] * elem,
+                dst_dev,
+                src_dev,
+            )
+        };
     }
     let dst_slice: usize = ddim[1..].iter().product::<usize>() * elem;
     let src_slice: usize = sdim[1..].iter().product::<usize>() * elem;
     for i in 0..vol[0] {
-        let r = memcpy_rect(
-            dst + (dst_slice * (doff[0] + i)) as u64,
-            src + (src_slice * (soff[0] + i)) as u64,
-            elem,
-            ndims - 1,
-            unsafe { volume.add(1) },
-            unsafe { dst_off.add(1) },
-            unsafe { src_off.add(1) },
-            unsafe { dst_dims.add(1) },
-            unsafe { src_dims.add(1) },
-            dst_dev,
-            src_dev,
-        );
+        // SAFETY: `ndims > 1`, so each array has `ndims - 1` elements after
+        // its first; slice `i < vol[0]` lies inside the caller's rectangles.
+        let r = unsafe {
+            memcpy_rect(
+                dst + (dst_slice * (doff[0] + i)) as u64,
+                src + (src_slice * (soff[0] + i)) as u64,
+                elem,
+                ndims - 1,
+                volume.add(1),
+                dst_off.add(1),
+                src_off.add(1),
+                dst_dims.add(1),
+                src_dims.add(1),
+                dst_dev,
+                src_dev,
+            )
+        };
         if r != 0 {
             return r;
         }
@@ -176,11 +200,17 @@ pub fn memcpy_rect(
     0
 }
 
-pub fn memset(p: *mut c_void, val: i32, n: usize, dev: i64) -> *mut c_void {
+/// `omp_target_memset`.
+///
+/// # Safety
+/// On the initial device, `[p, p + n)` is writable host memory (device
+/// ranges are checked by the core).
+pub unsafe fn memset(p: *mut c_void, val: i32, n: usize, dev: i64) -> *mut c_void {
     if p.is_null() || n == 0 {
         return p;
     }
     match checked_device(dev) {
+        // SAFETY: host memory the caller names as `n` writable bytes.
         None => unsafe {
             libc::memset(p, val, n);
         },
@@ -311,7 +341,7 @@ pub fn disassociate(host: u64, dev: i64) -> i32 {
 fn uids() -> &'static Vec<CString> {
     static U: OnceLock<Vec<CString>> = OnceLock::new();
     U.get_or_init(|| {
-        registry::state()
+        state::state()
             .devices
             .iter()
             .map(|d| CString::new(d.dev.info().uid.clone()).unwrap_or_default())
@@ -320,7 +350,7 @@ fn uids() -> &'static Vec<CString> {
 }
 
 pub fn uid_from_device(dev: i64) -> *const c_char {
-    let n = registry::num_devices() as i64;
+    let n = devices::num_devices() as i64;
     if dev == n {
         return c"HOST".as_ptr();
     }
@@ -339,11 +369,12 @@ pub fn device_from_uid(uid: *const c_char) -> i32 {
     if uid.is_null() {
         return -2;
     }
+    // SAFETY: `omp_get_device_from_uid` takes a C string (not null: above).
     let s = unsafe { CStr::from_ptr(uid) };
     if s.to_bytes() == b"HOST" {
         return initial_device() as i32;
     }
-    let n = registry::num_devices();
+    let n = devices::num_devices();
     for (i, u) in uids().iter().enumerate().take(n) {
         if u.as_c_str() == s {
             return i as i32;
@@ -391,13 +422,14 @@ pub fn wait_depobjs(count: i32, list: *const *const c_void) {
     type WaitDeps =
         unsafe extern "C" fn(*const c_void, i32, i32, *const DependInfo, i32, *const DependInfo);
     type ThreadNum = unsafe extern "C" fn(*const c_void) -> i32;
-    let wait = registry::dlsym_default(c"__kmpc_omp_wait_deps");
-    let gtid = registry::dlsym_default(c"__kmpc_global_thread_num");
+    let wait = libomp::dlsym_default(c"__kmpc_omp_wait_deps");
+    let gtid = libomp::dlsym_default(c"__kmpc_global_thread_num");
     if wait.is_null() || gtid.is_null() {
         return;
     }
-    // SAFETY: each depobj points at libomp's record of one dependence.
     let deps: Vec<DependInfo> = (0..count as usize)
+        // SAFETY: the program passes `count` depobjs (not null: above); each
+        // is null or points at libomp's record of one dependence.
         .filter_map(|i| unsafe { (*list.add(i) as *const DependInfo).as_ref().copied() })
         .collect();
     // SAFETY: libomp's entry points, with the signatures it exports.

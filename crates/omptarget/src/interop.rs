@@ -36,7 +36,7 @@ use ol::interop_table::{offload_interop_table_t, OMPX_IFR_LIBOFFLOAD};
 use ol::types::*;
 use LLVMOffload as ol;
 
-use crate::registry;
+use crate::{devices, libomp, policy, state};
 
 // ------------------------------------------------------------ OpenMP constants
 
@@ -159,36 +159,47 @@ fn ol_error(r: ol_result_t) -> Option<String> {
     Some(format!("error {}: {details}", e.code))
 }
 
+/// # Safety
+/// `dev` is a device handle from `olIterateDevices`, and `T` is the type
+/// liboffload writes for `prop` (its size is passed).
 unsafe fn device_info<T: Copy + Default>(dev: ol_device_handle_t, prop: ol_device_info_t) -> T {
     let mut v = T::default();
-    let r = ol::olGetDeviceInfo(
-        dev,
-        prop,
-        std::mem::size_of::<T>(),
-        &mut v as *mut T as *mut c_void,
-    );
+    // SAFETY: a live device handle (caller) and an out slot of the size
+    // passed, of the property's type (caller).
+    let r = unsafe {
+        ol::olGetDeviceInfo(
+            dev,
+            prop,
+            std::mem::size_of::<T>(),
+            &mut v as *mut T as *mut c_void,
+        )
+    };
     let _ = ol_error(r);
     v
 }
 
+/// # Safety
+/// `dev` is a device handle from `olIterateDevices`.
 unsafe fn device_uid(dev: ol_device_handle_t) -> String {
     let mut size = 0usize;
-    if ol_error(ol::olGetDeviceInfoSize(
-        dev,
-        ol_device_info_t::OL_DEVICE_INFO_UID,
-        &mut size,
-    ))
+    // SAFETY: a live device handle (caller), an out slot for the size.
+    if ol_error(unsafe {
+        ol::olGetDeviceInfoSize(dev, ol_device_info_t::OL_DEVICE_INFO_UID, &mut size)
+    })
     .is_some()
     {
         return String::new();
     }
     let mut buf = vec![0u8; size.max(1)];
-    if ol_error(ol::olGetDeviceInfo(
-        dev,
-        ol_device_info_t::OL_DEVICE_INFO_UID,
-        buf.len(),
-        buf.as_mut_ptr() as *mut c_void,
-    ))
+    // SAFETY: a live device handle (caller) and a buffer of the size passed.
+    if ol_error(unsafe {
+        ol::olGetDeviceInfo(
+            dev,
+            ol_device_info_t::OL_DEVICE_INFO_UID,
+            buf.len(),
+            buf.as_mut_ptr() as *mut c_void,
+        )
+    })
     .is_some()
     {
         return String::new();
@@ -198,13 +209,21 @@ unsafe fn device_uid(dev: ol_device_handle_t) -> String {
         .unwrap_or_default()
 }
 
+/// `olIterateDevices` callback.
+///
+/// # Safety
+/// `data` is the `&mut Vec<usize>` that `ol_devices` passes.
 unsafe extern "C" fn collect(dev: ol_device_handle_t, data: *mut c_void) -> bool {
-    (*(data as *mut Vec<usize>)).push(dev as usize);
+    // SAFETY: the caller's guarantee: our own vector, borrowed for the call.
+    unsafe { (*(data as *mut Vec<usize>)).push(dev as usize) };
     true
 }
 
 fn ol_devices() -> Result<&'static OlDevices, &'static str> {
     static OL: OnceLock<Result<OlDevices, String>> = OnceLock::new();
+    // SAFETY: liboffload's C API as documented: `olInit` first; the
+    // iteration callback gets `all` (see `collect`); the handles queried
+    // are the ones the iteration returned.
     OL.get_or_init(|| unsafe {
         // Held for the life of the process: tables and queues handed out
         // must stay valid, and the process may not end through olShutDown.
@@ -236,7 +255,7 @@ fn ol_devices() -> Result<&'static OlDevices, &'static str> {
                 )
             })
             .collect();
-        let omp = registry::state()
+        let omp = state::state()
             .devices
             .iter()
             .enumerate()
@@ -303,7 +322,7 @@ pub fn wait_deps(
     type WaitDeps =
         unsafe extern "C" fn(*const c_void, i32, i32, *const DependInfo, i32, *const DependInfo);
     static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| registry::dlsym_default(c"__kmpc_omp_wait_deps") as usize);
+    let f = *F.get_or_init(|| libomp::dlsym_default(c"__kmpc_omp_wait_deps") as usize);
     if f == 0 {
         return;
     }
@@ -322,15 +341,15 @@ pub fn wait_deps(
 /// offloading is disabled, the device does not exist, or liboffload cannot
 /// serve it.
 pub fn create(kind: Kind, device: i64, implicit_gtid: Option<i32>) -> *mut c_void {
-    if registry::offload_disabled() {
+    if policy::offload_disabled() {
         return std::ptr::null_mut();
     }
     let device = if device == -1 {
-        registry::default_device()
+        libomp::default_device()
     } else {
         device
     };
-    let n = registry::num_devices() as i64;
+    let n = devices::num_devices() as i64;
     if device < 0 || device > n {
         tracing::debug!(device, "interop: no such device");
         return std::ptr::null_mut();
@@ -358,9 +377,11 @@ pub fn create(kind: Kind, device: i64, implicit_gtid: Option<i32>) -> *mut c_voi
     };
     let mut queue: ol_queue_handle_t = std::ptr::null_mut();
     if kind == Kind::TargetSync {
-        // SAFETY: a device handle from olIterateDevices, an out pointer.
         if let Some(e) =
-            ol_error(unsafe { ol::olCreateQueue(dev.device as ol_device_handle_t, &mut queue) })
+            // SAFETY: a device handle from olIterateDevices, an out pointer.
+            ol_error(unsafe {
+                ol::olCreateQueue(dev.device as ol_device_handle_t, &mut queue)
+            })
         {
             tracing::warn!(device, error = e, "interop: olCreateQueue failed");
             return std::ptr::null_mut();

@@ -7,12 +7,21 @@
 
 pub mod abi;
 pub mod api;
+pub mod descriptor;
+pub mod device;
+pub mod devices;
 pub mod interop;
+pub mod kernels;
+pub mod libomp;
+pub mod loading;
 pub mod mapper;
 pub mod mapping;
 pub mod msg;
-pub mod registry;
+pub mod policy;
+pub mod report;
+pub mod requires;
 pub mod shards;
+pub mod state;
 pub mod target;
 
 use std::ffi::{c_char, c_void};
@@ -36,25 +45,27 @@ type Ptrs = *mut *mut c_void;
 
 #[no_mangle]
 pub extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
-    guard!(unsafe { registry::register(desc) })
+    // SAFETY: clang's descriptor: static data that outlives the
+    // registration (`__tgt_unregister_lib` comes from the same module).
+    guard!(unsafe { state::register(desc) })
 }
 
 #[no_mangle]
 pub extern "C" fn __tgt_unregister_lib(desc: *const BinDesc) {
-    guard!(registry::unregister(desc))
+    guard!(state::unregister(desc))
 }
 
 #[no_mangle]
 pub extern "C" fn __tgt_init_all_rtls() {
     guard!({
-        let _ = registry::state();
+        let _ = state::state();
     })
 }
 
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init() {
     guard!({
-        let _ = registry::state();
+        let _ = state::state();
     })
 }
 
@@ -74,8 +85,8 @@ pub extern "C" fn __tgt_register_requires(_flags: i64) {
 pub extern "C" fn __tgt_target_kernel(
     loc: *const Ident,
     device: i64,
-    num_teams: i32,
-    thread_limit: i32,
+    _num_teams: i32,
+    _thread_limit: i32,
     host_ptr: *mut c_void,
     args: *const KernelArgsTy,
 ) -> i32 {
@@ -83,9 +94,12 @@ pub extern "C" fn __tgt_target_kernel(
         if args.is_null() {
             return -1;
         }
-        target::target_kernel(loc, device, num_teams, thread_limit, host_ptr, unsafe {
-            &*args
-        })
+        // SAFETY: clang passes a `KernelArgsTy` valid for the call.
+        let ka = unsafe { &*args };
+        // SAFETY: its arrays hold `num_args` entries (clang's contract;
+        // `arg_base_ptrs` is the writable `.offload_baseptrs` array).
+        let a = unsafe { Args::from_kernel_args(ka) };
+        target::target_kernel(loc, device, host_ptr, ka, &a)
     })
 }
 
@@ -329,6 +343,7 @@ pub extern "C" fn __kmpc_push_target_tripcount_mapper(
 pub extern "C" fn __tgt_target_nowait_query(async_handle: *mut *mut c_void) {
     if !async_handle.is_null() {
         // Everything runs synchronously: nothing is ever pending.
+        // SAFETY: libomp passes the address of the task's handle slot.
         unsafe { *async_handle = std::ptr::null_mut() };
     }
 }
@@ -349,14 +364,18 @@ fn data(
     kind: DataKind,
 ) {
     guard!({
-        let a = Args {
-            n: n.max(0) as usize,
-            base,
-            begin: args,
-            sizes,
-            types,
-            names: names as *const *mut c_void,
-            mappers: mappers as *const *mut c_void,
+        // SAFETY: clang passes `n` entries in each array (names and
+        // mappers may be null), valid for the call; `base` is writable.
+        let a = unsafe {
+            Args::from_raw(
+                n.max(0) as usize,
+                base,
+                args,
+                sizes,
+                types,
+                names as *const *mut c_void,
+                mappers as *const *mut c_void,
+            )
         };
         target::target_data(loc, device, &a, kind)
     })
@@ -523,7 +542,7 @@ pub extern "C" fn __tgt_push_mapper_component(
 
 #[no_mangle]
 pub extern "C" fn omp_get_num_devices() -> i32 {
-    guard!(registry::num_devices() as i32)
+    guard!(devices::num_devices() as i32)
 }
 
 #[no_mangle]
@@ -605,13 +624,17 @@ pub extern "C" fn omp_target_memcpy(
         if dst.is_null() || src.is_null() {
             return -1;
         }
-        api::memcpy(
-            dst as u64 + dst_off as u64,
-            src as u64 + src_off as u64,
-            len,
-            dst_dev as i64,
-            src_dev as i64,
-        )
+        // SAFETY: the OpenMP API's contract: host sides name `len` valid
+        // bytes at the given offsets.
+        unsafe {
+            api::memcpy(
+                dst as u64 + dst_off as u64,
+                src as u64 + src_off as u64,
+                len,
+                dst_dev as i64,
+                src_dev as i64,
+            )
+        }
     })
 }
 
@@ -648,19 +671,23 @@ pub extern "C" fn omp_target_memcpy_rect(
     dst_dev: i32,
     src_dev: i32,
 ) -> i32 {
-    guard!(api::memcpy_rect(
-        dst as u64,
-        src as u64,
-        elem,
-        ndims.max(0) as usize,
-        volume,
-        dst_off,
-        src_off,
-        dst_dims,
-        src_dims,
-        dst_dev as i64,
-        src_dev as i64
-    ))
+    // SAFETY: the OpenMP API's contract: the arrays hold `ndims` elements
+    // and describe rectangles inside the named memory.
+    guard!(unsafe {
+        api::memcpy_rect(
+            dst as u64,
+            src as u64,
+            elem,
+            ndims.max(0) as usize,
+            volume,
+            dst_off,
+            src_off,
+            dst_dims,
+            src_dims,
+            dst_dev as i64,
+            src_dev as i64,
+        )
+    })
 }
 
 #[no_mangle]
@@ -690,7 +717,8 @@ pub extern "C" fn omp_target_memcpy_rect_async(
 
 #[no_mangle]
 pub extern "C" fn omp_target_memset(p: *mut c_void, val: i32, n: usize, dev: i32) -> *mut c_void {
-    guard!(api::memset(p, val, n, dev as i64))
+    // SAFETY: the OpenMP API's contract: `n` writable bytes at `p`.
+    guard!(unsafe { api::memset(p, val, n, dev as i64) })
 }
 
 #[no_mangle]
@@ -704,7 +732,8 @@ pub extern "C" fn omp_target_memset_async(
 ) -> *mut c_void {
     guard!({
         api::wait_depobjs(depobj_count, depobj_list as *const *const c_void);
-        api::memset(p, val, n, dev as i64)
+        // SAFETY: as for `omp_target_memset`.
+        unsafe { api::memset(p, val, n, dev as i64) }
     })
 }
 
@@ -808,6 +837,8 @@ pub extern "C" fn __tgt_interop_init(
         }
         interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
         let obj = interop::create(interop::Kind::from_clang(ty), dev as i64, None);
+        // SAFETY: clang passes the address of the `omp_interop_t` variable
+        // (not null: checked above).
         unsafe { *interop = obj };
     })
 }
@@ -824,6 +855,7 @@ pub extern "C" fn __tgt_interop_use(
     guard!({
         interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
         if !interop.is_null() {
+            // SAFETY: the address of the program's `omp_interop_t` variable.
             interop::sync(unsafe { *interop });
         }
     })
@@ -841,7 +873,9 @@ pub extern "C" fn __tgt_interop_destroy(
     guard!({
         interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
         if !interop.is_null() {
+            // SAFETY: the address of the program's `omp_interop_t` variable.
             interop::release(unsafe { *interop });
+            // SAFETY: as above; it becomes `omp_interop_none`.
             unsafe { *interop = std::ptr::null_mut() };
         }
     })
@@ -864,8 +898,10 @@ pub struct DepPack {
 }
 
 fn ctx_deps(loc: *const Ident, ctx: *const InteropCtx, deps: *const DepPack) -> (i32, bool) {
+    // SAFETY: LLVM's contract: `ctx` is null or a live `interop_ctx_t`.
     let ctx = unsafe { ctx.as_ref() };
     let gtid = ctx.map_or(0, |c| c.gtid);
+    // SAFETY: LLVM's contract: `deps` is null or a live `dep_pack_t`.
     if let Some(d) = unsafe { deps.as_ref() } {
         interop::wait_deps(
             loc.cast(),
@@ -942,7 +978,7 @@ pub extern "C" fn __tgt_print_device_info(dev: i64) {
 
 #[no_mangle]
 pub extern "C" fn ompx_dump_mapping_tables() {
-    guard!(target::dump_tables_to_stdout())
+    guard!(report::dump_tables_to_stdout())
 }
 
 #[no_mangle]

@@ -224,6 +224,7 @@ mod tests {
         for i in 0..10 {
             // SAFETY: `h` is `mc`'s header.
             unsafe { push(h, comp(i)).unwrap() };
+            // SAFETY: as above.
             assert_eq!(unsafe { len(h) }, i as u32 + 1);
         }
         let sizes: Vec<i64> = mc.as_slice().iter().map(|c| c.size).collect();

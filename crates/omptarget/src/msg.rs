@@ -160,6 +160,7 @@ impl Loc {
         if ps.is_null() {
             return unknown;
         }
+        // SAFETY: psource is a C string (clang's ident_t; not null: above).
         let s = unsafe { CStr::from_ptr(ps) }.to_string_lossy();
         let parts: Vec<&str> = s.split(';').collect();
         if parts.len() < 5 {
@@ -204,6 +205,7 @@ pub fn declaration_of(name: usize) -> String {
     if name == 0 {
         return "unknown at unknown:0:0".into();
     }
+    // SAFETY: map names are C strings emitted by clang.
     let s = unsafe { CStr::from_ptr(name as *const c_char) }.to_string_lossy();
     let parts: Vec<&str> = s.split(';').collect();
     if parts.len() >= 5 && s.starts_with(';') {

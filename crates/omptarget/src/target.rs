@@ -6,38 +6,112 @@ use offload_core::plugin::{KernelArgs, LaunchConfig};
 use smallvec::SmallVec;
 
 use crate::abi::*;
+use crate::device::DevState;
 use crate::mapper::MapperComponents;
-use crate::mapping::{Entry, Found, Neighbours, Shadow};
+use crate::mapping::{Entry, Found, Shadow};
 use crate::msg::{self, Loc, P};
-use crate::registry::{self, DevState};
+use crate::report::{after_block, lookup_name, target_failed};
+use crate::{devices, requires};
 
-/// The argument arrays of one construct.
+/// The argument arrays of one construct (clang's `args_base`, `args`,
+/// `arg_sizes`, `arg_types`, `arg_names`, `arg_mappers`), read through
+/// index accessors. Built only by the unsafe constructors, whose contract
+/// is the invariant every accessor relies on: each non-null array holds
+/// `n` elements, readable (and `base` writable) while the value is used.
 #[derive(Clone, Copy)]
-pub struct Args {
-    pub n: usize,
-    pub base: *mut *mut c_void,
-    pub begin: *mut *mut c_void,
-    pub sizes: *const i64,
-    pub types: *const i64,
-    pub names: *const *mut c_void,
-    pub mappers: *const *mut c_void,
+pub struct Args<'a> {
+    n: usize,
+    base: *mut *mut c_void,
+    begin: *mut *mut c_void,
+    sizes: *const i64,
+    types: *const i64,
+    names: *const *mut c_void,
+    mappers: *const *mut c_void,
+    /// The arrays are borrowed for `'a`.
+    _arrays: std::marker::PhantomData<&'a mut [*mut c_void]>,
 }
 
-impl Args {
+impl<'a> Args<'a> {
+    /// # Safety
+    /// `base` and `begin` hold `n` pointers each (`base` also writable:
+    /// RETURN_PARAM entries get their device address there); `sizes`,
+    /// `types`, `names` and `mappers` are null or hold `n` elements; all
+    /// of them stay valid for `'a`. As clang guarantees: each mapped host
+    /// range (`begin[i]`, `sizes[i]` bytes) and each PTR_AND_OBJ/ATTACH base
+    /// pointer slot is the program's memory, live for the construct; a
+    /// non-null name is a C string; a non-null mapper is a mapper function
+    /// of clang's signature ([`MapperFn`]).
+    pub unsafe fn from_raw(
+        n: usize,
+        base: *mut *mut c_void,
+        begin: *mut *mut c_void,
+        sizes: *const i64,
+        types: *const i64,
+        names: *const *mut c_void,
+        mappers: *const *mut c_void,
+    ) -> Args<'a> {
+        Args {
+            n,
+            base,
+            begin,
+            sizes,
+            types,
+            names,
+            mappers,
+            _arrays: std::marker::PhantomData,
+        }
+    }
+
+    /// The argument arrays of a `__tgt_target_kernel` call.
+    ///
+    /// # Safety
+    /// `ka`'s arrays satisfy [`Args::from_raw`] for `ka.num_args` and `'a`.
+    pub unsafe fn from_kernel_args(ka: &KernelArgsTy) -> Args<'a> {
+        // SAFETY: the caller's guarantee for `ka`'s arrays.
+        unsafe {
+            Args::from_raw(
+                ka.num_args as usize,
+                ka.arg_base_ptrs,
+                ka.arg_ptrs,
+                ka.arg_sizes,
+                ka.arg_types,
+                ka.arg_names as *const *mut c_void,
+                ka.arg_mappers as *const *mut c_void,
+            )
+        }
+    }
+
+    /// The number of arguments.
+    #[inline]
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Element `i` of a non-null array of `n` elements (the constructor's
+    /// contract); a bad index from malformed input panics (`guard!` turns
+    /// that into LLVM's fatal error) instead of reading past the array.
+    #[inline]
+    fn at<T: Copy>(&self, p: *const T, i: usize) -> T {
+        assert!(i < self.n, "argument index {i} out of range ({})", self.n);
+        // SAFETY: `p` is one of this value's non-null arrays, which hold
+        // `n` readable elements (`from_raw`'s contract), and `i < n`.
+        unsafe { *p.add(i) }
+    }
+
     #[inline]
     pub fn base(&self, i: usize) -> u64 {
-        unsafe { *self.base.add(i) as u64 }
+        self.at(self.base as *const *mut c_void, i) as u64
     }
     #[inline]
     pub fn begin(&self, i: usize) -> u64 {
-        unsafe { *self.begin.add(i) as u64 }
+        self.at(self.begin as *const *mut c_void, i) as u64
     }
     #[inline]
     pub fn size(&self, i: usize) -> i64 {
         if self.sizes.is_null() {
             0
         } else {
-            unsafe { *self.sizes.add(i) }
+            self.at(self.sizes, i)
         }
     }
     #[inline]
@@ -45,7 +119,7 @@ impl Args {
         if self.types.is_null() {
             0
         } else {
-            unsafe { *self.types.add(i) }
+            self.at(self.types, i)
         }
     }
     #[inline]
@@ -53,7 +127,7 @@ impl Args {
         if self.names.is_null() {
             0
         } else {
-            unsafe { *self.names.add(i) as usize }
+            self.at(self.names, i) as usize
         }
     }
     #[inline]
@@ -61,8 +135,18 @@ impl Args {
         if self.mappers.is_null() {
             0
         } else {
-            unsafe { *self.mappers.add(i) as usize }
+            self.at(self.mappers, i) as usize
         }
+    }
+
+    /// Store `v` in base slot `i` (a RETURN_PARAM's device address, which
+    /// clang reads back after the call).
+    #[inline]
+    pub fn set_base(&self, i: usize, v: u64) {
+        assert!(i < self.n, "argument index {i} out of range ({})", self.n);
+        // SAFETY: `base` holds `n` writable pointers (`from_raw`'s
+        // contract) and `i < n`.
+        unsafe { *self.base.add(i) = v as *mut c_void };
     }
 }
 
@@ -137,23 +221,44 @@ struct OwnedArgs {
 }
 
 impl OwnedArgs {
-    fn args(&mut self) -> Args {
-        Args {
-            n: self.base.len(),
-            base: self.base.as_mut_ptr(),
-            begin: self.begin.as_mut_ptr(),
-            sizes: self.sizes.as_ptr(),
-            types: self.types.as_ptr(),
-            names: self.names.as_ptr(),
-            mappers: std::ptr::null(),
+    /// The arrays as [`Args`] (borrowing `self`).
+    fn args(&mut self) -> Args<'_> {
+        debug_assert!([
+            self.begin.len(),
+            self.sizes.len(),
+            self.types.len(),
+            self.names.len()
+        ]
+        .iter()
+        .all(|&l| l == self.base.len()));
+        // SAFETY: five vectors of `base.len()` elements each (filled
+        // together in `run_mapper`), mutably borrowed for the result's
+        // lifetime; no mapper array.
+        unsafe {
+            Args::from_raw(
+                self.base.len(),
+                self.base.as_mut_ptr(),
+                self.begin.as_mut_ptr(),
+                self.sizes.as_ptr(),
+                self.types.as_ptr(),
+                self.names.as_ptr(),
+                std::ptr::null(),
+            )
         }
     }
 }
 
+/// Call the declare-mapper function of argument `i` (not null) and return
+/// the components it pushed.
 fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
     let mut mc = MapperComponents::new();
-    let f: MapperFn = unsafe { std::mem::transmute(a.mapper(i)) };
-    // SAFETY: clang's generated mapper with the documented signature.
+    let m = a.mapper(i);
+    assert!(m != 0, "argument {i} has no mapper");
+    // SAFETY: a non-null mapper entry is a function of clang's mapper
+    // signature (`Args::from_raw`'s contract).
+    let f: MapperFn = unsafe { std::mem::transmute::<usize, MapperFn>(m) };
+    // SAFETY: `f` is clang's generated mapper; the handle is `mc`'s live
+    // `MapperComponentsTy`, the other arguments the construct's own.
     unsafe {
         f(
             mc.handle(),
@@ -171,20 +276,15 @@ fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
         types: vec![],
         names: vec![],
     };
-    // clang's mapper functions decay each member's to/from by the map type
-    // they are called with but drop its `always`: the modifier applies to
-    // the whole list item, so it reaches every entry that moves data.
-    let always = a.ty(i) & ALWAYS;
+    // The components as pushed, like LLVM 22: clang's mapper functions
+    // decay each member's to/from by the map type they are called with but
+    // drop its `always`, so a present item moves only where a member entry
+    // would be its last reference (`always_mapper.cpp`).
     for c in mc.as_slice() {
-        let t = if c.ty & (TO | FROM) != 0 {
-            c.ty | always
-        } else {
-            c.ty
-        };
         o.base.push(c.base);
         o.begin.push(c.begin);
         o.sizes.push(c.size);
-        o.types.push(t);
+        o.types.push(c.ty);
         o.names.push(c.name);
     }
     o
@@ -192,7 +292,12 @@ fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
 
 // ------------------------------------------------------------ helpers
 
-fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
+/// Copy `[hp, hp + size)` to `tgt` (with its INFO line).
+///
+/// # Safety
+/// As [`DevState::h2d`]: the host range is readable, the device range lies
+/// in live device memory of a mapping-table entry or owned block.
+unsafe fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
     if msg::info_on(msg::INFO_DATA_TRANSFER) {
         msg::dev_info(
             d.id,
@@ -204,11 +309,16 @@ fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
             ),
         );
     }
-    // SAFETY: host range comes from the program's map clause.
+    // SAFETY: the caller's guarantee, passed on.
     unsafe { d.h2d(tgt, hp, size) }
 }
 
-fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
+/// Copy `size` bytes at `tgt` to `[hp, hp + size)` (with its INFO line).
+///
+/// # Safety
+/// As [`DevState::d2h`]: the host range is writable, the device range lies
+/// in live device memory of a mapping-table entry.
+unsafe fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
     if msg::info_on(msg::INFO_DATA_TRANSFER) {
         msg::dev_info(
             d.id,
@@ -220,6 +330,7 @@ fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
             ),
         );
     }
+    // SAFETY: the caller's guarantee, passed on.
     unsafe { d.d2h(hp, tgt, size) }
 }
 
@@ -227,6 +338,9 @@ fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
 fn reapply_shadows(d: &DevState, shadows: &[Shadow], hp: u64, size: u64) {
     for s in shadows {
         if s.host_ptr_addr >= hp && s.host_ptr_addr + 8 <= hp + size {
+            // SAFETY: the source is the shadow's own 8-byte value; a shadow's
+            // device slot lies inside the device memory of the live entry
+            // that holds it (recorded by `attach`).
             unsafe { d.h2d(s.tgt_ptr_addr, &s.tgt_value as *const u64 as u64, 8) };
         }
     }
@@ -236,7 +350,9 @@ fn reapply_shadows(d: &DevState, shadows: &[Shadow], hp: u64, size: u64) {
 fn restore_shadows(shadows: &[Shadow], hp: u64, size: u64) {
     for s in shadows {
         if s.host_ptr_addr >= hp && s.host_ptr_addr + 8 <= hp + size {
-            // SAFETY: the pointer lies inside host memory the program mapped.
+            // SAFETY: the pointer slot lies inside `[hp, hp + size)` (checked
+            // above), host memory of a live entry the program mapped
+            // (`Args::from_raw`'s contract when it was mapped).
             unsafe { std::ptr::write_unaligned(s.host_ptr_addr as *mut u64, s.host_value) };
         }
     }
@@ -311,7 +427,9 @@ pub fn map_one(
             if to && !host_ptr && size > 0 && (always || force_copy || was_new) {
                 let shadows = e.shadows.clone();
                 drop(tbl);
-                if !copy_h2d(d, ename, hp, tgt, size) {
+                // SAFETY: `[hp, hp + size)` is the construct's mapped host
+                // range (`Args::from_raw`), inside the live entry `k`.
+                if !unsafe { copy_h2d(d, ename, hp, tgt, size) } {
                     return Err(Fail::Other);
                 }
                 reapply_shadows(d, &shadows, hp, size);
@@ -339,7 +457,7 @@ pub fn map_one(
         }
         // LLVM 22 creates no entry under unified shared memory: the host
         // address is used directly and nothing is recorded.
-        None if size > 0 && registry::usm() && t & CLOSE == 0 => {
+        None if size > 0 && requires::usm() && t & CLOSE == 0 => {
             drop(tbl);
             if msg::info_on(msg::INFO_MAPPING_CHANGED) {
                 msg::dev_info(
@@ -406,7 +524,9 @@ pub fn map_one(
             // thread finding the new entry must see its data on the device
             // (over a remote device the copy is a round trip; the window
             // lost increments of shared mapped counters).
-            let copied = !to || copy_h2d(d, name, hp, tgt, size);
+            // SAFETY: the construct's mapped host range (`Args::from_raw`)
+            // into the block just allocated for it.
+            let copied = !to || unsafe { copy_h2d(d, name, hp, tgt, size) };
             drop(tbl);
             ctx.new_entries.push((hp, hp + size));
             if !copied {
@@ -457,12 +577,14 @@ fn attach(d: &DevState, ptr_addr: u64, pointee_begin: u64, pointee_tgt: u64) {
     }
     drop(tbl);
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    copy_h2d(d, ename, &tgt_value as *const u64 as u64, tgt_ptr_addr, 8);
+    // SAFETY: the source is the local `tgt_value`; the device slot is
+    // inside the entry containing `[ptr_addr, ptr_addr + 8)` (looked up).
+    unsafe { copy_h2d(d, ename, &tgt_value as *const u64 as u64, tgt_ptr_addr, 8) };
 }
 
 fn struct_padding(a: &Args, i: usize) -> u64 {
     let t = a.ty(i);
-    if parent_index(t).is_none() && i + 1 < a.n && parent_index(a.ty(i + 1)) == Some(i) {
+    if parent_index(t).is_none() && i + 1 < a.n() && parent_index(a.ty(i + 1)) == Some(i) {
         let base = a.base(i);
         let align = if base == 0 {
             16
@@ -495,7 +617,7 @@ fn return_param_base(hp: u64, hb: u64, pao: bool, tgt: u64) -> u64 {
 }
 
 pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> Result<(), Fail> {
-    for i in 0..a.n {
+    for i in 0..a.n() {
         let t = a.ty(i);
         if t & (LITERAL | PRIVATE) != 0 {
             continue;
@@ -536,14 +658,18 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
                 Err(f) => return Err(f),
             }
         }
-        // Members of a struct allocated by this construct are copied too.
+        // Members of a struct allocated by this construct are copied too
+        // (outside a declare mapper also when the struct's count is 1;
+        // LLVM 22 copies no member of a present struct that a mapper
+        // pushed: `always_mapper.cpp`).
         let force_copy = member && !pao && {
             let p = parent_index(t).unwrap_or(usize::MAX);
-            p < a.n && {
+            p < a.n() && {
                 let tbl = d.table(a.begin(p), 0);
                 tbl.lookup(a.begin(p), 0)
                     .map(|(k, _)| {
-                        ctx.is_new(k) || tbl.get(k).map(|e| e.total() == 1).unwrap_or(false)
+                        ctx.is_new(k)
+                            || (!from_mapper && tbl.get(k).map(|e| e.total() == 1).unwrap_or(false))
                     })
                     .unwrap_or(false)
             }
@@ -577,9 +703,7 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
         if t & RETURN_PARAM != 0 && r.key.is_some() {
             // Not mapped: the host address stays (OpenMP 5.1).
             let tb = return_param_base(hp, hb, pao, r.tgt);
-            // SAFETY: `i < a.n`; the base array is the construct's, which
-            // clang reads back after the call.
-            unsafe { *a.base.add(i) = tb as *mut c_void };
+            a.set_base(i, tb);
         }
         if r.key.is_none()
             && !r.host
@@ -704,7 +828,7 @@ fn data_end_inner(
     check_present: bool,
     removals: &mut Removals,
 ) -> Result<(), Fail> {
-    for i in (0..a.n).rev() {
+    for i in (0..a.n()).rev() {
         let t = a.ty(i);
         if t & (LITERAL | PRIVATE | ATTACH) != 0 {
             continue;
@@ -733,7 +857,7 @@ fn data_end_inner(
         };
         let Some(k) = key else {
             drop(tbl);
-            if check_present && t & PRESENT != 0 && !registry::usm() {
+            if check_present && t & PRESENT != 0 && !requires::usm() {
                 msg::message(&format!(
                     "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
                     P(hp)
@@ -781,7 +905,9 @@ fn data_end_inner(
             // The last reference copies back before the entry leaves the
             // table: a thread mapping the range next (a new entry, copied
             // in from the host) must see the updated host value.
-            let copied = copy_d2h(d, name, hp, tgt, size);
+            // SAFETY: the construct's mapped host range (`Args::from_raw`),
+            // from the entry `k`, still in the table (locked).
+            let copied = unsafe { copy_d2h(d, name, hp, tgt, size) };
             if copied {
                 restore_shadows(&shadows, hp, size);
             }
@@ -798,7 +924,9 @@ fn data_end_inner(
         let removed = if remove { tbl.remove(k) } else { None };
         drop(tbl);
         if do_copy {
-            if !copy_d2h(d, name, hp, tgt, size) {
+            // SAFETY: the construct's mapped host range; the entry is not
+            // removed (`removed` is None here), so its memory is live.
+            if !unsafe { copy_d2h(d, name, hp, tgt, size) } {
                 return Err(Fail::Other);
             }
             restore_shadows(&shadows, hp, size);
@@ -813,7 +941,7 @@ fn data_end_inner(
 // ------------------------------------------------------------ update
 
 pub fn data_update(d: &DevState, a: &Args) -> Result<(), Fail> {
-    for i in 0..a.n {
+    for i in 0..a.n() {
         let t = a.ty(i);
         if t & (LITERAL | PRIVATE) != 0 {
             continue;
@@ -892,7 +1020,7 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
                 (tgt, e.shadows.clone(), e.host_ptr, e.name)
             }
             _ => {
-                if t & PRESENT != 0 && !registry::usm() {
+                if t & PRESENT != 0 && !requires::usm() {
                     msg::message(&format!(
                         "device mapping required by 'present' motion modifier does not exist for host address {} ({size} bytes)",
                         P(hp)
@@ -907,13 +1035,16 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
         return Ok(());
     }
     if t & FROM != 0 {
-        if !copy_d2h(d, name, hp, tgt, size) {
+        // SAFETY: the update's host range (`Args::from_raw`, or a strided
+        // piece of it), contained in a live entry (looked up above).
+        if !unsafe { copy_d2h(d, name, hp, tgt, size) } {
             return Err(Fail::Other);
         }
         restore_shadows(&shadows, hp, size);
     }
     if t & TO != 0 {
-        if !copy_h2d(d, name, hp, tgt, size) {
+        // SAFETY: as for the FROM copy above.
+        if !unsafe { copy_h2d(d, name, hp, tgt, size) } {
             return Err(Fail::Other);
         }
         reapply_shadows(d, &shadows, hp, size);
@@ -923,88 +1054,8 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
 
 // ------------------------------------------------------------ reporting
 
-pub fn dump_tables(header: &str) {
-    for d in registry::visible_devices() {
-        dump_table(d, header);
-    }
-}
-
-/// `ompx_dump_mapping_tables`: like LLVM, the tables go to stdout (through
-/// C's `stdout` stream, so they keep their place among the program's own
-/// buffered output), not to stderr like the INFO dumps.
-pub fn dump_tables_to_stdout() {
-    for d in registry::visible_devices() {
-        dump_table_with(
-            d,
-            "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",
-            &mut |dev, line| msg::dev_info_stdout(dev, line),
-        );
-    }
-}
-
-pub fn dump_table(d: &DevState, header: &str) {
-    dump_table_with(d, header, &mut |dev, line| msg::dev_info(dev, line));
-}
-
-fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &str)) {
-    let tbl = d.table_all();
-    if tbl.is_empty() {
-        out(d.id, "OpenMP Host-Device pointer mappings table empty");
-        return;
-    }
-    out(d.id, header);
-    out(
-        d.id,
-        "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration",
-    );
-    for e in tbl.entries() {
-        out(
-            d.id,
-            &format!(
-                "{} {} {:<8} {:<11} {:<12} {}",
-                P(e.hst_begin),
-                P(e.tgt_begin),
-                e.size(),
-                msg::rc_str(e.dyn_rc),
-                msg::rc_str(e.hold_rc),
-                msg::declaration_of(e.name)
-            ),
-        );
-    }
-}
-
-fn after_block(loc: &Loc) {
-    dump_tables(&format!(
-        "OpenMP Host-Device pointer mappings after block at {loc}:"
-    ));
-}
-
-/// The abort sequence for a failed construct (handleTargetOutcome).
-pub fn target_failed(loc_ptr: *const Ident) -> ! {
-    let loc = Loc::from_ident(loc_ptr);
-    if msg::info_on(msg::INFO_DUMP_TABLE) {
-        after_block(&loc);
-    } else {
-        msg::error("Consult https://openmp.llvm.org/design/Runtimes.html for debugging options.");
-    }
-    if loc.known {
-        msg::eprint_line(&format!(
-            "{loc}: omptarget fatal error 1: failure of target construct while offloading is mandatory"
-        ));
-        msg::abort()
-    } else {
-        msg::error(
-            "Source location information not present. Compile with -g or -gline-tables-only.",
-        );
-        msg::fatal(
-            1,
-            "failure of target construct while offloading is mandatory",
-        )
-    }
-}
-
 fn print_args(d: &DevState, a: &Args) {
-    for i in 0..a.n {
+    for i in 0..a.n() {
         let t = a.ty(i);
         let s = a.size(i);
         msg::dev_info(
@@ -1048,7 +1099,7 @@ pub enum DataKind {
 }
 
 pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
-    let Some(d) = registry::resolve(device, loc) else {
+    let Some(d) = devices::resolve(device, loc) else {
         return;
     };
     let info = msg::info();
@@ -1060,7 +1111,11 @@ pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
         };
         msg::dev_info(
             d.id,
-            &format!("{what} at {} with {} arguments:", Loc::from_ident(loc), a.n),
+            &format!(
+                "{what} at {} with {} arguments:",
+                Loc::from_ident(loc),
+                a.n()
+            ),
         );
         print_args(d, a);
     }
@@ -1104,22 +1159,6 @@ fn required_alignment(p: u64) -> u64 {
     }
 }
 
-/// The map name LLVM prints for a copy without a known entry: the entry
-/// containing `[hp, hp+size)` or overlapping it from the left, else the next
-/// entry above, else the one below (lookupMapping's choice), else none.
-pub(crate) fn lookup_name(d: &DevState, hp: u64, size: u64) -> usize {
-    let tbl = d.table_all();
-    let left = tbl.last_below(hp.saturating_add(1));
-    if let Some((_, e)) = left {
-        if hp < e.hst_end {
-            return e.name;
-        }
-    }
-    let upper = tbl.first_above(hp);
-    let _ = size;
-    upper.or(left).map(|(_, e)| e.name).unwrap_or(0)
-}
-
 /// Write the device address of a lambda's by-reference capture into the
 /// device copy of the lambda (LLVM's lambda handling in processDataBefore).
 fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
@@ -1154,7 +1193,9 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
         }
         (tgt, e.name)
     };
-    copy_h2d(d, name, &value as *const u64 as u64, tgt_ptr_begin, 8);
+    // SAFETY: the source is the local `value`; the destination is the
+    // capture's slot inside the lambda's private device copy (its word).
+    unsafe { copy_h2d(d, name, &value as *const u64 as u64, tgt_ptr_begin, 8) };
 }
 
 /// Copy the packed small firstprivates in one transfer and fill in their
@@ -1195,7 +1236,8 @@ fn pack_firstprivates(
     } else {
         0
     };
-    copy_h2d(d, name, bp, p, total);
+    // SAFETY: `buf` holds `total` bytes; `p` is a block of `total` bytes.
+    unsafe { copy_h2d(d, name, bp, p, total) };
     let mut tp = p;
     for &(idx, _, size, padding, off, _) in packed {
         tp += padding;
@@ -1229,22 +1271,12 @@ fn launch_config(ka: &KernelArgsTy) -> LaunchConfig {
 pub fn target_kernel(
     loc: *const Ident,
     device: i64,
-    _num_teams: i32,
-    _thread_limit: i32,
     region: *mut c_void,
     ka: &KernelArgsTy,
+    a: &Args,
 ) -> i32 {
-    let Some(d) = registry::resolve(device, loc) else {
+    let Some(d) = devices::resolve(device, loc) else {
         return -1;
-    };
-    let a = Args {
-        n: ka.num_args as usize,
-        base: ka.arg_base_ptrs,
-        begin: ka.arg_ptrs,
-        sizes: ka.arg_sizes,
-        types: ka.arg_types,
-        names: ka.arg_names as *const *mut c_void,
-        mappers: ka.arg_mappers as *const *mut c_void,
     };
     let info = msg::info();
     if info & msg::INFO_KERNEL_ARGS != 0 {
@@ -1253,10 +1285,10 @@ pub fn target_kernel(
             &format!(
                 "Entering OpenMP kernel at {} with {} arguments:",
                 Loc::from_ident(loc),
-                a.n
+                a.n()
             ),
         );
-        print_args(d, &a);
+        print_args(d, a);
     }
     // Images load on a device's first construct, after the INFO header
     // (LLVM's order: their INFO lines follow it).
@@ -1269,9 +1301,9 @@ pub fn target_kernel(
         target_failed(loc);
     };
     let mut ctx = Ctx::default();
-    if a.n > 0 {
-        ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n];
-        if let Err(f) = data_begin(d, &a, false, &mut ctx) {
+    if a.n() > 0 {
+        ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n()];
+        if let Err(f) = data_begin(d, a, false, &mut ctx) {
             begin_fail_msgs(f);
             msg::error("Call to targetDataBegin failed, abort target.");
             msg::error("Failed to process data before launching the kernel.");
@@ -1306,11 +1338,11 @@ pub fn target_kernel(
     // The argument index and word of the last target parameter (parent of
     // lambda captures that follow it).
     let mut last_param = (usize::MAX, 0u64);
-    for i in 0..a.n {
+    for i in 0..a.n() {
         let t = a.ty(i);
         if t & TARGET_PARAM == 0 {
             if t & LAMBDA_CAPTURE == LAMBDA_CAPTURE {
-                lambda_capture(d, &a, i, last_param);
+                lambda_capture(d, a, i, last_param);
             }
             continue;
         }
@@ -1324,7 +1356,7 @@ pub fn target_kernel(
                 a.base(i)
             } else if first_private
                 && size <= FP_PACK_THRESHOLD
-                && !(i + 1 < a.n && a.ty(i + 1) & MEMBER_OF != 0)
+                && !(i + 1 < a.n() && a.ty(i + 1) & MEMBER_OF != 0)
             {
                 let hp = a.begin(i);
                 let (padding, align) = match packed.last() {
@@ -1354,7 +1386,9 @@ pub fn target_kernel(
                             } else {
                                 0
                             };
-                            copy_h2d(d, name, a.begin(i), p, size);
+                            // SAFETY: the firstprivate's host range
+                            // (`Args::from_raw`) into its new block.
+                            unsafe { copy_h2d(d, name, a.begin(i), p, size) };
                         }
                         p.wrapping_add(off)
                     }
@@ -1429,8 +1463,8 @@ pub fn target_kernel(
         msg::error("Executing target region abort target.");
         target_failed(loc);
     }
-    if a.n > 0 {
-        if let Err(_f) = data_end(d, &a, false, false) {
+    if a.n() > 0 {
+        if let Err(_f) = data_end(d, a, false, false) {
             msg::error("Call to targetDataEnd failed, abort target.");
             msg::error("Failed to process data after launching the kernel.");
             target_failed(loc);

@@ -1,12 +1,9 @@
 // CXX
-// OURS-ONLY: LLVM 22 drops `always` at a declare mapper (its mapper functions decay to/from but not the modifier): neither copy below happens there
-// EXPECT: before: tag=1 p=0 0
-// EXPECT: always from: tag=101 p=10 13
-// EXPECT: always to: tag=7 p=70 73
-// EXPECT: update: tag=8 p=80 83
-// `always` reaches every entry a declare mapper pushes: map(always, from: s)
-// on a target region and map(always, to: s) on target enter data copy the
-// struct and its pointee although both are present.
+// `always` through a declare mapper, compared with LLVM 22: clang's mapper
+// functions drop the modifier, so map(always, from: s) on a target region
+// copies back only the struct (its member entry is the last reference),
+// not the pointee, and map(always, to: s) on target enter data of a
+// present s copies nothing.
 #include <cstdio>
 #include <cstdlib>
 struct S {

@@ -1,0 +1,205 @@
+//! Loading registered binaries onto a device (lazily, at its first
+//! construct) and unloading them at unregistration.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::abi::*;
+use crate::device::{DevState, Loaded};
+use crate::kernels::KernelRef;
+use crate::mapping::{Entry, INF};
+use crate::msg;
+use crate::requires::usm;
+use crate::state::{state, Registered};
+
+impl DevState {
+    /// Load every registered binary not yet loaded here (cheap when none is new).
+    #[inline]
+    pub fn ensure_loaded(&self) {
+        let g = state().generation.load(Ordering::Acquire);
+        if self.loaded_gen.load(Ordering::Acquire) == g {
+            return;
+        }
+        self.load_pending(g);
+    }
+
+    #[cold]
+    fn load_pending(&self, g: u64) {
+        let mut ls = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let bins: Vec<Arc<Registered>> = state()
+            .binaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for b in bins {
+            if ls.loaded.iter().any(|(id, _)| *id == b.id) {
+                continue;
+            }
+            let (prog, kernels) = self.load_binary(&b);
+            ls.loaded.push((b.id, (prog, kernels)));
+        }
+        self.loaded_gen.store(g, Ordering::Release);
+    }
+
+    fn load_binary(&self, b: &Registered) -> Loaded {
+        let Some(img) = self.dev.best_image(&b.images) else {
+            tracing::debug!(
+                device = self.id,
+                images = b.images.len(),
+                "no image of the binary runs on this device"
+            );
+            return (None, vec![]);
+        };
+        // Which image this device took (LIBOMPTARGET_DEBUG; LLVM reports
+        // image compatibility as debug output too).
+        tracing::debug!(
+            device = self.id,
+            image = b.images.iter().position(|i| std::ptr::eq(i, img)).unwrap_or(0),
+            of = b.images.len(),
+            format = %img.format,
+            triple = img.triple.as_deref().unwrap_or(""),
+            arch = img.arch.as_deref().unwrap_or(""),
+            "image chosen"
+        );
+        let prog = match self.dev.load_image(img) {
+            Ok(p) => p,
+            Err(e) => {
+                msg::error(&format!("Failed to load image: {e}"));
+                return (None, vec![]);
+            }
+        };
+        let mut kernels = Vec::new();
+        let mut kmap = HashMap::new();
+        let usm = usm();
+        for e in &b.entries {
+            if e.kind != 1 || e.flags & ENTRY_REQUIRES != 0 {
+                continue;
+            }
+            if e.flags & ENTRY_INDIRECT != 0 {
+                if self.table(e.addr, 1).lookup(e.addr, 1).is_some() {
+                    continue;
+                }
+                if let Ok((dptr, _)) = prog.global(&e.name) {
+                    let mut fptr = 0u64;
+                    if msg::info_on(msg::INFO_DATA_TRANSFER) {
+                        // LLVM reads the device function address with an
+                        // ordinary transfer, so INFO shows it (the name is
+                        // the table's neighbour of the buffer, as for any
+                        // copy without a map entry).
+                        let hp = &fptr as *const u64 as u64;
+                        let name = crate::report::lookup_name(self, hp, 8);
+                        msg::dev_info(
+                            self.id,
+                            &format!(
+                                "Copying data from device to host, TgtPtr={}, HstPtr={}, Size=8, Name={}",
+                                msg::P(dptr.0),
+                                msg::P(hp),
+                                msg::name_of(name)
+                            ),
+                        );
+                    }
+                    // SAFETY: the device symbol holds an 8-byte function address.
+                    let ok = unsafe {
+                        self.dev
+                            .copy_from_device(&mut fptr as *mut u64 as *mut u8, dptr, 8)
+                            .is_ok()
+                    };
+                    if ok {
+                        // The entry's size (a pointer's), as LLVM's table shows it.
+                        self.insert_permanent(e.addr, e.size.max(1), fptr, e.name_ptr);
+                    }
+                }
+                continue;
+            }
+            if e.size == 0 {
+                if e.addr == 0 {
+                    continue;
+                }
+                match prog.kernel(&e.name) {
+                    Ok(k) => {
+                        kmap.insert(e.addr, KernelRef(Arc::as_ptr(&k)));
+                        kernels.push(k);
+                    }
+                    Err(_) => msg::error(&format!("Failed to load kernel {}", e.name)),
+                }
+                continue;
+            }
+            match prog.global(&e.name) {
+                Ok((dptr, _)) => {
+                    if usm && e.name.ends_with("_decl_tgt_ref_ptr") && e.flags & ENTRY_LINK == 0 {
+                        // Copy the host ref pointer (host address of the variable).
+                        // SAFETY: both sides are 8-byte pointer slots.
+                        unsafe {
+                            let _ = self.dev.copy_to_device(dptr, e.addr as *const u8, 8);
+                        }
+                    }
+                    self.insert_permanent(e.addr, e.size, dptr.0, e.name_ptr);
+                }
+                Err(_) => {
+                    if msg::info_on(msg::INFO_EMPTY_MAPPING) {
+                        msg::dev_info(
+                            self.id,
+                            &format!(
+                                "variable {} does not have a valid device counterpart",
+                                e.name
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        self.kernels.update(|m| m.extend(kmap));
+        (Some(prog), kernels)
+    }
+
+    fn insert_permanent(&self, host: u64, size: u64, tgt: u64, name: usize) {
+        let mut t = self.table(host, size);
+        if t.lookup(host, size).is_some() {
+            return;
+        }
+        let _ = t.insert(Entry {
+            hst_base: host,
+            hst_begin: host,
+            hst_end: host + size,
+            tgt_alloc: tgt,
+            tgt_begin: tgt,
+            dyn_rc: INF,
+            hold_rc: 0,
+            name,
+            owned: false,
+            host_ptr: false,
+            shadows: Vec::new(),
+        });
+    }
+
+    /// Drop what was loaded from binary `id` (unregistration).
+    pub fn unload(&self, b: &Registered) {
+        let mut ls = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(pos) = ls.loaded.iter().position(|(id, _)| *id == b.id) else {
+            return;
+        };
+        let (_, (prog, _kernels)) = ls.loaded.remove(pos);
+        if prog.is_none() {
+            return;
+        }
+        self.kernels.update(|km| {
+            for e in &b.entries {
+                if e.size == 0 {
+                    km.remove(&e.addr);
+                }
+            }
+        });
+        let mut t = self.table_all();
+        for e in &b.entries {
+            if e.size > 0 || e.flags & ENTRY_INDIRECT != 0 {
+                if let Some(en) = t.get(e.addr) {
+                    if en.dyn_rc == INF && !en.owned {
+                        t.remove(e.addr);
+                    }
+                }
+            }
+        }
+        // Programs (and kernels) drop here, after the kernel map forgot them.
+    }
+}

@@ -1,0 +1,104 @@
+//! Table dumps, copy names and the abort sequence (LLVM's INFO and
+//! failure output that is not tied to one mapping step).
+
+use crate::abi::Ident;
+use crate::device::DevState;
+use crate::mapping::Neighbours;
+use crate::msg::{self, Loc, P};
+use crate::state::visible_devices;
+
+/// The map name LLVM prints for a copy without a known entry: the entry
+/// containing `[hp, hp+size)` or overlapping it from the left, else the next
+/// entry above, else the one below (lookupMapping's choice), else none.
+pub(crate) fn lookup_name(d: &DevState, hp: u64, size: u64) -> usize {
+    let tbl = d.table_all();
+    let left = tbl.last_below(hp.saturating_add(1));
+    if let Some((_, e)) = left {
+        if hp < e.hst_end {
+            return e.name;
+        }
+    }
+    let upper = tbl.first_above(hp);
+    let _ = size;
+    upper.or(left).map(|(_, e)| e.name).unwrap_or(0)
+}
+
+pub fn dump_tables(header: &str) {
+    for d in visible_devices() {
+        dump_table(d, header);
+    }
+}
+
+/// `ompx_dump_mapping_tables`: like LLVM, the tables go to stdout (through
+/// C's `stdout` stream, so they keep their place among the program's own
+/// buffered output), not to stderr like the INFO dumps.
+pub fn dump_tables_to_stdout() {
+    for d in visible_devices() {
+        dump_table_with(
+            d,
+            "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",
+            &mut |dev, line| msg::dev_info_stdout(dev, line),
+        );
+    }
+}
+
+pub fn dump_table(d: &DevState, header: &str) {
+    dump_table_with(d, header, &mut |dev, line| msg::dev_info(dev, line));
+}
+
+fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &str)) {
+    let tbl = d.table_all();
+    if tbl.is_empty() {
+        out(d.id, "OpenMP Host-Device pointer mappings table empty");
+        return;
+    }
+    out(d.id, header);
+    out(
+        d.id,
+        "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration",
+    );
+    for e in tbl.entries() {
+        out(
+            d.id,
+            &format!(
+                "{} {} {:<8} {:<11} {:<12} {}",
+                P(e.hst_begin),
+                P(e.tgt_begin),
+                e.size(),
+                msg::rc_str(e.dyn_rc),
+                msg::rc_str(e.hold_rc),
+                msg::declaration_of(e.name)
+            ),
+        );
+    }
+}
+
+pub(crate) fn after_block(loc: &Loc) {
+    dump_tables(&format!(
+        "OpenMP Host-Device pointer mappings after block at {loc}:"
+    ));
+}
+
+/// The abort sequence for a failed construct (handleTargetOutcome).
+pub fn target_failed(loc_ptr: *const Ident) -> ! {
+    let loc = Loc::from_ident(loc_ptr);
+    if msg::info_on(msg::INFO_DUMP_TABLE) {
+        after_block(&loc);
+    } else {
+        msg::error("Consult https://openmp.llvm.org/design/Runtimes.html for debugging options.");
+    }
+    if loc.known {
+        msg::eprint_line(&format!(
+            "{loc}: omptarget fatal error 1: failure of target construct while offloading is mandatory"
+        ));
+        msg::abort()
+    } else {
+        msg::error(
+            "Source location information not present. Compile with -g or -gline-tables-only.",
+        );
+        msg::fatal(
+            1,
+            "failure of target construct while offloading is mandatory",
+        )
+    }
+}
