@@ -2441,6 +2441,49 @@ int main(int argc, char **argv) {
     let ok = exec_remote(&server, &exe).output().unwrap();
     assert!(ok.status.success(), "{}", common::text(&ok));
     assert!(String::from_utf8_lossy(&ok.stdout).contains("x=1"));
+    // A device constructor that traps (at the image's load): SIGILL both ways.
+    let ctor = build_openmp(
+        dir.path(),
+        "ctor",
+        r#"#include <stdio.h>
+#include <omp.h>
+#pragma omp begin declare target
+__attribute__((constructor)) static void boom(void) {
+  if (!omp_is_initial_device()) __builtin_trap();
+}
+#pragma omp end declare target
+int main(void) {
+  int x = 0;
+#pragma omp target map(tofrom: x)
+  x = 1;
+  printf("x=%d\n", x);
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let llvm = Command::new(&ctor)
+        .env("LD_LIBRARY_PATH", "/usr/lib/llvm-22/lib")
+        .output()
+        .unwrap();
+    assert_eq!(
+        llvm.status.signal(),
+        Some(libc::SIGILL),
+        "{}",
+        common::text(&llvm)
+    );
+    let ours = exec_remote(&server, &ctor).output().unwrap();
+    assert_eq!(
+        ours.status.signal(),
+        Some(libc::SIGILL),
+        "{}",
+        common::text(&ours)
+    );
+    assert!(
+        String::from_utf8_lossy(&ours.stderr).contains("killed by signal 4 (SIGILL)"),
+        "{}",
+        common::text(&ours)
+    );
 }
 
 /// SIGTERM drains: a target region running when the signal comes (2.5 s)
