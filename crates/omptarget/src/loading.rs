@@ -66,6 +66,7 @@ impl DevState {
             Ok(p) => p,
             Err(e) => {
                 msg::error(&format!("Failed to load image: {e}"));
+                msg::die_like_the_device(&e);
                 return (None, vec![]);
             }
         };
