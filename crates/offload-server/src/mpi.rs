@@ -1,5 +1,5 @@
 //! `offload serve --mpi`: this rank's devices for the application ranks of
-//! the same MPI job, over the MPI transport of `offload_plugin_mpi`.
+//! the same MPI job, over the MPI transport of `offload_mpi`.
 //!
 //! One thread serves requests in arrival order, each client rank in its own
 //! [`Session`] (same address checks as the gRPC server). The rank finalizes
@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use offload_core::plugin::AllocKind;
 use offload_core::{DevicePtr, Error, Result, Runtime};
-use offload_plugin_mpi::transport::{Link, TAG_DATA, TAG_PEER};
-use offload_plugin_mpi::{Op, Role, Transport};
+use offload_mpi::transport::{Link, TAG_DATA, TAG_PEER};
+use offload_mpi::{Op, Role, Transport};
 use offload_proto::*;
 use prost::Message;
 use tracing::{debug, info};
@@ -28,7 +28,7 @@ use crate::session::Session;
 pub fn serving_runtime() -> Runtime {
     // Before any thread that reads the environment exists: a drop-in
     // library an image pulls into this process must not join MPI itself.
-    std::env::set_var(offload_plugin_mpi::SERVING_ENV, "1");
+    std::env::set_var(offload_mpi::SERVING_ENV, "1");
     let mut config = offload_core::Config::get().clone();
     if let Some(list) = &mut config.plugins {
         list.retain(|p| p != "mpi" && p != "remote");
@@ -338,7 +338,7 @@ fn receive_into(
         Err(e) => {
             // Drained piece by piece (the sender's pieces) into one scratch
             // buffer: never allocate what a request merely claims.
-            let piece = offload_plugin_mpi::transport::MAX_PIECE;
+            let piece = offload_mpi::transport::MAX_PIECE;
             let mut sink = vec![0u8; size.min(piece)];
             let mut left = size;
             while left > 0 {

@@ -13,8 +13,13 @@
 //!   alone). Otherwise the plugin reports no device and
 //!   touches nothing.
 //! * The messages are the remote protocol's (`offload_proto`), with MPI as
-//!   the transport ([`transport`]); the server side lives in
+//!   the transport ([`transport`], the `offload_mpi` crate shared with the
+//!   server); the server side lives in
 //!   `offload_server::mpi`.
+//! * Devices, programs, kernels, shipped images and request building are
+//!   the forwarding layer shared with the remote plugin (`offload_forward`);
+//!   this crate gives it a transport per serving rank ([`RankLink`]) and
+//!   the queues.
 //! * Binaries: the register hook ships a binary's images to each serving
 //!   rank once; loads name them by id; the unregister hook tears them down
 //!   there (nesting like the remote plugin's).
@@ -28,24 +33,21 @@
 //!   goes out at the start of the program's `MPI_Finalize`. Every MPI call
 //!   of the runtime is serialized by one lock.
 
-pub mod ffi;
-pub mod transport;
-
 mod device;
 
-use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use offload_core::binary::BinaryDescriptor;
 use offload_core::plugin::{self, Plugin};
 use offload_core::{Config, Error, PluginEntry, Result};
-use offload_proto::{
-    HelloEvent, HelloRequest, RegisterBinaryReply, RegisterBinaryRequest, UnregisterBinaryRequest,
-};
+use offload_proto::{HelloEvent, HelloRequest};
 use prost::Message;
 
-pub use device::{ping, raw_loop, MpiDevice};
+pub use device::{ping, raw_loop, MpiDevice, MpiKernel, RankLink};
+/// The MPI transport (libmpi loaded at run time, the framing), shared with
+/// `offload serve --mpi`.
+pub use offload_mpi::{ffi, transport, SERVING_ENV};
 pub use transport::{launched_with_ranks, Op, Role, Transport};
 
 /// The plugin's entry for [`offload_core::Runtime::new`].
@@ -63,10 +65,6 @@ fn create(config: &Config) -> Result<Box<dyn Plugin>> {
     }))
 }
 
-/// Set by `offload serve --mpi` in its own environment: runtimes that
-/// images load into a serving rank never start a client transport there.
-pub const SERVING_ENV: &str = "OFFLOAD_MPI_SERVING";
-
 /// The process's transport, once started (client side).
 static TRANSPORT: OnceLock<Arc<Transport>> = OnceLock::new();
 
@@ -75,30 +73,13 @@ pub fn transport() -> Option<Arc<Transport>> {
     TRANSPORT.get().cloned()
 }
 
-/// A shipped image: (rank, image address, length).
-type ImageKey = (c_int, usize, usize);
-
-/// Images shipped per rank: image key -> that rank's image id.
-#[derive(Default)]
-pub struct ShippedImages {
-    by_image: Mutex<HashMap<ImageKey, u64>>,
-    /// (rank, binary) -> the keys it added, to forget them on unregister.
-    by_binary: Mutex<HashMap<(c_int, u64), Vec<ImageKey>>>,
-}
-
-impl ShippedImages {
-    fn lookup(&self, rank: c_int, bytes: &[u8]) -> Option<u64> {
-        self.by_image
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(rank, bytes.as_ptr() as usize, bytes.len()))
-            .copied()
-    }
-}
+/// Images shipped per serving rank.
+pub type ShippedImages = offload_forward::ShippedImages<c_int>;
 
 pub struct MpiPlugin {
     config: Config,
-    servers: Mutex<Vec<c_int>>,
+    /// The links to the serving ranks found at init.
+    servers: Mutex<Vec<Arc<RankLink>>>,
     shipped: Arc<ShippedImages>,
 }
 
@@ -194,9 +175,14 @@ extern "C" fn at_exit() {
     });
 }
 
+/// Whether the transport is up and goodbye not yet said.
+fn transport_open() -> bool {
+    TRANSPORT.get().is_some_and(|t| !t.is_closed())
+}
+
 impl MpiPlugin {
     /// The serving ranks found at init.
-    fn servers(&self) -> Vec<c_int> {
+    fn servers(&self) -> Vec<Arc<RankLink>> {
         self.servers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -233,8 +219,8 @@ impl Plugin for MpiPlugin {
             }
         };
         let mut devices: Vec<Arc<dyn plugin::Device>> = Vec::new();
-        let servers = t.ranks_with(Role::Server);
-        for &rank in &servers {
+        let mut servers = Vec::new();
+        for rank in t.ranks_with(Role::Server) {
             let data = call(
                 &t,
                 rank,
@@ -245,101 +231,42 @@ impl Plugin for MpiPlugin {
                 },
             )?;
             let hello: HelloEvent = decode(rank, &data)?;
+            let link = Arc::new(RankLink { t: t.clone(), rank });
             for d in &hello.devices {
-                devices.push(Arc::new(MpiDevice::new(
-                    t.clone(),
-                    rank,
-                    &hello.server,
+                let info = offload_forward::request::device_info(
                     d,
+                    &format!("MPI rank {rank}"),
+                    &format!("mpi:{rank}"),
+                    &format!("{} (MPI)", hello.server),
+                );
+                devices.push(Arc::new(MpiDevice::new(
+                    link.clone(),
+                    d.id,
+                    info,
                     self.shipped.clone(),
                 )));
             }
+            servers.push(link);
         }
         *self.servers.lock().unwrap_or_else(|e| e.into_inner()) = servers;
         Ok(devices)
     }
 
     fn register_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
-        let Some(t) = TRANSPORT.get().filter(|t| !t.is_closed()) else {
+        if !transport_open() {
             return Ok(());
-        };
-        let servers = self.servers();
-        let mut failures = Vec::new();
-        for rank in servers {
-            let req = RegisterBinaryRequest {
-                client_binary: binary.id.0,
-                images: binary.images.iter().map(device::image_desc).collect(),
-            };
-            let reply = call(t, rank, Op::RegisterBinary, &req)
-                .and_then(|d| decode::<RegisterBinaryReply>(rank, &d));
-            match reply {
-                Ok(reply) => {
-                    let mut keys = Vec::new();
-                    let mut map = self
-                        .shipped
-                        .by_image
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    for (img, id) in binary.images.iter().zip(reply.image_ids) {
-                        let key = (rank, img.bytes.as_ptr() as usize, img.bytes.len());
-                        map.insert(key, id);
-                        keys.push(key);
-                    }
-                    self.shipped
-                        .by_binary
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert((rank, binary.id.0), keys);
-                }
-                Err(e) => failures.push(e.to_string()),
-            }
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::backend(failures.join("; ")))
-        }
+        self.shipped.register(&self.servers(), binary)
     }
 
     fn unregister_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
         // Once the transport is closed (goodbye said, at the program's
         // MPI_Finalize or at exit) the serving ranks dropped the session
         // and everything in it.
-        let Some(t) = TRANSPORT.get().filter(|t| !t.is_closed()) else {
+        if !transport_open() {
             return Ok(());
-        };
-        let servers = self.servers();
-        let mut failures = Vec::new();
-        for &rank in servers.iter().rev() {
-            let keys = self
-                .shipped
-                .by_binary
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&(rank, binary.id.0));
-            let Some(keys) = keys else { continue };
-            {
-                let mut map = self
-                    .shipped
-                    .by_image
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                for k in keys {
-                    map.remove(&k);
-                }
-            }
-            let req = UnregisterBinaryRequest {
-                client_binary: binary.id.0,
-            };
-            if let Err(e) = call(t, rank, Op::UnregisterBinary, &req) {
-                failures.push(e.to_string());
-            }
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::backend(failures.join("; ")))
-        }
+        self.shipped.unregister(&self.servers(), binary)
     }
 
     fn deinit(&self) -> Result<()> {
@@ -351,70 +278,6 @@ impl Plugin for MpiPlugin {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn launcher_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        assert!(!launched_with_ranks(env(&[])));
-        // `mpirun -np 4 ./app`: an ordinary MPI job, left alone.
-        assert!(!launched_with_ranks(env(&[
-            ("OMPI_COMM_WORLD_SIZE", "4"),
-            ("OMPI_NUM_APP_CTX", "1")
-        ])));
-        // `mpirun -np 1 ./app : -np 2 offload serve --mpi`.
-        assert!(launched_with_ranks(env(&[
-            ("OMPI_COMM_WORLD_SIZE", "3"),
-            ("OMPI_NUM_APP_CTX", "2")
-        ])));
-        // Launchers that do not tell: only OFFLOAD_PLUGINS=mpi.
-        assert!(!launched_with_ranks(env(&[("PMI_SIZE", "2")])));
-        assert!(!launched_with_ranks(env(&[("OMPI_NUM_APP_CTX", "x")])));
-    }
-
-    #[test]
-    fn the_launcher_picks_the_library_tried_first() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        assert_eq!(ffi::candidates(env(&[]))[0], "libmpi.so.40");
-        assert_eq!(
-            ffi::candidates(env(&[("OMPI_COMM_WORLD_SIZE", "3"), ("PMI_RANK", "0")]))[0],
-            "libmpi.so.40"
-        );
-        // MPICH's hydra (or srun with PMI): MPICH's sonames first.
-        let hydra = ffi::candidates(env(&[("PMI_RANK", "0"), ("PMI_SIZE", "3")]));
-        assert_eq!(
-            hydra,
-            [
-                "libmpich.so.12",
-                "libmpi.so.12",
-                "libmpi.so.40",
-                "libmpi.so"
-            ]
-        );
-    }
-
-    #[test]
-    fn ops_round_trip() {
-        for b in 0..=255u8 {
-            if let Some(op) = Op::from_u8(b) {
-                assert_eq!(op as u8, b);
-            }
-        }
-        assert_eq!(Op::from_u8(16), Some(Op::Ping));
-    }
 
     #[test]
     fn no_transport_without_launcher() {

@@ -7,6 +7,10 @@
 //!   switches to TLS.
 //! * Binaries: the register hook ships a binary's images to each server once;
 //!   loads then name them by id. The unregister hook tears them down there.
+//! * Devices, programs, kernels, shipped images and request building are
+//!   the forwarding layer shared with the MPI plugin (`offload_forward`);
+//!   this crate gives it a transport (a gRPC [`Connection`], each request
+//!   one unary call) and the queues.
 //! * Queues are pipelined gRPC streams; only synchronisation waits.
 //! * Faults: connecting and every plain call are bounded by
 //!   `OFFLOAD_REMOTE_TIMEOUT` seconds; HTTP/2 keep-alive notices a dead
@@ -15,21 +19,18 @@
 mod connection;
 mod data;
 mod device;
-mod image;
 mod memory;
 mod output;
 mod queue;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use offload_core::binary::BinaryDescriptor;
 use offload_core::plugin::{self, Plugin};
 use offload_core::{Config, Error, PluginEntry, Result};
-use offload_proto::{RegisterBinaryRequest, UnregisterBinaryRequest};
 
 pub use connection::{connect_session, Connection};
-pub use device::RemoteDevice;
+pub use device::{RemoteDevice, RemoteKernel};
 
 /// The plugin's entry for [`offload_core::Runtime::new`].
 pub const ENTRY: PluginEntry = PluginEntry {
@@ -46,32 +47,23 @@ fn create(config: &Config) -> Result<Box<dyn Plugin>> {
     }))
 }
 
-/// A shipped image: (server, image address, length).
-type ImageKey = (String, usize, usize);
-
-/// Images shipped per server: image key -> the server's image id.
-#[derive(Default)]
-pub struct ShippedImages {
-    by_image: Mutex<HashMap<ImageKey, u64>>,
-    /// (server, binary) -> the keys it added, to forget them on unregister.
-    by_binary: Mutex<HashMap<(String, u64), Vec<ImageKey>>>,
-}
-
-impl ShippedImages {
-    fn lookup(&self, server: &str, bytes: &[u8]) -> Option<u64> {
-        let key = (server.to_string(), bytes.as_ptr() as usize, bytes.len());
-        self.by_image
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .copied()
-    }
-}
+/// Images shipped per server (by address).
+pub type ShippedImages = offload_forward::ShippedImages<String>;
 
 pub struct RemotePlugin {
     config: Config,
     connections: Mutex<Vec<Arc<Connection>>>,
     shipped: Arc<ShippedImages>,
+}
+
+impl RemotePlugin {
+    /// The servers connected at init.
+    fn connections(&self) -> Vec<Arc<Connection>> {
+        self.connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 impl Plugin for RemotePlugin {
@@ -86,9 +78,16 @@ impl Plugin for RemotePlugin {
             match Connection::open(addr, &self.config) {
                 Ok(conn) => {
                     for d in &conn.hello.devices {
+                        let info = offload_forward::request::device_info(
+                            d,
+                            &conn.addr,
+                            &format!("remote:{}", conn.addr),
+                            &conn.server,
+                        );
                         devices.push(Arc::new(RemoteDevice::new(
                             conn.clone(),
-                            d,
+                            d.id,
+                            info,
                             self.shipped.clone(),
                         )));
                     }
@@ -111,94 +110,10 @@ impl Plugin for RemotePlugin {
     }
 
     fn register_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
-        let conns = self
-            .connections
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let mut failures = Vec::new();
-        for conn in conns {
-            let req = RegisterBinaryRequest {
-                client_binary: binary.id.0,
-                images: binary.images.iter().map(device::image_desc).collect(),
-            };
-            match conn.call("register binary", |mut c| async move {
-                c.register_binary(req).await
-            }) {
-                Ok(reply) => {
-                    let mut keys = Vec::new();
-                    let mut map = self
-                        .shipped
-                        .by_image
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    for (img, id) in binary.images.iter().zip(reply.image_ids) {
-                        let key = (
-                            conn.addr.clone(),
-                            img.bytes.as_ptr() as usize,
-                            img.bytes.len(),
-                        );
-                        map.insert(key.clone(), id);
-                        keys.push(key);
-                    }
-                    self.shipped
-                        .by_binary
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert((conn.addr.clone(), binary.id.0), keys);
-                }
-                Err(e) => failures.push(e.to_string()),
-            }
-        }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::backend(failures.join("; ")))
-        }
+        self.shipped.register(&self.connections(), binary)
     }
 
     fn unregister_binary(&self, binary: &BinaryDescriptor) -> Result<()> {
-        let conns = self
-            .connections
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let mut failures = Vec::new();
-        // Reverse order of construction.
-        for conn in conns.iter().rev() {
-            let keys = self
-                .shipped
-                .by_binary
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&(conn.addr.clone(), binary.id.0));
-            let Some(keys) = keys else { continue };
-            {
-                let mut map = self
-                    .shipped
-                    .by_image
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                for k in keys {
-                    map.remove(&k);
-                }
-            }
-            if !conn.is_alive() {
-                continue;
-            }
-            let req = UnregisterBinaryRequest {
-                client_binary: binary.id.0,
-            };
-            if let Err(e) = conn.call("unregister binary", |mut c| async move {
-                c.unregister_binary(req).await
-            }) {
-                failures.push(e.to_string());
-            }
-        }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::backend(failures.join("; ")))
-        }
+        self.shipped.unregister(&self.connections(), binary)
     }
 }

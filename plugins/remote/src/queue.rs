@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
 use offload_core::{Error, ErrorCode, Result};
-use offload_proto::{
-    queue_op, CopyRequest, Empty, FillRequest, Launch, QueueOp, ReadRequest, WriteChunk,
-};
+use offload_forward::request;
+use offload_proto::{queue_op, Empty, QueueOp};
 use tokio::sync::mpsc;
 
 use crate::connection::{io_runtime, rpc_error, Connection};
-use crate::image::RemoteKernel;
+use crate::device::{RemoteDevice, RemoteKernel};
 
 #[derive(Default)]
 struct Progress {
@@ -200,16 +199,12 @@ fn wait(shared: &Shared, conn: &Connection, ticket: u64) -> Result<()> {
 }
 
 fn kernel_id(kernel: &dyn plugin::Kernel) -> Result<u64> {
-    kernel
-        .as_any()
-        .downcast_ref::<RemoteKernel>()
-        .map(|k| k.id)
-        .ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "kernel '{}' does not belong to the remote plugin",
-                kernel.name()
-            ))
-        })
+    RemoteKernel::id_of(kernel).ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "kernel '{}' does not belong to the remote plugin",
+            kernel.name()
+        ))
+    })
 }
 
 impl plugin::Queue for RemoteQueue {
@@ -225,15 +220,17 @@ impl plugin::Queue for RemoteQueue {
         let mut off = 0;
         while off < size {
             let n = chunk.min(size - off);
-            let data = std::slice::from_raw_parts(src.add(off), n).to_vec();
+            // SAFETY: the caller guarantees `src` is readable for `size`
+            // bytes, and `off + n <= size`.
+            let data = unsafe { std::slice::from_raw_parts(src.add(off), n) }.to_vec();
             self.send(
                 false,
-                queue_op::Op::Write(WriteChunk {
-                    device: self.device,
-                    dst: dst.0 + off as u64,
-                    size: n as u64,
-                    data: data.into(),
-                }),
+                queue_op::Op::Write(request::write(
+                    self.device,
+                    DevicePtr(dst.0 + off as u64),
+                    n,
+                    data,
+                )),
             )?;
             off += n;
         }
@@ -260,12 +257,11 @@ impl plugin::Queue for RemoteQueue {
             let op = QueueOp {
                 ticket,
                 device: self.device,
-                op: Some(queue_op::Op::Read(ReadRequest {
-                    device: self.device,
-                    src: src.0 + off as u64,
-                    size: n as u64,
-                    chunk_size: 0,
-                })),
+                op: Some(queue_op::Op::Read(request::read(
+                    self.device,
+                    DevicePtr(src.0 + off as u64),
+                    n,
+                ))),
             };
             self.tx.send(op).map_err(|_| {
                 Error::backend(format!(
@@ -279,14 +275,8 @@ impl plugin::Queue for RemoteQueue {
     }
 
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
-        let c = CopyRequest {
-            src_device: self.device,
-            src: src.0,
-            dst_device: self.device,
-            dst: dst.0,
-            size: size as u64,
-        };
-        self.send(false, queue_op::Op::Copy(c)).map(|_| ())
+        let c = request::copy(self.device, src, self.device, dst, size);
+        self.send(false, c).map(|_| ())
     }
 
     fn copy_to_peer(
@@ -297,33 +287,19 @@ impl plugin::Queue for RemoteQueue {
         size: usize,
     ) -> Result<bool> {
         // Devices of the same server copy there, without a round trip through us.
-        let Some(peer) = dst_device
-            .as_any()
-            .downcast_ref::<crate::device::RemoteDevice>()
-        else {
+        let Some(peer) = dst_device.as_any().downcast_ref::<RemoteDevice>() else {
             return Ok(false);
         };
-        if !Arc::ptr_eq(peer.connection(), &self.conn) {
+        if !Arc::ptr_eq(peer.link(), &self.conn) {
             return Ok(false);
         }
-        let c = CopyRequest {
-            src_device: self.device,
-            src: src.0,
-            dst_device: peer.remote_id(),
-            dst: dst.0,
-            size: size as u64,
-        };
-        self.send(false, queue_op::Op::Copy(c)).map(|_| true)
+        let c = request::copy(self.device, src, peer.remote_id(), dst, size);
+        self.send(false, c).map(|_| true)
     }
 
     fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
-        let f = FillRequest {
-            device: self.device,
-            dst: dst.0,
-            pattern: pattern.to_vec().into(),
-            size: size as u64,
-        };
-        self.send(false, queue_op::Op::Fill(f)).map(|_| ())
+        let f = request::fill(self.device, dst, pattern, size);
+        self.send(false, f).map(|_| ())
     }
 
     fn launch(
@@ -332,21 +308,8 @@ impl plugin::Queue for RemoteQueue {
         args: KernelArgs<'_>,
         config: &LaunchConfig,
     ) -> Result<()> {
-        let (words, packed, use_words) = match args {
-            KernelArgs::Words(w) => (w.to_vec(), Vec::new(), true),
-            KernelArgs::Packed(p) => (Vec::new(), p.to_vec(), false),
-        };
-        let l = Launch {
-            kernel: kernel_id(kernel)?,
-            words,
-            packed: packed.into(),
-            use_words,
-            num_groups: config.num_groups.to_vec(),
-            group_size: config.group_size.to_vec(),
-            dyn_group_memory: config.dyn_group_memory,
-            tripcount: config.tripcount,
-        };
-        self.send(false, queue_op::Op::Launch(l)).map(|_| ())
+        let l = request::launch(kernel_id(kernel)?, args, config);
+        self.send(false, l).map(|_| ())
     }
 
     fn host_function(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
