@@ -185,13 +185,8 @@ fn memory_of_every_kind_round_trips() {
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
     for kind in [AllocKind::Device, AllocKind::Host, AllocKind::Shared] {
         let p = d.alloc(data.len(), kind).unwrap();
-        let mut back = vec![0u8; data.len()];
-        // SAFETY: both host buffers outlive the synchronous copies.
-        unsafe {
-            d.copy_to_device(p, data.as_ptr(), data.len()).unwrap();
-            d.copy_from_device(back.as_mut_ptr(), p, data.len())
-                .unwrap();
-        }
+        common::write(d, p, &data);
+        let back: Vec<u8> = common::read(d, p, data.len());
         assert_eq!(back, data, "{kind:?}");
         d.free(p).unwrap();
     }
@@ -219,13 +214,8 @@ fn registered_host_memory_is_page_locked_and_copies_name_it() {
     assert_eq!(fake.calls("cuMemHostRegister_v2"), reg + 1);
     assert!(d.allocation(base).is_some(), "the range is filed");
     let p = d.alloc(host.len(), AllocKind::Device).unwrap();
-    let mut back = vec![0u8; host.len()];
-    // SAFETY: both host ranges outlive the synchronous copies.
-    unsafe {
-        d.copy_to_device(p, host.as_ptr(), host.len()).unwrap();
-        d.copy_from_device(back.as_mut_ptr(), p, back.len())
-            .unwrap();
-    }
+    common::write(d, p, &host);
+    let back: Vec<u8> = common::read(d, p, host.len());
     assert_eq!(back, host);
     d.free(p).unwrap();
     d.unregister_host_range(base).unwrap();
@@ -256,9 +246,7 @@ fn fills_use_memset_or_staged_copies() {
     ] {
         d.fill(p, pattern, n / pattern.len() * pattern.len())
             .unwrap();
-        let mut back = vec![0u8; n];
-        // SAFETY: `back` outlives the copy.
-        unsafe { d.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+        let back: Vec<u8> = common::read(d, p, n);
         let want: Vec<u8> = pattern.iter().copied().cycle().take(n).collect();
         assert_eq!(back, want, "pattern {pattern:?}");
     }
@@ -272,9 +260,7 @@ fn fills_use_memset_or_staged_copies() {
     let before = fake.calls("cuMemcpyDtoDAsync_v2");
     d.fill(p, &[9, 8, 7], n).unwrap();
     assert!(fake.calls("cuMemcpyDtoDAsync_v2") >= before + 2);
-    let mut back = vec![0u8; n];
-    // SAFETY: `back` outlives the copy.
-    unsafe { d.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    let back: Vec<u8> = common::read(d, p, n);
     assert!(back.chunks(3).all(|c| c == [9, 8, 7]));
     d.free(p).unwrap();
 }
@@ -338,11 +324,8 @@ fn nvptx_bitcode_is_compiled_to_ptx_and_runs() {
     let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let x = d.alloc(n * 4, AllocKind::Device).unwrap();
     let y = d.alloc(n * 4, AllocKind::Device).unwrap();
-    // SAFETY: host buffers outlive the synchronous copies.
-    unsafe {
-        d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap();
-        d.copy_to_device(y, xs.as_ptr().cast(), n * 4).unwrap();
-    }
+    common::write(d, x, &xs);
+    common::write(d, y, &xs);
     let args = common::saxpy_args(n as i32, 3.0, x, y);
     d.launch(
         &saxpy,
@@ -350,12 +333,7 @@ fn nvptx_bitcode_is_compiled_to_ptx_and_runs() {
         &LaunchConfig::linear(2, 128),
     )
     .unwrap();
-    let mut out = vec![0f32; n];
-    // SAFETY: `out` outlives the copy.
-    unsafe {
-        d.copy_from_device(out.as_mut_ptr().cast(), y, n * 4)
-            .unwrap()
-    };
+    let out: Vec<f32> = common::read(d, y, n);
     for (i, v) in out.iter().enumerate() {
         assert_eq!(*v, 4.0 * i as f32);
     }
@@ -393,19 +371,16 @@ fn openmp_kernels_get_llvms_launch_sizes() {
     let x = d.alloc(n * 4, AllocKind::Device).unwrap();
     let y = d.alloc(n * 4, AllocKind::Device).unwrap();
     let zeros = vec![0u8; n * 4];
-    // SAFETY: `zeros` outlives the synchronous copies.
-    unsafe {
-        d.copy_to_device(x, zeros.as_ptr(), n * 4).unwrap();
-        d.copy_to_device(y, zeros.as_ptr(), n * 4).unwrap();
-    }
+    common::write(d, x, &zeros);
+    common::write(d, y, &zeros);
     let args = common::saxpy_args(n as i32, 2.0, x, y);
     // The kernel environment's third byte: 2 SPMD, 1 generic.
     let openmp = |mode: u8| {
         let program = d.load_program(&omp_ptx).unwrap();
         let (env, size) = program.global("saxpy_kernel_environment").unwrap();
         assert_eq!(size, 48);
-        // SAFETY: three bytes into the 48-byte global.
-        unsafe { d.copy_to_device(env, [0u8, 0, mode].as_ptr(), 3).unwrap() };
+        // Three bytes into the 48-byte global.
+        common::write(d, env, &[0u8, 0, mode]);
         (program.kernel("saxpy").unwrap(), program)
     };
 
@@ -483,8 +458,8 @@ fn launch_tuning_variables_reach_the_driver() {
     let d = &rt.devices()[0];
     let program = d.load_program(&omp_ptx).unwrap();
     let (env, _) = program.global("saxpy_kernel_environment").unwrap();
-    // SAFETY: three bytes into the 48-byte global; SPMD mode.
-    unsafe { d.copy_to_device(env, [0u8, 0, 2].as_ptr(), 3).unwrap() };
+    // Three bytes into the 48-byte global; SPMD mode.
+    common::write(d, env, &[0u8, 0, 2]);
     let k = program.kernel("saxpy").unwrap();
     let n = 128usize;
     let x = d.alloc(n * 4, AllocKind::Device).unwrap();
@@ -518,11 +493,8 @@ fn ptx_kernels_launch_with_the_packed_buffer_grid_and_shared_memory() {
     let ys: Vec<f32> = vec![1.0; n];
     let x = d.alloc(n * 4, AllocKind::Device).unwrap();
     let y = d.alloc(n * 4, AllocKind::Device).unwrap();
-    // SAFETY: host buffers outlive the synchronous copies.
-    unsafe {
-        d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap();
-        d.copy_to_device(y, ys.as_ptr().cast(), n * 4).unwrap();
-    }
+    common::write(d, x, &xs);
+    common::write(d, y, &ys);
     let args = common::saxpy_args(n as i32, 2.0, x, y);
     let config = LaunchConfig {
         num_groups: [8, 2, 1],
@@ -539,12 +511,7 @@ fn ptx_kernels_launch_with_the_packed_buffer_grid_and_shared_memory() {
     assert_eq!(l.used_extra, 1);
     assert_eq!(l.arg_size, args.len());
     assert_eq!(&l.args[..args.len()], &args[..]);
-    let mut out = vec![0f32; n];
-    // SAFETY: `out` outlives the copy.
-    unsafe {
-        d.copy_from_device(out.as_mut_ptr().cast(), y, n * 4)
-            .unwrap()
-    };
+    let out: Vec<f32> = common::read(d, y, n);
     for (i, v) in out.iter().enumerate() {
         assert_eq!(*v, 2.0 * i as f32 + 1.0);
     }
@@ -590,8 +557,7 @@ fn openmp_word_arguments_and_launch_sizes_reach_the_driver() {
     let input: Vec<i32> = (1..=100).collect();
     let inp = d.alloc(400, AllocKind::Device).unwrap();
     let out = d.alloc(8, AllocKind::Device).unwrap();
-    // SAFETY: host buffer outlives the copy.
-    unsafe { d.copy_to_device(inp, input.as_ptr().cast(), 400).unwrap() };
+    common::write(d, inp, &input);
     // One 64-bit word per parameter, as the OpenMP face passes them.
     let words = [inp.0, 100u64, out.0];
     let config = LaunchConfig {
@@ -607,13 +573,7 @@ fn openmp_word_arguments_and_launch_sizes_reach_the_driver() {
     assert_eq!(l.arg_size, 24);
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
     assert_eq!(&l.args[..24], &bytes[..]);
-    let mut sum = 0i64;
-    // SAFETY: `sum` outlives the copy.
-    unsafe {
-        d.copy_from_device((&mut sum as *mut i64).cast(), out, 8)
-            .unwrap()
-    };
-    assert_eq!(sum, 5050);
+    assert_eq!(common::read::<i64>(d, out, 1), [5050]);
     d.free(inp).unwrap();
     d.free(out).unwrap();
 }
@@ -631,14 +591,9 @@ fn globals_and_missing_symbols() {
     let (_, tsize) = program.global("table").unwrap();
     assert_eq!(tsize, 32);
     let v = 41u32;
-    let mut back = 0u32;
-    // SAFETY: host values outlive the copies; the global is filed in the index.
-    unsafe {
-        d.copy_to_device(p, (&v as *const u32).cast(), 4).unwrap();
-        d.copy_from_device((&mut back as *mut u32).cast(), p, 4)
-            .unwrap();
-    }
-    assert_eq!(back, 41);
+    // The global is filed in the index: copies may name it.
+    common::write(d, p, &[v]);
+    assert_eq!(common::read::<u32>(d, p, 1), [41]);
     let e = program.kernel("nope").err().unwrap();
     assert_eq!(e.code(), ErrorCode::NotFound);
     assert!(e.message().contains("'nope'"), "{e}");
@@ -767,18 +722,12 @@ fn threads_share_the_primary_contexts() {
                     let x = d.alloc(n * 4, AllocKind::Device).unwrap();
                     let y = d.alloc(n * 4, AllocKind::Device).unwrap();
                     d.fill(y, &0f32.to_ne_bytes(), n * 4).unwrap();
-                    // SAFETY: host buffers outlive the synchronous copies.
-                    unsafe { d.copy_to_device(x, xs.as_ptr().cast(), n * 4).unwrap() };
+                    common::write(d, x, &xs);
                     let k = programs[i].kernel("saxpy").unwrap();
                     let args = common::saxpy_args(n as i32, t as f32, x, y);
                     d.launch(&k, KernelArgs::Packed(&args), &LaunchConfig::linear(1, 64))
                         .unwrap();
-                    let mut out = vec![0f32; n];
-                    // SAFETY: as above.
-                    unsafe {
-                        d.copy_from_device(out.as_mut_ptr().cast(), y, n * 4)
-                            .unwrap()
-                    };
+                    let out: Vec<f32> = common::read(d, y, n);
                     assert!(out.iter().all(|&v| v == t as f32));
                     d.free(x).unwrap();
                     d.free(y).unwrap();
@@ -822,12 +771,7 @@ fn contexts_are_set_only_when_another_is_current() {
         )
         .unwrap();
         q.synchronize().unwrap();
-        let mut out = vec![0f32; n];
-        // SAFETY: `out` outlives the synchronous copy.
-        unsafe {
-            d.copy_from_device(out.as_mut_ptr().cast(), y, n * 4)
-                .unwrap()
-        };
+        let out: Vec<f32> = common::read(d, y, n);
         assert!(out.iter().all(|&v| v == a), "{out:?}");
     };
     run(1.0);
@@ -956,12 +900,7 @@ fn queue_memory_is_stream_ordered_with_memory_pools() {
     // Usable by the queue's work, and a live range for the range checks.
     q.fill(p, &7u32.to_ne_bytes(), 4096).unwrap();
     q.synchronize().unwrap();
-    let mut out = vec![0u32; 1024];
-    // SAFETY: `out` outlives the synchronous copy.
-    unsafe {
-        d.copy_from_device(out.as_mut_ptr().cast(), p, 4096)
-            .unwrap()
-    };
+    let out: Vec<u32> = common::read(d, p, 1024);
     assert!(out.iter().all(|&v| v == 7));
     assert_eq!(d.allocation(p).map(|a| a.size), Some(4096));
     let e = d.free(p).unwrap_err();
@@ -1107,11 +1046,7 @@ fn omp_kernel(
     let (g, size) = program
         .global(&format!("{kernel}_kernel_environment"))
         .unwrap();
-    // SAFETY: at most the global's size from a live slice.
-    unsafe {
-        d.copy_to_device(g, env.as_ptr(), env.len().min(size as usize))
-            .unwrap()
-    };
+    common::write(d, g, &env[..env.len().min(size as usize)]);
     program.kernel(kernel)
 }
 
@@ -1221,15 +1156,12 @@ fn the_device_environment_is_written_at_load() {
         return;
     };
     let Some(ptx) = openmp_ptx(48) else { return };
-    let read = |rt: &Runtime, dev: usize| -> [u8; 48] {
+    let read = |rt: &Runtime, dev: usize| -> Vec<u8> {
         let d = &rt.devices()[dev];
         let program = d.load_program(&ptx).unwrap();
         let (g, size) = program.global("__omp_rtl_device_environment").unwrap();
         assert_eq!(size, 48);
-        let mut b = [0u8; 48];
-        // SAFETY: 48 bytes into `b`.
-        unsafe { d.copy_from_device(b.as_mut_ptr(), g, 48).unwrap() };
-        b
+        common::read::<u8>(d, g, 48)
     };
     let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
     let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
