@@ -201,7 +201,8 @@ pub unsafe fn fill(
         DeviceKind::Host => {
             // SAFETY: `[ptr, ptr + size)` lies inside a live host-device
             // allocation (found and range-checked above); `size` is a
-            // multiple of the pattern (checked first).
+            // multiple of the pattern (checked first); the pattern is the
+            // caller's separate input buffer (olMemFill's contract).
             unsafe { offload_core::transfer::host_fill(ptr.cast(), pat, size) };
             Ok(())
         }
