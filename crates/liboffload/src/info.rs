@@ -10,6 +10,7 @@
 
 use std::ffi::c_void;
 
+use crate::abi;
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
 use crate::handles::{context, Context, Device, DeviceKind, SymbolKind};
 use crate::types::*;
@@ -61,40 +62,64 @@ impl Value {
     }
 }
 
-/// Where a query's answer goes.
+/// Where a query's answer goes: the caller's output argument, which the
+/// (unsafe) constructors vouch for, so that delivering is safe.
 #[derive(Clone, Copy)]
-pub enum Out {
+pub struct Out(Target);
+
+#[derive(Clone, Copy)]
+enum Target {
     Size(*mut usize),
     Value { size: usize, ptr: *mut c_void },
 }
 
 impl Out {
+    /// The `...InfoSize` form: the size goes to `ptr`.
+    ///
+    /// # Safety
+    /// `ptr`, when not null, is writable for one `size_t` until the query
+    /// returns.
+    pub unsafe fn size(ptr: *mut usize) -> Out {
+        Out(Target::Size(ptr))
+    }
+    /// The value form: the value goes to `ptr`, which holds `size` bytes.
+    ///
+    /// # Safety
+    /// `ptr`, when not null, is writable for `size` bytes until the query
+    /// returns.
+    pub unsafe fn value(size: usize, ptr: *mut c_void) -> Out {
+        Out(Target::Value { size, ptr })
+    }
+
     /// Validate the output arguments (before the handle is looked up).
     fn check_args(self) -> OlResult {
-        match self {
-            Out::Size(p) => check_ptr(p, "PropSizeRet"),
-            Out::Value { ptr, .. } => check_ptr(ptr, "PropValue"),
+        match self.0 {
+            Target::Size(p) => check_ptr(p, "PropSizeRet"),
+            Target::Value { ptr, .. } => check_ptr(ptr, "PropValue"),
         }
     }
     fn check_size(self) -> OlResult {
-        match self {
-            Out::Value { size: 0, .. } => Err(err(
+        match self.0 {
+            Target::Value { size: 0, .. } => Err(err(
                 ErrorCode::InvalidSize,
                 "validation failure: PropSize == 0",
             )),
             _ => Ok(()),
         }
     }
-    /// # Safety
-    /// The pointer in `self` is writable for the size it names.
+    /// Write `value` (or its size) to the caller, after
+    /// [`Out::check_args`] (the pointer is not null).
     #[inline(always)]
-    unsafe fn deliver(self, value: Value, prop: &str) -> OlResult {
-        match self {
-            Out::Size(p) => {
-                p.write_unaligned(value.size());
+    fn deliver(self, value: Value, prop: &str) -> OlResult {
+        self.check_args()?;
+        match self.0 {
+            Target::Size(p) => {
+                // SAFETY: not null (checked above) and writable for a size_t
+                // (the constructor's contract).
+                unsafe { abi::write_unaligned(p, value.size()) };
                 Ok(())
             }
-            Out::Value { size, ptr } => {
+            Target::Value { size, ptr } => {
                 value.with_bytes(|bytes| {
                     if size < bytes.len() {
                         return Err(err(
@@ -105,10 +130,10 @@ impl Out {
                             ),
                         ));
                     }
-                    // SAFETY: the caller's buffer holds `size >= bytes.len()` bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.cast::<u8>(), bytes.len())
-                    };
+                    // SAFETY: not null (checked above); the caller's buffer
+                    // holds `size >= bytes.len()` bytes (the constructor's
+                    // contract) and is not our `bytes`.
+                    unsafe { abi::write_bytes(ptr, bytes) };
                     Ok(())
                 })
             }
@@ -125,11 +150,7 @@ fn bad_enum(what: &str, v: u32) -> crate::error::Error {
 
 // ---------------------------------------------------------------- platform
 
-pub unsafe fn platform_info(
-    h: ol_platform_handle_t,
-    prop: ol_platform_info_t,
-    out: Out,
-) -> OlResult {
+pub fn platform_info(h: ol_platform_handle_t, prop: ol_platform_info_t, out: Out) -> OlResult {
     let ctx = context()?;
     out.check_size()?;
     check_handle(h, "Platform")?;
@@ -248,7 +269,7 @@ fn device_value_common(prop: ol_device_info_t, widths: impl Fn(usize) -> Value) 
     })
 }
 
-pub unsafe fn device_info(h: ol_device_handle_t, prop: ol_device_info_t, out: Out) -> OlResult {
+pub fn device_info(h: ol_device_handle_t, prop: ol_device_info_t, out: Out) -> OlResult {
     let ctx = context()?;
     out.check_size()?;
     check_handle(h, "Device")?;
@@ -260,7 +281,7 @@ pub unsafe fn device_info(h: ol_device_handle_t, prop: ol_device_info_t, out: Ou
 
 // ---------------------------------------------------------------- queue / event
 
-pub unsafe fn queue_info(h: ol_queue_handle_t, prop: ol_queue_info_t, out: Out) -> OlResult {
+pub fn queue_info(h: ol_queue_handle_t, prop: ol_queue_info_t, out: Out) -> OlResult {
     let ctx = context()?;
     out.check_size()?;
     check_handle(h, "Queue")?;
@@ -274,7 +295,7 @@ pub unsafe fn queue_info(h: ol_queue_handle_t, prop: ol_queue_info_t, out: Out) 
     out.deliver(v, prop.name().unwrap_or("?"))
 }
 
-pub unsafe fn event_info(h: ol_event_handle_t, prop: ol_event_info_t, out: Out) -> OlResult {
+pub fn event_info(h: ol_event_handle_t, prop: ol_event_info_t, out: Out) -> OlResult {
     let ctx = context()?;
     out.check_size()?;
     check_handle(h, "Event")?;
@@ -290,7 +311,7 @@ pub unsafe fn event_info(h: ol_event_handle_t, prop: ol_event_info_t, out: Out) 
 
 // ---------------------------------------------------------------- symbol
 
-pub unsafe fn symbol_info(h: ol_symbol_handle_t, prop: ol_symbol_info_t, out: Out) -> OlResult {
+pub fn symbol_info(h: ol_symbol_handle_t, prop: ol_symbol_info_t, out: Out) -> OlResult {
     let ctx = context()?;
     out.check_size()?;
     check_handle(h, "Symbol")?;
@@ -322,7 +343,7 @@ pub unsafe fn symbol_info(h: ol_symbol_handle_t, prop: ol_symbol_info_t, out: Ou
 
 // ---------------------------------------------------------------- memory
 
-pub unsafe fn mem_info(ptr: *const c_void, prop: ol_mem_info_t, out: Out) -> OlResult {
+pub fn mem_info(ptr: *const c_void, prop: ol_mem_info_t, out: Out) -> OlResult {
     let ctx = context()?;
     out.check_size()?;
     check_ptr(ptr, "Ptr")?;

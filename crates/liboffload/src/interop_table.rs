@@ -116,6 +116,8 @@ table! {
 // never dereferenced without being looked up first; the functions are
 // thread-safe entry points. The table may be shared between threads.
 unsafe impl Send for offload_interop_table_t {}
+// SAFETY: as for Send: the table is plain data, never written through a
+// shared reference.
 unsafe impl Sync for offload_interop_table_t {}
 
 #[cfg(test)]

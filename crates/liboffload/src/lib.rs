@@ -28,10 +28,13 @@
 //! Every exported function is `unsafe extern "C"`: callers must pass
 //! pointers that are valid for the sizes the header documents. Handles and
 //! the pointers given to olMemFree / olGetMemInfo are checked, not trusted.
+//! Memory the caller passed in is read and written only through [`abi`];
+//! each `unsafe` block names the argument and the header's guarantee it
+//! relies on.
 
 #![allow(non_snake_case)]
-#![allow(clippy::missing_safety_doc)]
 
+pub mod abi;
 pub mod error;
 pub mod handles;
 pub mod info;
@@ -71,13 +74,14 @@ macro_rules! api {
     ($(
         fn $name:ident / $with_loc:ident ( $($arg:ident : $ty:ty),* ) $body:block
     )*) => {$(
+        #[doc = concat!("`", stringify!($name), "` of OffloadAPI.h.")]
+        ///
+        /// # Safety
+        /// Pointer arguments that are not null are valid as OffloadAPI.h
+        /// states for this function (see [`abi`]); handles are checked.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> ol_result_t {
-            let r = run(
-                stringify!($name),
-                #[allow(unused_unsafe)]
-                move || unsafe { $body },
-            );
+            let r = run(stringify!($name), move || $body);
             if trace::enabled() {
                 // The arguments are plain values: still ours to show.
                 trace::emit(
@@ -89,12 +93,18 @@ macro_rules! api {
             error::to_result(&r)
         }
 
+        #[doc = concat!("`", stringify!($with_loc), "` of OffloadAPI.h: `",
+                        stringify!($name), "` with a code location (unused).")]
+        ///
+        /// # Safety
+        #[doc = concat!("As `", stringify!($name), "`.")]
         #[no_mangle]
         pub unsafe extern "C" fn $with_loc(
             $($arg: $ty,)*
             _code_location: *mut ol_code_location_t,
         ) -> ol_result_t {
-            $name($($arg),*)
+            // SAFETY: the same arguments under the same contract (ours).
+            unsafe { $name($($arg),*) }
         }
     )*};
 }
@@ -111,7 +121,9 @@ api! {
         let ctx = handles::context()?;
         let cb = Callback.ok_or_else(|| error::null_pointer("Callback"))?;
         for i in 0..ctx.devices.len() {
-            if !cb(ctx.device_handle(i), UserData) {
+            // SAFETY: the caller's callback with the caller's UserData, as
+            // olIterateDevices promises to call it; the handle is ours.
+            if !unsafe { cb(ctx.device_handle(i), UserData) } {
                 break;
             }
         }
@@ -124,7 +136,10 @@ api! {
         PropSize: usize,
         PropValue: *mut c_void
     ) {
-        info::platform_info(Platform, PropName, Out::Value { size: PropSize, ptr: PropValue })
+        // SAFETY: PropValue, when not null, is writable for PropSize bytes
+        // (olGetPlatformInfo's contract).
+        let out = unsafe { Out::value(PropSize, PropValue) };
+        info::platform_info(Platform, PropName, out)
     }
 
     fn olGetPlatformInfoSize / olGetPlatformInfoSizeWithCodeLoc(
@@ -132,7 +147,10 @@ api! {
         PropName: ol_platform_info_t,
         PropSizeRet: *mut usize
     ) {
-        info::platform_info(Platform, PropName, Out::Size(PropSizeRet))
+        // SAFETY: PropSizeRet, when not null, is writable for a size_t
+        // (olGetPlatformInfoSize's contract).
+        let out = unsafe { Out::size(PropSizeRet) };
+        info::platform_info(Platform, PropName, out)
     }
 
     fn olGetDeviceInfo / olGetDeviceInfoWithCodeLoc(
@@ -141,7 +159,10 @@ api! {
         PropSize: usize,
         PropValue: *mut c_void
     ) {
-        info::device_info(Device, PropName, Out::Value { size: PropSize, ptr: PropValue })
+        // SAFETY: PropValue, when not null, is writable for PropSize bytes
+        // (olGetDeviceInfo's contract).
+        let out = unsafe { Out::value(PropSize, PropValue) };
+        info::device_info(Device, PropName, out)
     }
 
     fn olGetDeviceInfoSize / olGetDeviceInfoSizeWithCodeLoc(
@@ -149,7 +170,10 @@ api! {
         PropName: ol_device_info_t,
         PropSizeRet: *mut usize
     ) {
-        info::device_info(Device, PropName, Out::Size(PropSizeRet))
+        // SAFETY: PropSizeRet, when not null, is writable for a size_t
+        // (olGetDeviceInfoSize's contract).
+        let out = unsafe { Out::size(PropSizeRet) };
+        info::device_info(Device, PropName, out)
     }
 
     fn olGetQueueInfo / olGetQueueInfoWithCodeLoc(
@@ -158,7 +182,10 @@ api! {
         PropSize: usize,
         PropValue: *mut c_void
     ) {
-        info::queue_info(Queue, PropName, Out::Value { size: PropSize, ptr: PropValue })
+        // SAFETY: PropValue, when not null, is writable for PropSize bytes
+        // (olGetQueueInfo's contract).
+        let out = unsafe { Out::value(PropSize, PropValue) };
+        info::queue_info(Queue, PropName, out)
     }
 
     fn olGetQueueInfoSize / olGetQueueInfoSizeWithCodeLoc(
@@ -166,7 +193,10 @@ api! {
         PropName: ol_queue_info_t,
         PropSizeRet: *mut usize
     ) {
-        info::queue_info(Queue, PropName, Out::Size(PropSizeRet))
+        // SAFETY: PropSizeRet, when not null, is writable for a size_t
+        // (olGetQueueInfoSize's contract).
+        let out = unsafe { Out::size(PropSizeRet) };
+        info::queue_info(Queue, PropName, out)
     }
 
     fn olGetEventInfo / olGetEventInfoWithCodeLoc(
@@ -175,7 +205,10 @@ api! {
         PropSize: usize,
         PropValue: *mut c_void
     ) {
-        info::event_info(Event, PropName, Out::Value { size: PropSize, ptr: PropValue })
+        // SAFETY: PropValue, when not null, is writable for PropSize bytes
+        // (olGetEventInfo's contract).
+        let out = unsafe { Out::value(PropSize, PropValue) };
+        info::event_info(Event, PropName, out)
     }
 
     fn olGetEventInfoSize / olGetEventInfoSizeWithCodeLoc(
@@ -183,7 +216,10 @@ api! {
         PropName: ol_event_info_t,
         PropSizeRet: *mut usize
     ) {
-        info::event_info(Event, PropName, Out::Size(PropSizeRet))
+        // SAFETY: PropSizeRet, when not null, is writable for a size_t
+        // (olGetEventInfoSize's contract).
+        let out = unsafe { Out::size(PropSizeRet) };
+        info::event_info(Event, PropName, out)
     }
 
     fn olGetSymbolInfo / olGetSymbolInfoWithCodeLoc(
@@ -192,7 +228,10 @@ api! {
         PropSize: usize,
         PropValue: *mut c_void
     ) {
-        info::symbol_info(Symbol, PropName, Out::Value { size: PropSize, ptr: PropValue })
+        // SAFETY: PropValue, when not null, is writable for PropSize bytes
+        // (olGetSymbolInfo's contract).
+        let out = unsafe { Out::value(PropSize, PropValue) };
+        info::symbol_info(Symbol, PropName, out)
     }
 
     fn olGetSymbolInfoSize / olGetSymbolInfoSizeWithCodeLoc(
@@ -200,7 +239,10 @@ api! {
         PropName: ol_symbol_info_t,
         PropSizeRet: *mut usize
     ) {
-        info::symbol_info(Symbol, PropName, Out::Size(PropSizeRet))
+        // SAFETY: PropSizeRet, when not null, is writable for a size_t
+        // (olGetSymbolInfoSize's contract).
+        let out = unsafe { Out::size(PropSizeRet) };
+        info::symbol_info(Symbol, PropName, out)
     }
 
     fn olGetMemInfo / olGetMemInfoWithCodeLoc(
@@ -209,7 +251,10 @@ api! {
         PropSize: usize,
         PropValue: *mut c_void
     ) {
-        info::mem_info(Ptr, PropName, Out::Value { size: PropSize, ptr: PropValue })
+        // SAFETY: PropValue, when not null, is writable for PropSize bytes
+        // (olGetMemInfo's contract).
+        let out = unsafe { Out::value(PropSize, PropValue) };
+        info::mem_info(Ptr, PropName, out)
     }
 
     fn olGetMemInfoSize / olGetMemInfoSizeWithCodeLoc(
@@ -217,7 +262,10 @@ api! {
         PropName: ol_mem_info_t,
         PropSizeRet: *mut usize
     ) {
-        info::mem_info(Ptr, PropName, Out::Size(PropSizeRet))
+        // SAFETY: PropSizeRet, when not null, is writable for a size_t
+        // (olGetMemInfoSize's contract).
+        let out = unsafe { Out::size(PropSizeRet) };
+        info::mem_info(Ptr, PropName, out)
     }
 
     fn olMemAlloc / olMemAllocWithCodeLoc(
@@ -226,7 +274,9 @@ api! {
         Size: usize,
         AllocationOut: *mut *mut c_void
     ) {
-        memory::alloc(Device, Type, Size, AllocationOut)
+        // SAFETY: AllocationOut, when not null, is writable for one pointer
+        // (olMemAlloc's contract).
+        unsafe { memory::alloc(Device, Type, Size, AllocationOut) }
     }
 
     fn olMemFree / olMemFreeWithCodeLoc(Address: *mut c_void) { memory::free(Address) }
@@ -239,7 +289,9 @@ api! {
         SrcDevice: ol_device_handle_t,
         Size: usize
     ) {
-        memory::memcpy(Queue, DstPtr, DstDevice, SrcPtr, SrcDevice, Size)
+        // SAFETY: DstPtr and SrcPtr are valid for Size bytes on the devices
+        // named with them (olMemcpy's contract).
+        unsafe { memory::memcpy(Queue, DstPtr, DstDevice, SrcPtr, SrcDevice, Size) }
     }
 
     fn olMemFill / olMemFillWithCodeLoc(
@@ -249,7 +301,9 @@ api! {
         PatternPtr: *const c_void,
         FillSize: usize
     ) {
-        memory::fill(Queue, Ptr, PatternSize, PatternPtr, FillSize)
+        // SAFETY: PatternPtr is readable for PatternSize bytes and Ptr, when it
+        // is host memory, writable for FillSize bytes (olMemFill's contract).
+        unsafe { memory::fill(Queue, Ptr, PatternSize, PatternPtr, FillSize) }
     }
 
     fn olMemRegister / olMemRegisterWithCodeLoc(
@@ -259,7 +313,10 @@ api! {
         Flags: ol_memory_register_flags_t,
         PinnedPtr: *mut *mut c_void
     ) {
-        memory::register(Device, Ptr, Size, Flags, PinnedPtr)
+        // SAFETY: Ptr is host memory of the caller for Size bytes until
+        // olMemUnregister, PinnedPtr writable for one pointer (olMemRegister's
+        // contract).
+        unsafe { memory::register(Device, Ptr, Size, Flags, PinnedPtr) }
     }
 
     fn olMemUnregister / olMemUnregisterWithCodeLoc(
@@ -273,7 +330,9 @@ api! {
         Device: ol_device_handle_t,
         Queue: *mut ol_queue_handle_t
     ) {
-        queue::create_queue(Device, Queue)
+        // SAFETY: Queue, when not null, is writable for one handle
+        // (olCreateQueue's contract).
+        unsafe { queue::create_queue(Device, Queue) }
     }
 
     fn olDestroyQueue / olDestroyQueueWithCodeLoc(Queue: ol_queue_handle_t) {
@@ -289,7 +348,9 @@ api! {
         Events: *mut ol_event_handle_t,
         NumEvents: usize
     ) {
-        queue::wait_events(Queue, Events, NumEvents)
+        // SAFETY: Events, when not null, is readable for NumEvents handles
+        // (olWaitEvents's contract).
+        unsafe { queue::wait_events(Queue, Events, NumEvents) }
     }
 
     fn olLaunchHostFunction / olLaunchHostFunctionWithCodeLoc(
@@ -297,14 +358,18 @@ api! {
         Callback: ol_host_function_cb_t,
         UserData: *mut c_void
     ) {
-        queue::launch_host_function(Queue, Callback, UserData)
+        // SAFETY: Callback may be called with UserData on any thread once the
+        // queue reaches it (olLaunchHostFunction's contract).
+        unsafe { queue::launch_host_function(Queue, Callback, UserData) }
     }
 
     fn olCreateEvent / olCreateEventWithCodeLoc(
         Queue: ol_queue_handle_t,
         Event: *mut ol_event_handle_t
     ) {
-        queue::create_event(Queue, Event)
+        // SAFETY: Event, when not null, is writable for one handle
+        // (olCreateEvent's contract).
+        unsafe { queue::create_event(Queue, Event) }
     }
 
     fn olDestroyEvent / olDestroyEventWithCodeLoc(Event: ol_event_handle_t) {
@@ -321,7 +386,9 @@ api! {
         ProgDataSize: usize,
         Program: *mut ol_program_handle_t
     ) {
-        program::create_program(Device, ProgData, ProgDataSize, Program)
+        // SAFETY: ProgData is readable for ProgDataSize bytes and Program,
+        // when not null, writable for one handle (olCreateProgram's contract).
+        unsafe { program::create_program(Device, ProgData, ProgDataSize, Program) }
     }
 
     fn olDestroyProgram / olDestroyProgramWithCodeLoc(Program: ol_program_handle_t) {
@@ -334,7 +401,9 @@ api! {
         ProgDataSize: usize,
         Valid: *mut bool
     ) {
-        program::is_valid_binary(Device, ProgData, ProgDataSize, Valid)
+        // SAFETY: ProgData is readable for ProgDataSize bytes and Valid, when
+        // not null, writable for one bool (olIsValidBinary's contract).
+        unsafe { program::is_valid_binary(Device, ProgData, ProgDataSize, Valid) }
     }
 
     fn olGetSymbol / olGetSymbolWithCodeLoc(
@@ -343,7 +412,9 @@ api! {
         Kind: ol_symbol_kind_t,
         Symbol: *mut ol_symbol_handle_t
     ) {
-        program::get_symbol(Program, Name, Kind, Symbol)
+        // SAFETY: Name, when not null, is a NUL-terminated string and Symbol
+        // writable for one handle (olGetSymbol's contract).
+        unsafe { program::get_symbol(Program, Name, Kind, Symbol) }
     }
 
     fn olLaunchKernel / olLaunchKernelWithCodeLoc(
@@ -354,7 +425,10 @@ api! {
         ArgumentsSize: usize,
         LaunchSizeArgs: *const ol_kernel_launch_size_args_t
     ) {
-        program::launch_kernel(Queue, Device, Kernel, ArgumentsData, ArgumentsSize, LaunchSizeArgs)
+        // SAFETY: ArgumentsData is readable for ArgumentsSize bytes and
+        // LaunchSizeArgs, when not null, for one ol_kernel_launch_size_args_t
+        // (olLaunchKernel's contract).
+        unsafe { program::launch_kernel(Queue, Device, Kernel, ArgumentsData, ArgumentsSize, LaunchSizeArgs) }
     }
 
     fn olCalculateOptimalOccupancy / olCalculateOptimalOccupancyWithCodeLoc(
@@ -363,6 +437,8 @@ api! {
         SharedMemory: usize,
         GroupSize: *mut usize
     ) {
-        program::optimal_occupancy(Device, Kernel, SharedMemory, GroupSize)
+        // SAFETY: GroupSize, when not null, is writable for one size_t
+        // (olCalculateOptimalOccupancy's contract).
+        unsafe { program::optimal_occupancy(Device, Kernel, SharedMemory, GroupSize) }
     }
 }

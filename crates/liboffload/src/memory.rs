@@ -13,10 +13,15 @@ use std::ffi::c_void;
 use offload_core::plugin::DevicePtr;
 use offload_core::Location;
 
+use crate::abi;
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
 use crate::handles::{alloc_kind, context, Context, Device, DeviceKind, Registration, OL_OWNER};
 use crate::types::*;
 
+/// olMemAlloc.
+///
+/// # Safety
+/// `out`, when not null, is writable for one pointer.
 pub unsafe fn alloc(
     device: ol_device_handle_t,
     kind: ol_alloc_type_t,
@@ -40,11 +45,13 @@ pub unsafe fn alloc(
         Some(core) => core.alloc_for(size, core_kind, OL_OWNER)?.0 as *mut c_void,
         None => ctx.runtime.alloc_host(size, core_kind, OL_OWNER)? as *mut c_void,
     };
-    out.write(base);
+    // SAFETY: `out` is not null (checked above) and writable (our contract).
+    unsafe { abi::write(out, base) };
     Ok(())
 }
 
-pub unsafe fn free(address: *mut c_void) -> OlResult {
+/// olMemFree: `address` is looked up, never dereferenced.
+pub fn free(address: *mut c_void) -> OlResult {
     let ctx = context()?;
     check_ptr(address, "Address")?;
     let ptr = DevicePtr(address as usize as u64);
@@ -80,6 +87,12 @@ fn location(dev: &Device, ptr: *const c_void) -> Location {
     }
 }
 
+/// olMemcpy.
+///
+/// # Safety
+/// `dst` and `src` are valid for `size` bytes where they name host memory
+/// (device memory is checked against its allocation), until the queue
+/// reaches the copy when one is given.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn memcpy(
     queue: ol_queue_handle_t,
@@ -113,22 +126,24 @@ pub unsafe fn memcpy(
     if size == 0 {
         return Ok(());
     }
-    ctx.runtime.copy(
-        location(ddev, dst),
-        location(sdev, src),
-        size,
-        q.as_deref().map(|q| &q.core),
-    )
+    // SAFETY: host locations are valid for `size` bytes until the copy runs
+    // (our contract, which is Runtime::copy's).
+    unsafe {
+        ctx.runtime.copy(
+            location(ddev, dst),
+            location(sdev, src),
+            size,
+            q.as_deref().map(|q| &q.core),
+        )
+    }
 }
 
-/// Bytes `[ptr, ptr+size)` as a slice of host memory.
+/// olMemFill.
 ///
 /// # Safety
-/// The caller guarantees the range is readable.
-unsafe fn host_slice<'a>(ptr: *const c_void, size: usize) -> &'a [u8] {
-    std::slice::from_raw_parts(ptr.cast::<u8>(), size)
-}
-
+/// `pattern` is readable for `pattern_size` bytes; `ptr`, where it is host
+/// memory not found in an allocation, is writable for `size` bytes until
+/// the queue reaches the fill.
 pub unsafe fn fill(
     queue: ol_queue_handle_t,
     ptr: *mut c_void,
@@ -150,7 +165,9 @@ pub unsafe fn fill(
     } else {
         Some(ctx.queue(queue)?)
     };
-    let pat = host_slice(pattern, pattern_size);
+    // SAFETY: `pattern` is not null (checked above) and readable for
+    // `pattern_size` bytes (our contract); the core copies it before we return.
+    let pat = unsafe { abi::bytes(pattern, pattern_size) };
     let dst = DevicePtr(ptr as usize as u64);
     // Which device the memory lives on: the queue's, else the allocation's.
     let found = ctx.find_allocation(ptr as usize);
@@ -182,13 +199,22 @@ pub unsafe fn fill(
     };
     match &ctx.devices[device].kind {
         DeviceKind::Host => {
-            offload_core::transfer::host_fill(ptr.cast(), pat, size);
+            // SAFETY: `[ptr, ptr + size)` lies inside a live host-device
+            // allocation (found and range-checked above); `size` is a
+            // multiple of the pattern (checked first); the pattern is the
+            // caller's separate input buffer (olMemFill's contract).
+            unsafe { offload_core::transfer::host_fill(ptr.cast(), pat, size) };
             Ok(())
         }
         DeviceKind::Plugin { core } => core.fill(dst, pat, size),
     }
 }
 
+/// olMemRegister.
+///
+/// # Safety
+/// `[ptr, ptr + size)` is host memory of the caller that stays mapped until
+/// olMemUnregister; `pinned`, when not null, is writable for one pointer.
 pub unsafe fn register(
     device: ol_device_handle_t,
     ptr: *mut c_void,
@@ -223,7 +249,9 @@ pub unsafe fn register(
         if base >= rb && end <= re {
             // Inside an existing registration: one more user.
             r.users += 1;
-            pinned.write(ptr);
+            // SAFETY: `pinned` is not null (checked above) and writable
+            // (our contract).
+            unsafe { abi::write(pinned, ptr) };
             return Ok(());
         }
         if base < re && end > rb {
@@ -238,7 +266,7 @@ pub unsafe fn register(
     }
     if let Some(core) = dev.core() {
         // SAFETY: the caller registers its own memory and keeps it mapped
-        // until olMemUnregister (the API's contract).
+        // until olMemUnregister (our contract, the API's).
         unsafe { core.register_host_range(DevicePtr(base as u64), size, OL_OWNER) }?;
     }
     regs.push(Registration {
@@ -250,7 +278,8 @@ pub unsafe fn register(
     // The pinned pointer is the pointer: host-memory devices reach host
     // memory directly, and CUDA maps registered memory at the same address
     // (unified addressing).
-    pinned.write(ptr);
+    // SAFETY: `pinned` is not null (checked above) and writable (our contract).
+    unsafe { abi::write(pinned, ptr) };
     Ok(())
 }
 
@@ -258,7 +287,8 @@ fn lock_regs(ctx: &Context) -> std::sync::MutexGuard<'_, Vec<Registration>> {
     ctx.registrations.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub unsafe fn unregister(device: ol_device_handle_t, ptr: *mut c_void) -> OlResult {
+/// olMemUnregister: `ptr` is looked up, never dereferenced.
+pub fn unregister(device: ol_device_handle_t, ptr: *mut c_void) -> OlResult {
     let ctx = context()?;
     check_handle(device, "Device")?;
     check_ptr(ptr, "Ptr")?;

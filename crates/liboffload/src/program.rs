@@ -12,15 +12,21 @@
 //! called once per work item (include/offload/host_kernel.h).
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Mutex};
 
 use offload_core::plugin::{KernelArgs, LaunchConfig};
 
+use crate::abi;
 use crate::error::{check_handle, check_ptr, err, ErrorCode, OlResult};
 use crate::handles::{context, Context, Device, DeviceKind, Program, Symbol, SymbolKind};
 use crate::types::*;
 
+/// olIsValidBinary.
+///
+/// # Safety
+/// `data` is readable for `size` bytes; `valid`, when not null, is
+/// writable for one bool.
 pub unsafe fn is_valid_binary(
     device: ol_device_handle_t,
     data: *const c_void,
@@ -34,14 +40,22 @@ pub unsafe fn is_valid_binary(
     let dev = ctx.device(device, "Device")?;
     let ok = match dev.core() {
         Some(core) if size > 0 => {
-            core.is_compatible(std::slice::from_raw_parts(data.cast::<u8>(), size))
+            // SAFETY: `data` is not null (checked above) and readable for
+            // `size` bytes (our contract).
+            core.is_compatible(unsafe { abi::bytes(data, size) })
         }
         _ => false,
     };
-    valid.write(ok);
+    // SAFETY: `valid` is not null (checked above) and writable (our contract).
+    unsafe { abi::write(valid, ok) };
     Ok(())
 }
 
+/// olCreateProgram.
+///
+/// # Safety
+/// `data` is readable for `size` bytes; `out`, when not null, is writable
+/// for one handle.
 pub unsafe fn create_program(
     device: ol_device_handle_t,
     data: *const c_void,
@@ -70,7 +84,9 @@ pub unsafe fn create_program(
             "ProgDataSize is 0: an empty image is not a valid binary",
         ));
     }
-    let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size);
+    // SAFETY: `data` is not null (checked above) and readable for `size`
+    // bytes (our contract); the core copies what it keeps.
+    let bytes = unsafe { abi::bytes(data, size) };
     let loaded = core
         .load_program(bytes)
         .map_err(|e| e.context(format!("olCreateProgram on {}", core.label())))?;
@@ -79,11 +95,12 @@ pub unsafe fn create_program(
         core: loaded,
         symbols: Mutex::new(HashMap::new()),
     }));
-    out.write(h as ol_program_handle_t);
+    // SAFETY: `out` is not null (checked above) and writable (our contract).
+    unsafe { abi::write(out, h as ol_program_handle_t) };
     Ok(())
 }
 
-pub unsafe fn destroy_program(program: ol_program_handle_t) -> OlResult {
+pub fn destroy_program(program: ol_program_handle_t) -> OlResult {
     let ctx = context()?;
     let p = ctx.program(program)?;
     ctx.programs.remove(program as usize);
@@ -100,6 +117,11 @@ pub unsafe fn destroy_program(program: ol_program_handle_t) -> OlResult {
     Ok(())
 }
 
+/// olGetSymbol.
+///
+/// # Safety
+/// `name`, when not null, is a NUL-terminated string; `out`, when not
+/// null, is writable for one handle.
 pub unsafe fn get_symbol(
     program: ol_program_handle_t,
     name: *const c_char,
@@ -111,7 +133,9 @@ pub unsafe fn get_symbol(
     check_ptr(name, "Name")?;
     check_ptr(out, "Symbol")?;
     let p = ctx.program(program)?;
-    let name = CStr::from_ptr(name)
+    // SAFETY: `name` is not null (checked above) and NUL-terminated (our
+    // contract).
+    let name = unsafe { abi::c_str(name) }
         .to_str()
         .map_err(|_| err(ErrorCode::InvalidArgument, "symbol name is not valid UTF-8"))?;
     if kind.name().is_none() {
@@ -122,7 +146,9 @@ pub unsafe fn get_symbol(
     }
     let mut cache = p.symbols.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(&h) = cache.get(&(name.to_string(), kind.0)) {
-        out.write(h as ol_symbol_handle_t);
+        // SAFETY: `out` is not null (checked above) and writable (our
+        // contract).
+        unsafe { abi::write(out, h as ol_symbol_handle_t) };
         return Ok(());
     }
     let sym_kind = match kind {
@@ -142,7 +168,8 @@ pub unsafe fn get_symbol(
         kind: sym_kind,
     }));
     cache.insert((name.to_string(), kind.0), h);
-    out.write(h as ol_symbol_handle_t);
+    // SAFETY: `out` is not null (checked above) and writable (our contract).
+    unsafe { abi::write(out, h as ol_symbol_handle_t) };
     Ok(())
 }
 
@@ -214,6 +241,11 @@ fn kernel_symbol(
     Ok((sym, k))
 }
 
+/// olLaunchKernel.
+///
+/// # Safety
+/// `args` is readable for `args_size` bytes; `launch`, when not null, is
+/// readable for one `ol_kernel_launch_size_args_t`.
 pub unsafe fn launch_kernel(
     queue: ol_queue_handle_t,
     device: ol_device_handle_t,
@@ -235,13 +267,14 @@ pub unsafe fn launch_kernel(
     check_ptr(launch, "LaunchSizeArgs")?;
     let dev = ctx.device(device, "Device")?;
     let (sym, k) = kernel_symbol(ctx, dev, kernel)?;
-    let config = config_from(&*launch)?;
+    // SAFETY: `launch` is not null (checked above) and readable (our
+    // contract).
+    let config = config_from(&unsafe { abi::read(launch) })?;
     check_limits(dev, &config)?;
-    let bytes: &[u8] = if args_size == 0 {
-        &[]
-    } else {
-        std::slice::from_raw_parts(args.cast::<u8>(), args_size)
-    };
+    // SAFETY: `args` is readable for `args_size` bytes (our contract), not
+    // null when `args_size > 0` (checked above); the core copies it before
+    // a queued launch returns.
+    let bytes = unsafe { abi::bytes(args, args_size) };
     let DeviceKind::Plugin { core } = &dev.kind else {
         unreachable!("kernels only come from plugin devices");
     };
@@ -305,6 +338,10 @@ fn check_limits(dev: &crate::handles::Device, config: &LaunchConfig) -> OlResult
     Ok(())
 }
 
+/// olCalculateOptimalOccupancy.
+///
+/// # Safety
+/// `group_size`, when not null, is writable for one `size_t`.
 pub unsafe fn optimal_occupancy(
     device: ol_device_handle_t,
     kernel: ol_symbol_handle_t,
@@ -327,6 +364,9 @@ pub unsafe fn optimal_occupancy(
             ),
         ));
     }
-    group_size.write(k.preferred_group_size(shared_memory).max(1) as usize);
+    let n = k.preferred_group_size(shared_memory).max(1) as usize;
+    // SAFETY: `group_size` is not null (checked above) and writable (our
+    // contract).
+    unsafe { abi::write(group_size, n) };
     Ok(())
 }

@@ -14,10 +14,15 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
+use crate::abi;
 use crate::error::{check_handle, check_ptr, OlResult};
 use crate::handles::{context, Event, Queue};
 use crate::types::*;
 
+/// olCreateQueue.
+///
+/// # Safety
+/// `out`, when not null, is writable for one handle.
 pub unsafe fn create_queue(device: ol_device_handle_t, out: *mut ol_queue_handle_t) -> OlResult {
     let ctx = context()?;
     check_handle(device, "Device")?;
@@ -28,11 +33,12 @@ pub unsafe fn create_queue(device: ol_device_handle_t, out: *mut ol_queue_handle
         device: dev.index,
         core,
     }));
-    out.write(h as ol_queue_handle_t);
+    // SAFETY: `out` is not null (checked above) and writable (our contract).
+    unsafe { abi::write(out, h as ol_queue_handle_t) };
     Ok(())
 }
 
-pub unsafe fn destroy_queue(queue: ol_queue_handle_t) -> OlResult {
+pub fn destroy_queue(queue: ol_queue_handle_t) -> OlResult {
     let ctx = context()?;
     let q = ctx.queue(queue)?;
     if ctx.queues.remove(queue as usize).is_none() {
@@ -48,7 +54,7 @@ pub unsafe fn destroy_queue(queue: ol_queue_handle_t) -> OlResult {
     q.core.close()
 }
 
-pub unsafe fn sync_queue(queue: ol_queue_handle_t) -> OlResult {
+pub fn sync_queue(queue: ol_queue_handle_t) -> OlResult {
     let ctx = context()?;
     let q = ctx.queue(queue)?;
     q.core.synchronize()
@@ -60,6 +66,11 @@ struct UserData(*mut c_void);
 // header says runs in this process; what it points to is the user's business.
 unsafe impl Send for UserData {}
 
+/// olLaunchHostFunction.
+///
+/// # Safety
+/// `callback` may be called with `user_data` on another thread once the
+/// queue reaches it.
 pub unsafe fn launch_host_function(
     queue: ol_queue_handle_t,
     callback: ol_host_function_cb_t,
@@ -72,11 +83,16 @@ pub unsafe fn launch_host_function(
     let data = UserData(user_data);
     q.core.host_function(Box::new(move || {
         let data = data;
-        // SAFETY: calling the user's callback with the user's data.
+        // SAFETY: the user's callback with the user's data, called once
+        // where the queue reaches it (our contract).
         unsafe { cb(data.0) };
     }))
 }
 
+/// olCreateEvent.
+///
+/// # Safety
+/// `out`, when not null, is writable for one handle.
 pub unsafe fn create_event(queue: ol_queue_handle_t, out: *mut ol_event_handle_t) -> OlResult {
     let ctx = context()?;
     check_handle(queue, "Queue")?;
@@ -86,23 +102,28 @@ pub unsafe fn create_event(queue: ol_queue_handle_t, out: *mut ol_event_handle_t
         queue: queue as usize,
         core: q.core.record_event()?,
     }));
-    out.write(h as ol_event_handle_t);
+    // SAFETY: `out` is not null (checked above) and writable (our contract).
+    unsafe { abi::write(out, h as ol_event_handle_t) };
     Ok(())
 }
 
-pub unsafe fn destroy_event(event: ol_event_handle_t) -> OlResult {
+pub fn destroy_event(event: ol_event_handle_t) -> OlResult {
     let ctx = context()?;
     ctx.event(event)?;
     ctx.events.remove(event as usize);
     Ok(())
 }
 
-pub unsafe fn sync_event(event: ol_event_handle_t) -> OlResult {
+pub fn sync_event(event: ol_event_handle_t) -> OlResult {
     let ctx = context()?;
     let e = ctx.event(event)?;
     e.core.synchronize()
 }
 
+/// olWaitEvents.
+///
+/// # Safety
+/// `events`, when not null, is readable for `count` handles.
 pub unsafe fn wait_events(
     queue: ol_queue_handle_t,
     events: *mut ol_event_handle_t,
@@ -112,7 +133,9 @@ pub unsafe fn wait_events(
     check_handle(queue, "Queue")?;
     check_ptr(events, "Events")?;
     let q = ctx.queue(queue)?;
-    let list = std::slice::from_raw_parts(events, count);
+    // SAFETY: `events` is not null (checked above) and readable for `count`
+    // handles (our contract); the handles are looked up, not trusted.
+    let list = unsafe { abi::slice(events, count) };
     // Validate them all before waiting on any.
     let mut found = Vec::with_capacity(count);
     for (i, &h) in list.iter().enumerate() {

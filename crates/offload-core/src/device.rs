@@ -644,7 +644,9 @@ impl Device {
         }
         self.check_range(dst, size)?;
         self.stats.count_to_device(size);
-        self.with_sync_queue(|q| q.copy_to_device(dst, src, size))
+        // SAFETY: `src` is valid for `size` bytes (our contract), the device
+        // range was checked just now; the copy is synchronous.
+        self.with_sync_queue(|q| unsafe { q.copy_to_device(dst, src, size) })
     }
 
     /// Copy host memory into device memory the caller allocated through
@@ -667,7 +669,9 @@ impl Device {
         }
         debug_assert!(self.check_range(dst, size).is_ok());
         self.stats.count_to_device(size);
-        self.with_sync_queue(|q| q.copy_to_device(dst, src, size))
+        // SAFETY: `src` is valid for `size` bytes and the device range lies
+        // inside a live allocation (our contract); the copy is synchronous.
+        self.with_sync_queue(|q| unsafe { q.copy_to_device(dst, src, size) })
     }
 
     /// The other direction of [`Device::copy_to_owned_block`].
@@ -687,7 +691,9 @@ impl Device {
         }
         debug_assert!(self.check_range(src, size).is_ok());
         self.stats.count_from_device(size);
-        self.with_sync_queue(|q| q.copy_from_device(dst, src, size))
+        // SAFETY: `dst` is valid for `size` bytes and the device range lies
+        // inside a live allocation (our contract); the copy is synchronous.
+        self.with_sync_queue(|q| unsafe { q.copy_from_device(dst, src, size) })
     }
 
     /// Copy device memory to the host, now.
@@ -706,7 +712,9 @@ impl Device {
         }
         self.check_range(src, size)?;
         self.stats.count_from_device(size);
-        self.with_sync_queue(|q| q.copy_from_device(dst, src, size))
+        // SAFETY: `dst` is valid for `size` bytes (our contract), the device
+        // range was checked just now; the copy is synchronous.
+        self.with_sync_queue(|q| unsafe { q.copy_from_device(dst, src, size) })
     }
 
     /// Fill `size` bytes at `dst` with `pattern` repeated, now.
@@ -720,7 +728,8 @@ impl Device {
         }
         if let Some(h) = self.local_host_range(dst, size) {
             // SAFETY: a live host allocation of this process covering
-            // `size` bytes (checked just now).
+            // `size` bytes (checked just now); device memory, which no safe
+            // reference (such as `pattern`) points into.
             unsafe { crate::transfer::host_fill(h, pattern, size) };
             return Ok(());
         }

@@ -9,6 +9,45 @@
 //!
 //! Plugins downcast the core-visible objects they receive back to their own
 //! types with [`AsAny`]; an object of a foreign plugin is an `InvalidArgument`.
+//!
+//! # What the core validates before it calls a plugin
+//!
+//! As in wgpu-hal, validation is the core's job and the plugins trust it. A
+//! plugin may dereference device pointers it is given (the host plugin reads
+//! the word before an allocation in [`Device::free`], and copies and fills
+//! through plain pointers), so the core calls these methods only with
+//! arguments it has checked against the device's allocation index
+//! (`crate::index`):
+//!
+//! * [`Device::free`]: `ptr` is the base of a live allocation this plugin's
+//!   [`Device::alloc`] (or [`Device::alloc_at`]) returned, with the kind it
+//!   was allocated with; it has been taken out of the index first, so each
+//!   allocation is freed once, and only after the queued work that may still
+//!   use it has passed (deferred frees).
+//! * [`Queue::copy_within`], [`Queue::fill`], [`Queue::copy_to_device`],
+//!   [`Queue::copy_from_device`]: every device range `[ptr, ptr + size)`
+//!   lies inside one live range of this queue's device (allocation, global
+//!   or registration): checked against the index (`Device::check_range`),
+//!   or, for a face's own blocks, promised by the caller of the `unsafe`
+//!   `Device::copy_{to,from}_owned_block`; for `fill`, `size` is a
+//!   multiple of `pattern.len() > 0`. Host memory a device does
+//!   not reach ([`Device::host_allocations_are_local`]) never gets here: the
+//!   core moves it itself. Host pointers of the two `unsafe` copies are the
+//!   caller's promise, as their `# Safety` sections say.
+//! * [`Queue::copy_to_peer`]: both ranges checked as above, the devices of
+//!   the same plugin.
+//! * [`Queue::launch`]: the kernel belongs to a program loaded on this
+//!   queue's device, kept loaded until the launch has run; the
+//!   configuration has been resolved (`Kernel::resolve`). What the kernel
+//!   arguments point to is the face's business: the core does not look.
+//! * Handles (devices, queues, events, kernels) reach a plugin only as
+//!   objects the plugin created; a foreign one is refused by downcasting.
+//!
+//! These methods are safe functions because every call the core makes
+//! satisfies the above. They are not meant to be called past the core: code
+//! that holds a plugin object itself ([`crate::Runtime::plugins`], or a
+//! plugin crate used directly, as plugin tests do) takes on the same
+//! obligations.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -266,6 +305,8 @@ pub trait Device: Send + Sync + AsAny {
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;
+    /// Release `ptr`. The core passes only the base of a live allocation of
+    /// this device, with its kind, once (see the module documentation).
     fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()>;
 
     /// Whether host memory can be registered for this device
@@ -377,7 +418,8 @@ pub trait Queue: Send + Sync + AsAny {
     /// # Safety
     /// `dst` valid for `size` bytes until the queue reaches this operation.
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()>;
-    /// Copy within this queue's device.
+    /// Copy within this queue's device. The core passes ranges that lie
+    /// inside live ranges of this device (see the module documentation).
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()>;
     /// Copy from this queue's device to another device of the same plugin
     /// when the plugin can do it directly; `Ok(false)` makes the core stage
@@ -392,6 +434,8 @@ pub trait Queue: Send + Sync + AsAny {
         Ok(false)
     }
     /// Fill `size` bytes with a repeated `pattern` (`size % pattern.len() == 0`).
+    /// The core passes a range inside a live range of this device (see the
+    /// module documentation).
     fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()>;
     /// Launch `kernel` (of a program of this queue's device).
     fn launch(

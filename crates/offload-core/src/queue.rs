@@ -129,6 +129,8 @@ impl Queue {
         src: HostAddr,
         size: usize,
     ) -> Result<()> {
+        // SAFETY: `src` stays valid until the queue reaches the copy (our
+        // contract); the caller checked the device range.
         self.submit_raw(move |q| unsafe { q.copy_to_device(dst, src.0 as *const u8, size) })
     }
 
@@ -140,6 +142,8 @@ impl Queue {
         src: DevicePtr,
         size: usize,
     ) -> Result<()> {
+        // SAFETY: `dst` stays valid until the queue reaches the copy (our
+        // contract); the caller checked the device range.
         self.submit_raw(move |q| unsafe { q.copy_from_device(dst.0 as *mut u8, src, size) })
     }
 
@@ -158,7 +162,7 @@ impl Queue {
         match &self.device {
             Some(d) if d.local_host_range(dst, size).is_some() => self.submit_host(move || {
                 // SAFETY: a live host allocation of this process (checked
-                // above), filled in the queue's order.
+                // above), filled in the queue's order; `pattern` is our copy.
                 unsafe { crate::transfer::host_fill(dst.0 as *mut u8, &pattern, size) };
                 Ok(())
             }),
@@ -167,7 +171,11 @@ impl Queue {
                 self.submit_raw(move |q| q.fill(dst, &pattern, size))
             }
             None => self.submit_host(move || {
-                // SAFETY: a host-only queue names host memory the caller owns.
+                // SAFETY: a host-only queue names host memory its user owns
+                // (its one user, liboffload's host device, passes olMemFill's
+                // pointer under the C caller's contract). Not checked here:
+                // this safe function trusts that contract (issue 23).
+                // `pattern` is our copy, so it does not overlap `dst`.
                 unsafe { crate::transfer::host_fill(dst.0 as *mut u8, &pattern, size) };
                 Ok(())
             }),

@@ -55,7 +55,9 @@ impl Runtime {
                     "host pointer of a copy is null",
                 ));
             }
-            std::ptr::copy(s, d.cast_mut(), size);
+            // SAFETY: both are valid for `size` bytes (our contract) and not
+            // null (checked just now); they may overlap (memmove).
+            unsafe { std::ptr::copy(s, d.cast_mut(), size) };
             return Ok(());
         }
         let _s = debug_span!("copy", ?dst, ?src, size).entered();
@@ -84,28 +86,43 @@ impl Runtime {
                 let dev = dst_dev.expect("device end");
                 dev.stats().count_to_device(size);
                 match queue {
-                    Some(q) if q.is_on(dev) => q.copy_to_device(d, HostAddr(s as usize), size),
+                    // SAFETY: (all three arms) `s` is valid for `size` bytes until
+                    // the queue reaches the copy (our contract); the device
+                    // range was checked above (`checked_end`).
+                    Some(q) if q.is_on(dev) => unsafe {
+                        q.copy_to_device(d, HostAddr(s as usize), size)
+                    },
                     Some(q) => {
                         let (dev, s) = (dev.clone(), HostAddr(s as usize));
+                        // SAFETY: as above.
                         q.submit_host(move || unsafe {
                             dev.copy_to_device(d, s.0 as *const u8, size)
                         })
                     }
-                    None => dev.with_sync_queue(|q| q.copy_to_device(d, s, size)),
+                    // SAFETY: as above (synchronous).
+                    None => dev.with_sync_queue(|q| unsafe { q.copy_to_device(d, s, size) }),
                 }
             }
             (Location::Device(_, s), Location::Host(d)) => {
                 let dev = src_dev.expect("device end");
                 dev.stats().count_from_device(size);
                 match queue {
-                    Some(q) if q.is_on(dev) => q.copy_from_device(HostAddr(d as usize), s, size),
+                    // SAFETY: (all three arms) `d` is valid for `size` bytes until
+                    // the queue reaches the copy (our contract); the device
+                    // range was checked above (`checked_end`).
+                    Some(q) if q.is_on(dev) => unsafe {
+                        q.copy_from_device(HostAddr(d as usize), s, size)
+                    },
                     Some(q) => {
                         let (dev, d) = (dev.clone(), HostAddr(d as usize));
+                        // SAFETY: as above.
                         q.submit_host(move || unsafe {
                             dev.copy_from_device(d.0 as *mut u8, s, size)
                         })
                     }
-                    None => dev.with_sync_queue(|q| q.copy_from_device(d as *mut u8, s, size)),
+                    // SAFETY: as above (synchronous).
+                    None => dev
+                        .with_sync_queue(|q| unsafe { q.copy_from_device(d as *mut u8, s, size) }),
                 }
             }
             (Location::Device(_, s), Location::Device(_, d)) => {
@@ -206,15 +223,20 @@ fn copy_between(
 /// Fill host memory with a repeated pattern.
 ///
 /// # Safety
-/// `dst` is valid for `size` bytes; `size` is a multiple of the pattern.
+/// `dst` is valid for writes of `size` bytes, which do not overlap
+/// `pattern`; `size` is a multiple of the pattern.
 pub unsafe fn host_fill(dst: *mut u8, pattern: &[u8], size: usize) {
     if pattern.len() == 1 {
-        std::ptr::write_bytes(dst, pattern[0], size);
+        // SAFETY: `dst` is valid for `size` bytes (our contract).
+        unsafe { std::ptr::write_bytes(dst, pattern[0], size) };
         return;
     }
     let mut off = 0;
     while off < size {
-        std::ptr::copy_nonoverlapping(pattern.as_ptr(), dst.add(off), pattern.len());
+        // SAFETY: `off + pattern.len() <= size` (`size` is a multiple of
+        // the pattern), so the destination lies in `dst`'s `size` bytes,
+        // which do not overlap `pattern` (our contract).
+        unsafe { std::ptr::copy_nonoverlapping(pattern.as_ptr(), dst.add(off), pattern.len()) };
         off += pattern.len();
     }
 }

@@ -36,7 +36,8 @@ pub fn free(ptr: DevicePtr) {
         return;
     }
     // SAFETY: the core only frees pointers this plugin's `alloc` returned,
-    // which carry their block's address in the word before them.
+    // once (offload_core::plugin, "What the core validates"); they carry
+    // their block's address in the word before them.
     unsafe {
         let block = *((ptr.0 as usize - 8) as *const usize);
         libc::free(block as *mut libc::c_void)
@@ -174,7 +175,8 @@ pub unsafe fn copy(dst: *mut u8, src: *const u8, size: usize) {
 }
 
 /// # Safety
-/// `dst` valid for `size` bytes; `size` a multiple of `pattern.len()`.
+/// `dst` valid for `size` bytes, not overlapping `pattern`; `size` a
+/// multiple of `pattern.len()`.
 pub unsafe fn fill(dst: *mut u8, pattern: &[u8], size: usize) {
     // SAFETY: the caller's guarantee above is host_fill's.
     unsafe { offload_core::transfer::host_fill(dst, pattern, size) }

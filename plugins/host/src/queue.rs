@@ -190,7 +190,9 @@ impl plugin::Queue for HostQueue {
         Ok(())
     }
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
-        // SAFETY: both are host-plugin allocations named by the caller.
+        // SAFETY: both ranges lie inside live ranges of host-plugin memory:
+        // the core checks them before it calls (offload_core::plugin, "What
+        // the core validates"); memmove allows overlap.
         unsafe { memory::copy(dst.as_ptr(), src.as_ptr(), size) };
         Ok(())
     }
@@ -209,7 +211,10 @@ impl plugin::Queue for HostQueue {
         Ok(false)
     }
     fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
-        // SAFETY: as above.
+        // SAFETY: the range lies inside a live range of host-plugin memory
+        // and `size` is a multiple of `pattern.len()` (the core checks both:
+        // offload_core::plugin, "What the core validates"); device memory,
+        // which no shared slice such as `pattern` points into.
         unsafe { memory::fill(dst.as_ptr(), pattern, size) };
         Ok(())
     }
