@@ -10,9 +10,9 @@ use offload_image::DeviceImage;
 use crate::abi::*;
 use crate::descriptor::{read_entries, read_image, HostEntry};
 use crate::device::DevState;
-use crate::libomp::raw_policy;
+use crate::libomp::{raw_policy, raw_policy_is_mandatory};
 use crate::msg;
-use crate::policy::{policy, raw_policy_is_mandatory};
+use crate::policy::policy;
 use crate::requires::add_requires;
 
 pub struct Registered {
@@ -193,7 +193,7 @@ unsafe fn register_now(desc: *const BinDesc) {
     // like LLVM's libomptarget, whose constructor connects to libomp: asking
     // libomp runs its serial initialisation (OMPT tool search, dlopen of
     // libarcher, ~2-3 ms), which would otherwise land in the first construct.
-    let _ = policy();
+    let _ = policy(usable_devices);
 }
 
 /// The entry table and the device images of a descriptor.
@@ -293,7 +293,7 @@ pub fn unregister(desc: *const BinDesc) {
         .is_empty();
     if last && msg::info_on(msg::INFO_DUMP_TABLE) {
         for d in visible_devices().iter().rev() {
-            crate::report::dump_table(
+            crate::dump::dump_table(
                 d,
                 "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",
             );
