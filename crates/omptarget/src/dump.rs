@@ -25,7 +25,7 @@ pub fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &s
             &format!(
                 "{} {} {:<8} {:<11} {:<12} {}",
                 P(e.hst_begin),
-                P(e.tgt_begin),
+                P(e.tgt_begin.0),
                 e.size(),
                 msg::rc_str(e.dyn_rc),
                 msg::rc_str(e.hold_rc),

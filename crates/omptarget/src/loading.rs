@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use offload_core::plugin::DevicePtr;
 use offload_image::DeviceImage;
 
 use crate::abi::*;
@@ -183,8 +184,8 @@ impl DevState {
             hst_base: host,
             hst_begin: host,
             hst_end: host + size,
-            tgt_alloc: tgt,
-            tgt_begin: tgt,
+            tgt_alloc: DevicePtr(tgt),
+            tgt_begin: DevicePtr(tgt),
             dyn_rc: INF,
             hold_rc: 0,
             name,

@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use offload_core::plugin::{KernelArgs, LaunchConfig};
+use offload_core::plugin::{DevicePtr, KernelArgs, LaunchConfig};
 use smallvec::SmallVec;
 
 use crate::abi::*;
@@ -183,8 +183,8 @@ type Removals = SmallVec<[Removed; 16]>;
 /// What reporting and freeing a removed entry needs.
 struct Removed {
     hst_begin: u64,
-    tgt_begin: u64,
-    tgt_alloc: u64,
+    tgt_begin: DevicePtr,
+    tgt_alloc: DevicePtr,
     size: u64,
     name: usize,
     owned: bool,
@@ -545,8 +545,8 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
         hst_base: r.hb,
         hst_begin: hp,
         hst_end: hp + size,
-        tgt_alloc: alloc,
-        tgt_begin: tgt,
+        tgt_alloc: DevicePtr(alloc),
+        tgt_begin: DevicePtr(tgt),
         dyn_rc: if hold { 0 } else { 1 },
         hold_rc: if hold { 1 } else { 0 },
         name,
@@ -897,14 +897,14 @@ pub fn data_end(
                 &format!(
                     "Removing map entry with HstPtrBegin={}, TgtPtrBegin={}, Size={}, Name={}",
                     P(e.hst_begin),
-                    P(e.tgt_begin),
+                    P(e.tgt_begin.0),
                     e.size,
                     msg::name_of(e.name)
                 ),
             );
         }
         if e.owned {
-            d.free_block(e.tgt_alloc, e.tgt_begin - e.tgt_alloc + e.size);
+            d.free_block(e.tgt_alloc.0, e.tgt_begin.0 - e.tgt_alloc.0 + e.size);
         }
     }
     r
