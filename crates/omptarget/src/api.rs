@@ -280,7 +280,7 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
     let mut t = d.table(host, size as u64);
     if let Some((k, f)) = t.lookup(host, size as u64) {
         let e = t.get(k).unwrap();
-        if f == Found::Contained && e.hst_begin == host && e.tgt_begin == tgt {
+        if f == Found::Contained && e.hst_begin == host && e.tgt_begin == DevicePtr(tgt) {
             return 0;
         }
         drop(t);
@@ -293,8 +293,8 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
         hst_base: host,
         hst_begin: host,
         hst_end: host.saturating_add(size as u64),
-        tgt_alloc: tgt,
-        tgt_begin: tgt,
+        tgt_alloc: DevicePtr(tgt),
+        tgt_begin: DevicePtr(tgt),
         dyn_rc: INF,
         hold_rc: 0,
         name: 0,
@@ -396,7 +396,7 @@ pub fn print_device_info(dev: i64) {
 fn name_by_tgt(d: &DevState, tgt: u64) -> String {
     let t = d.table_all();
     for e in t.entries() {
-        if tgt >= e.tgt_begin && tgt < e.tgt_begin + e.size() {
+        if tgt >= e.tgt_begin.0 && tgt < e.tgt_begin.0 + e.size() {
             return msg::name_of(e.name);
         }
     }

@@ -5,8 +5,15 @@ use crate::abi::Ident;
 use crate::device::DevState;
 use crate::libomp::default_device;
 use crate::msg;
-use crate::policy::offload_disabled;
+use crate::policy::{policy, POLICY_DISABLED};
 use crate::state::{state, usable_devices};
+
+/// Offloading is disabled (`OMP_TARGET_OFFLOAD=DISABLED`, or by default
+/// when no device is usable).
+#[inline]
+pub fn offload_disabled() -> bool {
+    policy(usable_devices) == POLICY_DISABLED
+}
 
 /// Number of devices (0 when offloading is disabled).
 pub fn num_devices() -> usize {

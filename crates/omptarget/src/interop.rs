@@ -36,7 +36,7 @@ use ol::interop_table::{offload_interop_table_t, OMPX_IFR_LIBOFFLOAD};
 use ol::types::*;
 use LLVMOffload as ol;
 
-use crate::{devices, libomp, policy, state};
+use crate::{devices, libomp, state};
 
 // ------------------------------------------------------------ OpenMP constants
 
@@ -341,7 +341,7 @@ pub fn wait_deps(
 /// offloading is disabled, the device does not exist, or liboffload cannot
 /// serve it.
 pub fn create(kind: Kind, device: i64, implicit_gtid: Option<i32>) -> *mut c_void {
-    if policy::offload_disabled() {
+    if devices::offload_disabled() {
         return std::ptr::null_mut();
     }
     let device = if device == -1 {

@@ -10,6 +10,7 @@ pub mod api;
 pub mod descriptor;
 pub mod device;
 pub mod devices;
+pub mod dump;
 pub mod interop;
 pub mod kernels;
 pub mod libomp;

@@ -31,3 +31,8 @@ pub fn raw_policy() -> Option<i32> {
     let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
     Some(f())
 }
+
+/// libomp says `OMP_TARGET_OFFLOAD=MANDATORY`.
+pub fn raw_policy_is_mandatory() -> bool {
+    raw_policy() == Some(2)
+}

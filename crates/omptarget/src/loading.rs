@@ -5,7 +5,11 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use offload_core::plugin::DevicePtr;
+use offload_image::DeviceImage;
+
 use crate::abi::*;
+use crate::descriptor::HostEntry;
 use crate::device::{DevState, Loaded};
 use crate::kernels::KernelRef;
 use crate::mapping::{Entry, INF};
@@ -43,25 +47,9 @@ impl DevState {
     }
 
     fn load_binary(&self, b: &Registered) -> Loaded {
-        let Some(img) = self.dev.best_image(&b.images) else {
-            tracing::debug!(
-                device = self.id,
-                images = b.images.len(),
-                "no image of the binary runs on this device"
-            );
+        let Some(img) = self.choose_image(b) else {
             return (None, vec![]);
         };
-        // Which image this device took (LIBOMPTARGET_DEBUG; LLVM reports
-        // image compatibility as debug output too).
-        tracing::debug!(
-            device = self.id,
-            image = b.images.iter().position(|i| std::ptr::eq(i, img)).unwrap_or(0),
-            of = b.images.len(),
-            format = %img.format,
-            triple = img.triple.as_deref().unwrap_or(""),
-            arch = img.arch.as_deref().unwrap_or(""),
-            "image chosen"
-        );
         let prog = match self.dev.load_image(img) {
             Ok(p) => p,
             Err(e) => {
@@ -78,42 +66,8 @@ impl DevState {
                 continue;
             }
             if e.flags & ENTRY_INDIRECT != 0 {
-                if self.table(e.addr, 1).lookup(e.addr, 1).is_some() {
-                    continue;
-                }
-                if let Ok((dptr, _)) = prog.global(&e.name) {
-                    let mut fptr = 0u64;
-                    if msg::info_on(msg::INFO_DATA_TRANSFER) {
-                        // LLVM reads the device function address with an
-                        // ordinary transfer, so INFO shows it (the name is
-                        // the table's neighbour of the buffer, as for any
-                        // copy without a map entry).
-                        let hp = &fptr as *const u64 as u64;
-                        let name = crate::report::lookup_name(self, hp, 8);
-                        msg::dev_info(
-                            self.id,
-                            &format!(
-                                "Copying data from device to host, TgtPtr={}, HstPtr={}, Size=8, Name={}",
-                                msg::P(dptr.0),
-                                msg::P(hp),
-                                msg::name_of(name)
-                            ),
-                        );
-                    }
-                    // SAFETY: the device symbol holds an 8-byte function address.
-                    let ok = unsafe {
-                        self.dev
-                            .copy_from_device(&mut fptr as *mut u64 as *mut u8, dptr, 8)
-                            .is_ok()
-                    };
-                    if ok {
-                        // The entry's size (a pointer's), as LLVM's table shows it.
-                        self.insert_permanent(e.addr, e.size.max(1), fptr, e.name_ptr);
-                    }
-                }
-                continue;
-            }
-            if e.size == 0 {
+                self.load_indirect(&prog, e);
+            } else if e.size == 0 {
                 if e.addr == 0 {
                     continue;
                 }
@@ -124,34 +78,102 @@ impl DevState {
                     }
                     Err(_) => msg::error(&format!("Failed to load kernel {}", e.name)),
                 }
-                continue;
-            }
-            match prog.global(&e.name) {
-                Ok((dptr, _)) => {
-                    if usm && e.name.ends_with("_decl_tgt_ref_ptr") && e.flags & ENTRY_LINK == 0 {
-                        // Copy the host ref pointer (host address of the variable).
-                        // SAFETY: both sides are 8-byte pointer slots.
-                        unsafe {
-                            let _ = self.dev.copy_to_device(dptr, e.addr as *const u8, 8);
-                        }
-                    }
-                    self.insert_permanent(e.addr, e.size, dptr.0, e.name_ptr);
-                }
-                Err(_) => {
-                    if msg::info_on(msg::INFO_EMPTY_MAPPING) {
-                        msg::dev_info(
-                            self.id,
-                            &format!(
-                                "variable {} does not have a valid device counterpart",
-                                e.name
-                            ),
-                        );
-                    }
-                }
+            } else {
+                self.load_global(&prog, e, usm);
             }
         }
         self.kernels.update(|m| m.extend(kmap));
         (Some(prog), kernels)
+    }
+
+    /// The image of `b` this device runs best (None: none runs here).
+    fn choose_image<'b>(&self, b: &'b Registered) -> Option<&'b DeviceImage<'static>> {
+        let Some(img) = self.dev.best_image(&b.images) else {
+            tracing::debug!(
+                device = self.id,
+                images = b.images.len(),
+                "no image of the binary runs on this device"
+            );
+            return None;
+        };
+        // Which image this device took (LIBOMPTARGET_DEBUG; LLVM reports
+        // image compatibility as debug output too).
+        tracing::debug!(
+            device = self.id,
+            image = b.images.iter().position(|i| std::ptr::eq(i, img)).unwrap_or(0),
+            of = b.images.len(),
+            format = %img.format,
+            triple = img.triple.as_deref().unwrap_or(""),
+            arch = img.arch.as_deref().unwrap_or(""),
+            "image chosen"
+        );
+        Some(img)
+    }
+
+    /// An indirect function entry: read its device address and map the
+    /// host function's address to it (unless already mapped).
+    fn load_indirect(&self, prog: &offload_core::Program, e: &HostEntry) {
+        if self.table(e.addr, 1).lookup(e.addr, 1).is_some() {
+            return;
+        }
+        let Ok((dptr, _)) = prog.global(&e.name) else {
+            return;
+        };
+        let mut fptr = 0u64;
+        if msg::info_on(msg::INFO_DATA_TRANSFER) {
+            // LLVM reads the device function address with an
+            // ordinary transfer, so INFO shows it (the name is
+            // the table's neighbour of the buffer, as for any
+            // copy without a map entry).
+            let hp = &fptr as *const u64 as u64;
+            let name = crate::report::lookup_name(self, hp, 8);
+            msg::dev_info(
+                self.id,
+                &format!(
+                    "Copying data from device to host, TgtPtr={}, HstPtr={}, Size=8, Name={}",
+                    msg::P(dptr.0),
+                    msg::P(hp),
+                    msg::name_of(name)
+                ),
+            );
+        }
+        // SAFETY: the device symbol holds an 8-byte function address.
+        let ok = unsafe {
+            self.dev
+                .copy_from_device(&mut fptr as *mut u64 as *mut u8, dptr, 8)
+                .is_ok()
+        };
+        if ok {
+            // The entry's size (a pointer's), as LLVM's table shows it.
+            self.insert_permanent(e.addr, e.size.max(1), fptr, e.name_ptr);
+        }
+    }
+
+    /// A declare-target global: map the host variable to the image's.
+    fn load_global(&self, prog: &offload_core::Program, e: &HostEntry, usm: bool) {
+        match prog.global(&e.name) {
+            Ok((dptr, _)) => {
+                if usm && e.name.ends_with("_decl_tgt_ref_ptr") && e.flags & ENTRY_LINK == 0 {
+                    // Copy the host ref pointer (host address of the variable).
+                    // SAFETY: both sides are 8-byte pointer slots.
+                    unsafe {
+                        let _ = self.dev.copy_to_device(dptr, e.addr as *const u8, 8);
+                    }
+                }
+                self.insert_permanent(e.addr, e.size, dptr.0, e.name_ptr);
+            }
+            Err(_) => {
+                if msg::info_on(msg::INFO_EMPTY_MAPPING) {
+                    msg::dev_info(
+                        self.id,
+                        &format!(
+                            "variable {} does not have a valid device counterpart",
+                            e.name
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     fn insert_permanent(&self, host: u64, size: u64, tgt: u64, name: usize) {
@@ -163,8 +185,8 @@ impl DevState {
             hst_base: host,
             hst_begin: host,
             hst_end: host + size,
-            tgt_alloc: tgt,
-            tgt_begin: tgt,
+            tgt_alloc: DevicePtr(tgt),
+            tgt_begin: DevicePtr(tgt),
             dyn_rc: INF,
             hold_rc: 0,
             name,

@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use offload_core::plugin::DevicePtr;
+
 /// Infinite reference count (declare target globals, associated pointers).
 pub const INF: u64 = u64::MAX;
 
@@ -27,8 +29,11 @@ pub struct Entry {
     pub hst_base: u64,
     pub hst_begin: u64,
     pub hst_end: u64,
-    pub tgt_alloc: u64,
-    pub tgt_begin: u64,
+    /// The device block (before any struct padding); freed with the entry
+    /// when `owned`.
+    pub tgt_alloc: DevicePtr,
+    /// The device address of `hst_begin`.
+    pub tgt_begin: DevicePtr,
     pub dyn_rc: u64,
     pub hold_rc: u64,
     /// Map-name C string (0 = none).
@@ -46,8 +51,8 @@ impl Entry {
         hst_base: 0,
         hst_begin: 0,
         hst_end: 0,
-        tgt_alloc: 0,
-        tgt_begin: 0,
+        tgt_alloc: DevicePtr::NULL,
+        tgt_begin: DevicePtr::NULL,
         dyn_rc: 0,
         hold_rc: 0,
         name: 0,
@@ -69,7 +74,9 @@ impl Entry {
     /// Device address for host address `hp` (may lie before the entry for
     /// implicit partial overlaps).
     pub fn tgt_of(&self, hp: u64) -> u64 {
-        self.tgt_begin.wrapping_add(hp.wrapping_sub(self.hst_begin))
+        self.tgt_begin
+            .0
+            .wrapping_add(hp.wrapping_sub(self.hst_begin))
     }
     pub fn inc(&mut self, hold: bool) {
         let c = if hold {
@@ -353,8 +360,8 @@ pub(crate) fn test_entry(begin: u64, end: u64) -> Entry {
         hst_base: begin,
         hst_begin: begin,
         hst_end: end,
-        tgt_alloc: begin + 0x1000,
-        tgt_begin: begin + 0x1000,
+        tgt_alloc: DevicePtr(begin + 0x1000),
+        tgt_begin: DevicePtr(begin + 0x1000),
         dyn_rc: 1,
         hold_rc: 0,
         name: 0,

@@ -1,9 +1,10 @@
-//! The offload policy (`OMP_TARGET_OFFLOAD` and whether devices exist).
+//! The offload policy (`OMP_TARGET_OFFLOAD` and whether devices exist),
+//! settled once. It sits below the global state: the caller passes how to
+//! count the usable devices (asked only while the policy is not settled).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::libomp::raw_policy;
-use crate::state::usable_devices;
 
 pub const POLICY_DISABLED: u8 = 0;
 pub const POLICY_MANDATORY: u8 = 2;
@@ -11,7 +12,7 @@ static POLICY: AtomicU8 = AtomicU8::new(0xFF);
 
 /// 0 disabled, 2 mandatory (default becomes mandatory when devices exist).
 #[inline]
-pub fn policy() -> u8 {
+pub fn policy(usable_devices: impl FnOnce() -> usize) -> u8 {
     let p = POLICY.load(Ordering::Relaxed);
     if p != 0xFF {
         return p;
@@ -29,12 +30,4 @@ pub fn policy() -> u8 {
     };
     POLICY.store(p, Ordering::Relaxed);
     p
-}
-
-pub fn offload_disabled() -> bool {
-    policy() == POLICY_DISABLED
-}
-
-pub fn raw_policy_is_mandatory() -> bool {
-    raw_policy() == Some(2)
 }

@@ -3,8 +3,9 @@
 
 use crate::abi::Ident;
 use crate::device::DevState;
+use crate::dump::{dump_table, dump_table_with};
 use crate::mapping::Neighbours;
-use crate::msg::{self, Loc, P};
+use crate::msg::{self, Loc};
 use crate::state::visible_devices;
 
 /// The map name LLVM prints for a copy without a known entry: the entry
@@ -38,37 +39,6 @@ pub fn dump_tables_to_stdout() {
             d,
             "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",
             &mut |dev, line| msg::dev_info_stdout(dev, line),
-        );
-    }
-}
-
-pub fn dump_table(d: &DevState, header: &str) {
-    dump_table_with(d, header, &mut |dev, line| msg::dev_info(dev, line));
-}
-
-fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &str)) {
-    let tbl = d.table_all();
-    if tbl.is_empty() {
-        out(d.id, "OpenMP Host-Device pointer mappings table empty");
-        return;
-    }
-    out(d.id, header);
-    out(
-        d.id,
-        "Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration",
-    );
-    for e in tbl.entries() {
-        out(
-            d.id,
-            &format!(
-                "{} {} {:<8} {:<11} {:<12} {}",
-                P(e.hst_begin),
-                P(e.tgt_begin),
-                e.size(),
-                msg::rc_str(e.dyn_rc),
-                msg::rc_str(e.hold_rc),
-                msg::declaration_of(e.name)
-            ),
         );
     }
 }

@@ -10,9 +10,9 @@ use offload_image::DeviceImage;
 use crate::abi::*;
 use crate::descriptor::{read_entries, read_image, HostEntry};
 use crate::device::DevState;
-use crate::libomp::raw_policy;
+use crate::libomp::{raw_policy, raw_policy_is_mandatory};
 use crate::msg;
-use crate::policy::{policy, raw_policy_is_mandatory};
+use crate::policy::policy;
 use crate::requires::add_requires;
 
 pub struct Registered {
@@ -166,6 +166,41 @@ unsafe fn register_now(desc: *const BinDesc) {
             return;
         }
     }
+    // SAFETY: the caller's guarantee.
+    let (entries, images) = unsafe { read_descriptor(desc) };
+    record_requires(&entries);
+    // The devices count for OpenMP once an image can run on one of them.
+    if st.usable.load(Ordering::Acquire) == 0
+        && images
+            .iter()
+            .any(|i| st.devices.iter().any(|d| d.dev.can_run(i)))
+    {
+        st.usable.store(st.devices.len(), Ordering::Release);
+    }
+    let id = register_in_core(st, &entries, images.clone());
+    let reg = Arc::new(Registered {
+        desc: desc as usize,
+        id,
+        images,
+        entries,
+    });
+    st.binaries
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(reg);
+    st.generation.fetch_add(1, Ordering::AcqRel);
+    // Settle the offload policy now, at registration (a global constructor),
+    // like LLVM's libomptarget, whose constructor connects to libomp: asking
+    // libomp runs its serial initialisation (OMPT tool search, dlopen of
+    // libarcher, ~2-3 ms), which would otherwise land in the first construct.
+    let _ = policy(usable_devices);
+}
+
+/// The entry table and the device images of a descriptor.
+///
+/// # Safety
+/// As for [`register`], and `desc` is not null.
+unsafe fn read_descriptor(desc: *const BinDesc) -> (Vec<HostEntry>, Vec<DeviceImage<'static>>) {
     // SAFETY: a non-null, readable descriptor (caller).
     let d = unsafe { &*desc };
     // SAFETY: the descriptor's entry table, as the caller guarantees.
@@ -176,8 +211,13 @@ unsafe fn register_now(desc: *const BinDesc) {
         // each delimiting a static image (caller).
         images.extend(unsafe { read_image(&*d.device_images.add(i)) });
     }
+    (entries, images)
+}
+
+/// The requires flags of a binary's entries (none: `OMP_REQ_NONE`).
+fn record_requires(entries: &[HostEntry]) {
     let mut any_req = false;
-    for e in &entries {
+    for e in entries {
         if e.kind == 1 && e.flags & ENTRY_REQUIRES != 0 {
             any_req = true;
             add_requires(e.data as i64);
@@ -186,14 +226,15 @@ unsafe fn register_now(desc: *const BinDesc) {
     if !any_req {
         add_requires(1); // OMP_REQ_NONE
     }
-    // The devices count for OpenMP once an image can run on one of them.
-    if st.usable.load(Ordering::Acquire) == 0
-        && images
-            .iter()
-            .any(|i| st.devices.iter().any(|d| d.dev.can_run(i)))
-    {
-        st.usable.store(st.devices.len(), Ordering::Release);
-    }
+}
+
+/// Register a binary with the core; a plugin hook's failure is reported
+/// (fatal under the mandatory policy with devices).
+fn register_in_core(
+    st: &State,
+    entries: &[HostEntry],
+    images: Vec<DeviceImage<'static>>,
+) -> BinaryId {
     let core_entries: Vec<OffloadEntry> = entries
         .iter()
         .map(|e| OffloadEntry {
@@ -205,7 +246,7 @@ unsafe fn register_now(desc: *const BinDesc) {
             producer: e.kind,
         })
         .collect();
-    let (bd, failures) = offload_plugins::runtime().register_binary(images.clone(), core_entries);
+    let (bd, failures) = offload_plugins::runtime().register_binary(images, core_entries);
     for f in failures {
         msg::error(&format!(
             "plugin '{}' failed to register the binary: {}",
@@ -221,22 +262,7 @@ unsafe fn register_now(desc: *const BinDesc) {
             );
         }
     }
-    let reg = Arc::new(Registered {
-        desc: desc as usize,
-        id: bd.id,
-        images,
-        entries,
-    });
-    st.binaries
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(reg);
-    st.generation.fetch_add(1, Ordering::AcqRel);
-    // Settle the offload policy now, at registration (a global constructor),
-    // like LLVM's libomptarget, whose constructor connects to libomp: asking
-    // libomp runs its serial initialisation (OMPT tool search, dlopen of
-    // libarcher, ~2-3 ms), which would otherwise land in the first construct.
-    let _ = policy();
+    bd.id
 }
 
 /// `__tgt_unregister_lib`.
@@ -267,7 +293,7 @@ pub fn unregister(desc: *const BinDesc) {
         .is_empty();
     if last && msg::info_on(msg::INFO_DUMP_TABLE) {
         for d in visible_devices().iter().rev() {
-            crate::report::dump_table(
+            crate::dump::dump_table(
                 d,
                 "OpenMP Host-Device pointer mappings after block at libomptarget:0:0:",
             );

@@ -2,15 +2,17 @@
 
 use std::ffi::c_void;
 
-use offload_core::plugin::{KernelArgs, LaunchConfig};
+use offload_core::plugin::{DevicePtr, KernelArgs, LaunchConfig};
 use smallvec::SmallVec;
 
 use crate::abi::*;
 use crate::device::DevState;
+use crate::kernels::KernelRef;
 use crate::mapper::MapperComponents;
 use crate::mapping::{Entry, Found, Shadow};
 use crate::msg::{self, Loc, P};
 use crate::report::{after_block, lookup_name, target_failed};
+use crate::shards::View;
 use crate::{devices, requires};
 
 /// The argument arrays of one construct (clang's `args_base`, `args`,
@@ -181,8 +183,8 @@ type Removals = SmallVec<[Removed; 16]>;
 /// What reporting and freeing a removed entry needs.
 struct Removed {
     hst_begin: u64,
-    tgt_begin: u64,
-    tgt_alloc: u64,
+    tgt_begin: DevicePtr,
+    tgt_alloc: DevicePtr,
     size: u64,
     name: usize,
     owned: bool,
@@ -378,174 +380,219 @@ pub struct MapResult {
     pub host: bool,
 }
 
+/// What [`map_one`] maps: the host range `[hp, hp + size)` with its base,
+/// the padding allocated before it, its name and map type, and what to do
+/// with the reference count and the data.
+#[derive(Clone, Copy)]
+pub struct MapReq {
+    pub hp: u64,
+    pub hb: u64,
+    pub padding: u64,
+    pub size: u64,
+    pub name: usize,
+    pub t: i64,
+    /// Increment the reference count (or only report it "update suppressed").
+    pub update_ref: bool,
+    /// Copy the data in (a new entry always; a present one under `always`
+    /// or `force_copy`, or when this construct created it).
+    pub to: bool,
+    pub force_copy: bool,
+}
+
+impl MapReq {
+    #[inline]
+    fn implicit(&self) -> bool {
+        self.t & IMPLICIT != 0
+    }
+    #[inline]
+    fn hold(&self) -> bool {
+        self.t & OMPX_HOLD != 0
+    }
+}
+
+impl MapResult {
+    const NONE: MapResult = MapResult {
+        tgt: 0,
+        key: None,
+        is_new: false,
+        host: false,
+    };
+}
+
 /// getTargetPointer: find or create the mapping of `[hp, hp+size)`.
-#[allow(clippy::too_many_arguments)]
-pub fn map_one(
-    d: &DevState,
-    ctx: &mut Ctx,
-    hp: u64,
-    hb: u64,
-    padding: u64,
-    size: u64,
-    name: usize,
-    t: i64,
-    update_ref: bool,
-    to: bool,
-    force_copy: bool,
-) -> Result<MapResult, Fail> {
-    let implicit = t & IMPLICIT != 0;
-    let hold = t & OMPX_HOLD != 0;
-    let always = t & ALWAYS != 0;
-    let mut tbl = d.table(hp, size);
-    let found = tbl.lookup(hp, size);
-    match found {
-        Some((k, f)) if f == Found::Contained || implicit => {
-            let e = tbl.get_mut(k).unwrap();
-            let note = if update_ref {
-                e.inc(hold);
-                " (incremented)"
-            } else {
-                " (update suppressed)"
-            };
-            let tgt = e.tgt_of(hp);
-            if msg::info_on(msg::INFO_MAPPING_EXISTS) {
-                let (dc, hc) = counts(e, hold, note);
-                msg::dev_info(
-                    d.id,
-                    &format!(
-                        "Mapping exists{} with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}, Name={}",
-                        if implicit { " (implicit)" } else { "" },
-                        P(hp),
-                        P(tgt),
-                        msg::name_of(name)
-                    ),
-                );
-            }
-            let host_ptr = e.host_ptr;
-            let ename = e.name;
-            let was_new = ctx.is_new(k);
-            if to && !host_ptr && size > 0 && (always || force_copy || was_new) {
-                let shadows = e.shadows.clone();
-                drop(tbl);
-                // SAFETY: `[hp, hp + size)` is the construct's mapped host
-                // range (`Args::from_raw`), inside the live entry `k`.
-                if !unsafe { copy_h2d(d, ename, hp, tgt, size) } {
-                    return Err(Fail::Other);
-                }
-                reapply_shadows(d, &shadows, hp, size);
-            }
-            Ok(MapResult {
-                tgt,
-                key: Some(k),
-                is_new: false,
-                host: false,
-            })
-        }
-        Some((k, _)) => {
-            let e = tbl.get(k).unwrap();
-            msg::message(&format!(
-                "explicit extension not allowed: host address specified is {} ({size} bytes), but device allocation maps to host at {} ({} bytes)",
-                P(hp),
-                P(e.hst_begin),
-                e.size()
-            ));
-            if t & PRESENT != 0 {
-                present_missing(hp, size);
-                return Err(Fail::Present);
-            }
-            Err(Fail::Illegal)
-        }
+#[inline]
+pub fn map_one(d: &DevState, ctx: &mut Ctx, r: &MapReq) -> Result<MapResult, Fail> {
+    let tbl = d.table(r.hp, r.size);
+    match tbl.lookup(r.hp, r.size) {
+        Some((k, f)) if f == Found::Contained || r.implicit() => map_present(d, ctx, tbl, k, r),
+        Some((k, _)) => Err(extension_error(tbl.get(k).unwrap(), r)),
         // LLVM 22 creates no entry under unified shared memory: the host
         // address is used directly and nothing is recorded.
-        None if size > 0 && requires::usm() && t & CLOSE == 0 => {
+        None if r.size > 0 && requires::usm() && r.t & CLOSE == 0 => {
             drop(tbl);
-            if msg::info_on(msg::INFO_MAPPING_CHANGED) {
-                msg::dev_info(
-                    d.id,
-                    &format!(
-                        "Return HstPtrBegin {} Size={size} for unified shared memory",
-                        P(hp)
-                    ),
-                );
-            }
-            Ok(MapResult {
-                tgt: hp,
-                key: None,
-                is_new: false,
-                host: true,
-            })
+            Ok(map_usm(d, r))
         }
         // LLVM checks unified shared memory before the `present` modifier:
         // host memory is always "present" there.
-        None if t & PRESENT != 0 => {
-            present_missing(hp, size);
+        None if r.t & PRESENT != 0 => {
+            present_missing(r.hp, r.size);
             Err(Fail::Present)
         }
-        None if size > 0 => {
-            let Some(alloc) = d.alloc_block(size + padding) else {
-                return Err(Fail::Other);
-            };
-            let tgt = alloc + padding;
-            let e = Entry {
-                hst_base: hb,
-                hst_begin: hp,
-                hst_end: hp + size,
-                tgt_alloc: alloc,
-                tgt_begin: tgt,
-                dyn_rc: if hold { 0 } else { 1 },
-                hold_rc: if hold { 1 } else { 0 },
-                name,
-                owned: true,
-                host_ptr: false,
-                shadows: Vec::new(),
-            };
-            if msg::info_on(msg::INFO_MAPPING_CHANGED) {
-                msg::dev_info(
-                    d.id,
-                    &format!(
-                        "Creating new map entry with HstPtrBase={}, HstPtrBegin={}, TgtAllocBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={}, HoldRefCount={}, Name={}",
-                        P(hb),
-                        P(hp),
-                        P(alloc),
-                        P(tgt),
-                        e.dyn_rc,
-                        e.hold_rc,
-                        msg::name_of(name)
-                    ),
-                );
-            }
-            if tbl.insert(e).is_err() {
-                // Only a range wrapping the address space gets here.
-                drop(tbl);
-                d.free_block(alloc, size + padding);
-                return Err(Fail::Other);
-            }
-            // The copy in completes before the table is unlocked: another
-            // thread finding the new entry must see its data on the device
-            // (over a remote device the copy is a round trip; the window
-            // lost increments of shared mapped counters).
-            // SAFETY: the construct's mapped host range (`Args::from_raw`)
-            // into the block just allocated for it.
-            let copied = !to || unsafe { copy_h2d(d, name, hp, tgt, size) };
-            drop(tbl);
-            ctx.new_entries.push((hp, hp + size));
-            if !copied {
-                return Err(Fail::Other);
-            }
-            Ok(MapResult {
-                tgt,
-                key: Some(hp),
-                is_new: true,
-                host: false,
-            })
-        }
-        None => Ok(MapResult {
-            tgt: 0,
-            key: None,
-            is_new: false,
-            host: false,
-        }),
+        None if r.size > 0 => map_new(d, ctx, tbl, r),
+        None => Ok(MapResult::NONE),
     }
+}
+
+/// [`map_one`] of a range inside the present entry `k`: count the
+/// reference and copy in where the map type asks for it.
+fn map_present(
+    d: &DevState,
+    ctx: &mut Ctx,
+    mut tbl: View<'_>,
+    k: u64,
+    r: &MapReq,
+) -> Result<MapResult, Fail> {
+    let (hp, size) = (r.hp, r.size);
+    let e = tbl.get_mut(k).unwrap();
+    let note = if r.update_ref {
+        e.inc(r.hold());
+        " (incremented)"
+    } else {
+        " (update suppressed)"
+    };
+    let tgt = e.tgt_of(hp);
+    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+        let (dc, hc) = counts(e, r.hold(), note);
+        msg::dev_info(
+            d.id,
+            &format!(
+                "Mapping exists{} with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}, Name={}",
+                if r.implicit() { " (implicit)" } else { "" },
+                P(hp),
+                P(tgt),
+                msg::name_of(r.name)
+            ),
+        );
+    }
+    let host_ptr = e.host_ptr;
+    let ename = e.name;
+    let always = r.t & ALWAYS != 0;
+    if r.to && !host_ptr && size > 0 && (always || r.force_copy || ctx.is_new(k)) {
+        let shadows = e.shadows.clone();
+        drop(tbl);
+        // SAFETY: `[hp, hp + size)` is the construct's mapped host
+        // range (`Args::from_raw`), inside the live entry `k`.
+        if !unsafe { copy_h2d(d, ename, hp, tgt, size) } {
+            return Err(Fail::Other);
+        }
+        reapply_shadows(d, &shadows, hp, size);
+    }
+    Ok(MapResult {
+        tgt,
+        key: Some(k),
+        is_new: false,
+        host: false,
+    })
+}
+
+/// [`map_one`] of a range that extends the present entry `e`: LLVM's
+/// message, and why it failed.
+#[cold]
+fn extension_error(e: &Entry, r: &MapReq) -> Fail {
+    msg::message(&format!(
+        "explicit extension not allowed: host address specified is {} ({} bytes), but device allocation maps to host at {} ({} bytes)",
+        P(r.hp),
+        r.size,
+        P(e.hst_begin),
+        e.size()
+    ));
+    if r.t & PRESENT != 0 {
+        present_missing(r.hp, r.size);
+        return Fail::Present;
+    }
+    Fail::Illegal
+}
+
+/// [`map_one`] under unified shared memory: the host address itself.
+fn map_usm(d: &DevState, r: &MapReq) -> MapResult {
+    if msg::info_on(msg::INFO_MAPPING_CHANGED) {
+        msg::dev_info(
+            d.id,
+            &format!(
+                "Return HstPtrBegin {} Size={} for unified shared memory",
+                P(r.hp),
+                r.size
+            ),
+        );
+    }
+    MapResult {
+        tgt: r.hp,
+        key: None,
+        is_new: false,
+        host: true,
+    }
+}
+
+/// [`map_one`] of an unmapped range: a new entry over a new block, with
+/// the data copied in before the table is unlocked.
+fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result<MapResult, Fail> {
+    let (hp, size, padding, name, hold) = (r.hp, r.size, r.padding, r.name, r.hold());
+    let Some(alloc) = d.alloc_block(size + padding) else {
+        return Err(Fail::Other);
+    };
+    let tgt = alloc + padding;
+    let e = Entry {
+        hst_base: r.hb,
+        hst_begin: hp,
+        hst_end: hp + size,
+        tgt_alloc: DevicePtr(alloc),
+        tgt_begin: DevicePtr(tgt),
+        dyn_rc: if hold { 0 } else { 1 },
+        hold_rc: if hold { 1 } else { 0 },
+        name,
+        owned: true,
+        host_ptr: false,
+        shadows: Vec::new(),
+    };
+    if msg::info_on(msg::INFO_MAPPING_CHANGED) {
+        msg::dev_info(
+            d.id,
+            &format!(
+                "Creating new map entry with HstPtrBase={}, HstPtrBegin={}, TgtAllocBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={}, HoldRefCount={}, Name={}",
+                P(r.hb),
+                P(hp),
+                P(alloc),
+                P(tgt),
+                e.dyn_rc,
+                e.hold_rc,
+                msg::name_of(name)
+            ),
+        );
+    }
+    if tbl.insert(e).is_err() {
+        // Only a range wrapping the address space gets here.
+        drop(tbl);
+        d.free_block(alloc, size + padding);
+        return Err(Fail::Other);
+    }
+    // The copy in completes before the table is unlocked: another
+    // thread finding the new entry must see its data on the device
+    // (over a remote device the copy is a round trip; the window
+    // lost increments of shared mapped counters).
+    // SAFETY: the construct's mapped host range (`Args::from_raw`)
+    // into the block just allocated for it.
+    let copied = !r.to || unsafe { copy_h2d(d, name, hp, tgt, size) };
+    drop(tbl);
+    ctx.new_entries.push((hp, hp + size));
+    if !copied {
+        return Err(Fail::Other);
+    }
+    Ok(MapResult {
+        tgt,
+        key: Some(hp),
+        is_new: true,
+        host: false,
+    })
 }
 
 /// Write the device address of the pointee into the device copy of the
@@ -632,96 +679,138 @@ pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> R
             ctx.attaches.push((a.base(i), a.begin(i), t));
             continue;
         }
-        let hp = a.begin(i);
-        let hb = a.base(i);
-        let size = a.size(i).max(0) as u64;
-        let member = t & MEMBER_OF != 0;
-        let pao = t & PTR_AND_OBJ != 0;
-        let update_ref = (!member || pao) && !(from_mapper && i == 0);
-        let mut ptr_res = None;
-        if pao {
-            let r = map_one(
-                d,
-                ctx,
-                hb,
-                hb,
-                0,
-                8,
-                0,
-                t & !(TO | ALWAYS),
-                !member,
-                false,
-                false,
-            );
-            match r {
-                Ok(r) => ptr_res = Some(r),
-                Err(f) => return Err(f),
-            }
-        }
-        // Members of a struct allocated by this construct are copied too
-        // (outside a declare mapper also when the struct's count is 1;
-        // LLVM 22 copies no member of a present struct that a mapper
-        // pushed: `always_mapper.cpp`).
-        let force_copy = member && !pao && {
-            let p = parent_index(t).unwrap_or(usize::MAX);
-            p < a.n() && {
-                let tbl = d.table(a.begin(p), 0);
-                tbl.lookup(a.begin(p), 0)
-                    .map(|(k, _)| {
-                        ctx.is_new(k)
-                            || (!from_mapper && tbl.get(k).map(|e| e.total() == 1).unwrap_or(false))
-                    })
-                    .unwrap_or(false)
-            }
-        };
-        let r = map_one(
-            d,
-            ctx,
-            hp,
-            hb,
-            struct_padding(a, i),
-            size,
-            a.name(i),
-            t,
-            update_ref,
-            t & TO != 0,
-            force_copy,
-        )?;
-        if r.tgt == 0 && (size > 0) {
-            return Err(Fail::Other);
-        }
-        if !from_mapper && (r.key.is_some() || r.host) {
-            if let Some(slot) = ctx.arg_tgt.get_mut(i) {
-                *slot = r.tgt;
-            }
-        }
-        if let Some(pr) = ptr_res {
-            if r.key.is_some() && (pr.is_new || r.is_new || t & ALWAYS != 0) {
-                attach(d, hb, hp, r.tgt);
-            }
-        }
-        if t & RETURN_PARAM != 0 && r.key.is_some() {
-            // Not mapped: the host address stays (OpenMP 5.1).
-            let tb = return_param_base(hp, hb, pao, r.tgt);
-            a.set_base(i, tb);
-        }
-        if r.key.is_none()
-            && !r.host
-            && t != 0
-            && !member
-            && t & IMPLICIT == 0
-            && msg::info_on(msg::INFO_EMPTY_MAPPING)
-        {
-            msg::dev_info(
-                d.id,
-                &format!(
-                    "variable {} does not have a valid device counterpart",
-                    msg::name_of(a.name(i))
-                ),
-            );
-        }
+        begin_one(d, a, i, from_mapper, ctx)?;
     }
     Ok(())
+}
+
+/// Map argument `i` as [`begin_one`] and [`end_one`] read it.
+struct Item {
+    t: i64,
+    hp: u64,
+    size: u64,
+    member: bool,
+    pao: bool,
+    /// The construct counts this reference (not a member, unless
+    /// PTR_AND_OBJ; not the first component of a declare mapper).
+    update_ref: bool,
+}
+
+impl Item {
+    #[inline]
+    fn of(a: &Args, i: usize, from_mapper: bool) -> Item {
+        let t = a.ty(i);
+        let member = t & MEMBER_OF != 0;
+        let pao = t & PTR_AND_OBJ != 0;
+        Item {
+            t,
+            hp: a.begin(i),
+            size: a.size(i).max(0) as u64,
+            member,
+            pao,
+            update_ref: (!member || pao) && !(from_mapper && i == 0),
+        }
+    }
+}
+
+/// [`data_begin`] of argument `i` (neither private nor literal, no mapper,
+/// no ATTACH).
+fn begin_one(
+    d: &DevState,
+    a: &Args,
+    i: usize,
+    from_mapper: bool,
+    ctx: &mut Ctx,
+) -> Result<(), Fail> {
+    let Item {
+        t,
+        hp,
+        size,
+        member,
+        pao,
+        update_ref,
+    } = Item::of(a, i, from_mapper);
+    let hb = a.base(i);
+    let ptr_res = if pao {
+        let req = MapReq {
+            hp: hb,
+            hb,
+            padding: 0,
+            size: 8,
+            name: 0,
+            t: t & !(TO | ALWAYS),
+            update_ref: !member,
+            to: false,
+            force_copy: false,
+        };
+        Some(map_one(d, ctx, &req)?)
+    } else {
+        None
+    };
+    let req = MapReq {
+        hp,
+        hb,
+        padding: struct_padding(a, i),
+        size,
+        name: a.name(i),
+        t,
+        update_ref,
+        to: t & TO != 0,
+        force_copy: member && !pao && member_force_copy(d, a, t, from_mapper, ctx),
+    };
+    let r = map_one(d, ctx, &req)?;
+    if r.tgt == 0 && (size > 0) {
+        return Err(Fail::Other);
+    }
+    if !from_mapper && (r.key.is_some() || r.host) {
+        if let Some(slot) = ctx.arg_tgt.get_mut(i) {
+            *slot = r.tgt;
+        }
+    }
+    if let Some(pr) = ptr_res {
+        if r.key.is_some() && (pr.is_new || r.is_new || t & ALWAYS != 0) {
+            attach(d, hb, hp, r.tgt);
+        }
+    }
+    if t & RETURN_PARAM != 0 && r.key.is_some() {
+        // Not mapped: the host address stays (OpenMP 5.1).
+        let tb = return_param_base(hp, hb, pao, r.tgt);
+        a.set_base(i, tb);
+    }
+    if r.key.is_none() && !r.host && t != 0 && !member && t & IMPLICIT == 0 {
+        no_device_counterpart(d, a.name(i));
+    }
+    Ok(())
+}
+
+/// Members of a struct allocated by this construct are copied too
+/// (outside a declare mapper also when the struct's count is 1;
+/// LLVM 22 copies no member of a present struct that a mapper
+/// pushed: `always_mapper.cpp`).
+fn member_force_copy(d: &DevState, a: &Args, t: i64, from_mapper: bool, ctx: &Ctx) -> bool {
+    let p = parent_index(t).unwrap_or(usize::MAX);
+    p < a.n() && {
+        let tbl = d.table(a.begin(p), 0);
+        tbl.lookup(a.begin(p), 0)
+            .map(|(k, _)| {
+                ctx.is_new(k)
+                    || (!from_mapper && tbl.get(k).map(|e| e.total() == 1).unwrap_or(false))
+            })
+            .unwrap_or(false)
+    }
+}
+
+/// INFO line for an explicit map that found no device memory.
+fn no_device_counterpart(d: &DevState, name: usize) {
+    if msg::info_on(msg::INFO_EMPTY_MAPPING) {
+        msg::dev_info(
+            d.id,
+            &format!(
+                "variable {} does not have a valid device counterpart",
+                msg::name_of(name)
+            ),
+        );
+    }
 }
 
 /// Handle deferred ATTACH entries (rule 10).
@@ -808,14 +897,14 @@ pub fn data_end(
                 &format!(
                     "Removing map entry with HstPtrBegin={}, TgtPtrBegin={}, Size={}, Name={}",
                     P(e.hst_begin),
-                    P(e.tgt_begin),
+                    P(e.tgt_begin.0),
                     e.size,
                     msg::name_of(e.name)
                 ),
             );
         }
         if e.owned {
-            d.free_block(e.tgt_alloc, e.tgt_begin - e.tgt_alloc + e.size);
+            d.free_block(e.tgt_alloc.0, e.tgt_begin.0 - e.tgt_alloc.0 + e.size);
         }
     }
     r
@@ -842,100 +931,118 @@ fn data_end_inner(
             r?;
             continue;
         }
-        let hp = a.begin(i);
-        let size = a.size(i).max(0) as u64;
-        let member = t & MEMBER_OF != 0;
-        let pao = t & PTR_AND_OBJ != 0;
-        let hold = t & OMPX_HOLD != 0;
-        let delete = t & DELETE != 0;
-        let update_ref = (!member || pao) && !(from_mapper && i == 0);
-        let mut tbl = d.table(hp, size);
-        let key = match tbl.lookup(hp, size) {
-            Some((k, Found::Contained)) => Some(k),
-            Some((k, Found::Extends)) if t & IMPLICIT != 0 => Some(k),
-            _ => None,
-        };
-        let Some(k) = key else {
-            drop(tbl);
-            if check_present && t & PRESENT != 0 && !requires::usm() {
-                msg::message(&format!(
-                    "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
-                    P(hp)
-                ));
-                return Err(Fail::Present);
-            }
-            continue;
-        };
-        let e = tbl.get_mut(k).unwrap();
-        let last;
-        let note;
-        if update_ref {
-            last = e.dec(hold, delete);
-            note = match (last, delete && !hold) {
-                (true, true) => " (reset, delayed deletion)",
-                (true, false) => " (decremented, delayed deletion)",
-                _ => " (decremented)",
-            };
-        } else {
-            last = e.would_be_last(hold, delete);
-            note = " (update suppressed)";
-        }
-        let tgt = e.tgt_of(hp);
-        if msg::info_on(msg::INFO_MAPPING_EXISTS) {
-            let (dc, hc) = counts(e, hold, note);
-            msg::dev_info(
-                d.id,
-                &format!(
-                    "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-                    P(hp),
-                    P(tgt)
-                ),
-            );
-        }
-        let host_ptr = e.host_ptr;
-        let name = e.name;
-        let do_copy = t & FROM != 0 && size > 0 && !host_ptr && (last || t & ALWAYS != 0);
-        let remove = last && update_ref && e.total() == 0;
-        let shadows = if do_copy {
-            e.shadows.clone()
-        } else {
-            Vec::new()
-        };
-        if do_copy && remove {
-            // The last reference copies back before the entry leaves the
-            // table: a thread mapping the range next (a new entry, copied
-            // in from the host) must see the updated host value.
-            // SAFETY: the construct's mapped host range (`Args::from_raw`),
-            // from the entry `k`, still in the table (locked).
-            let copied = unsafe { copy_d2h(d, name, hp, tgt, size) };
-            if copied {
-                restore_shadows(&shadows, hp, size);
-            }
-            let removed = tbl.remove(k);
-            drop(tbl);
-            if let Some(e) = removed {
-                removals.push(Removed::from(&e));
-            }
-            if !copied {
-                return Err(Fail::Other);
-            }
-            continue;
-        }
-        let removed = if remove { tbl.remove(k) } else { None };
+        end_one(d, a, i, from_mapper, check_present, removals)?;
+    }
+    Ok(())
+}
+
+/// [`data_end_inner`] of argument `i` (neither private nor literal, no
+/// mapper, no ATTACH): release a reference, copy back, remove the entry.
+fn end_one(
+    d: &DevState,
+    a: &Args,
+    i: usize,
+    from_mapper: bool,
+    check_present: bool,
+    removals: &mut Removals,
+) -> Result<(), Fail> {
+    let Item {
+        t,
+        hp,
+        size,
+        update_ref,
+        ..
+    } = Item::of(a, i, from_mapper);
+    let mut tbl = d.table(hp, size);
+    let key = match tbl.lookup(hp, size) {
+        Some((k, Found::Contained)) => Some(k),
+        Some((k, Found::Extends)) if t & IMPLICIT != 0 => Some(k),
+        _ => None,
+    };
+    let Some(k) = key else {
         drop(tbl);
-        if do_copy {
-            // SAFETY: the construct's mapped host range; the entry is not
-            // removed (`removed` is None here), so its memory is live.
-            if !unsafe { copy_d2h(d, name, hp, tgt, size) } {
-                return Err(Fail::Other);
-            }
+        if check_present && t & PRESENT != 0 && !requires::usm() {
+            msg::message(&format!(
+                "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
+                P(hp)
+            ));
+            return Err(Fail::Present);
+        }
+        return Ok(());
+    };
+    let e = tbl.get_mut(k).unwrap();
+    let last = release_ref(d, e, hp, size, t, update_ref);
+    let tgt = e.tgt_of(hp);
+    let name = e.name;
+    let do_copy = t & FROM != 0 && size > 0 && !e.host_ptr && (last || t & ALWAYS != 0);
+    let remove = last && update_ref && e.total() == 0;
+    let shadows = if do_copy {
+        e.shadows.clone()
+    } else {
+        Vec::new()
+    };
+    if do_copy && remove {
+        // The last reference copies back before the entry leaves the
+        // table: a thread mapping the range next (a new entry, copied
+        // in from the host) must see the updated host value.
+        // SAFETY: the construct's mapped host range (`Args::from_raw`),
+        // from the entry `k`, still in the table (locked).
+        let copied = unsafe { copy_d2h(d, name, hp, tgt, size) };
+        if copied {
             restore_shadows(&shadows, hp, size);
         }
+        let removed = tbl.remove(k);
+        drop(tbl);
         if let Some(e) = removed {
             removals.push(Removed::from(&e));
         }
+        return if copied { Ok(()) } else { Err(Fail::Other) };
+    }
+    let removed = if remove { tbl.remove(k) } else { None };
+    drop(tbl);
+    if do_copy {
+        // SAFETY: the construct's mapped host range; the entry is not
+        // removed (`removed` is None here), so its memory is live.
+        if !unsafe { copy_d2h(d, name, hp, tgt, size) } {
+            return Err(Fail::Other);
+        }
+        restore_shadows(&shadows, hp, size);
+    }
+    if let Some(e) = removed {
+        removals.push(Removed::from(&e));
     }
     Ok(())
+}
+
+/// Release the reference of map type `t` to entry `e` (or, without
+/// `update_ref`, only ask whether it would be the last) and print the
+/// INFO line for `[hp, hp + size)`. True when it is the last.
+fn release_ref(d: &DevState, e: &mut Entry, hp: u64, size: u64, t: i64, update_ref: bool) -> bool {
+    let hold = t & OMPX_HOLD != 0;
+    let delete = t & DELETE != 0;
+    let (last, note) = if update_ref {
+        let last = e.dec(hold, delete);
+        let note = match (last, delete && !hold) {
+            (true, true) => " (reset, delayed deletion)",
+            (true, false) => " (decremented, delayed deletion)",
+            _ => " (decremented)",
+        };
+        (last, note)
+    } else {
+        (e.would_be_last(hold, delete), " (update suppressed)")
+    };
+    if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+        let (dc, hc) = counts(e, hold, note);
+        msg::dev_info(
+            d.id,
+            &format!(
+                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                P(hp),
+                P(e.tgt_of(hp))
+            ),
+        );
+    }
+    last
 }
 
 // ------------------------------------------------------------ update
@@ -1198,18 +1305,118 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
     unsafe { copy_h2d(d, name, &value as *const u64 as u64, tgt_ptr_begin, 8) };
 }
 
+/// The kernel's argument words: on the stack up to [`MAX_STACK_WORDS`],
+/// all of them on the heap beyond.
+struct Words {
+    stack: [u64; MAX_STACK_WORDS],
+    heap: Vec<u64>,
+    n: usize,
+}
+
+impl Words {
+    #[inline]
+    fn new() -> Words {
+        Words {
+            stack: [0; MAX_STACK_WORDS],
+            heap: Vec::new(),
+            n: 0,
+        }
+    }
+    /// The index the next word gets.
+    #[inline]
+    fn len(&self) -> usize {
+        self.n
+    }
+    #[inline]
+    fn push(&mut self, w: u64) {
+        if self.n < MAX_STACK_WORDS {
+            self.stack[self.n] = w;
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack);
+            }
+            self.heap.push(w);
+        }
+        self.n += 1;
+    }
+    /// Overwrite word `idx` (already pushed).
+    #[inline]
+    fn set(&mut self, idx: usize, w: u64) {
+        if self.heap.is_empty() {
+            self.stack[idx] = w;
+        } else {
+            self.heap[idx] = w;
+        }
+    }
+    #[inline]
+    fn as_slice(&self) -> &[u64] {
+        if self.n <= MAX_STACK_WORDS {
+            &self.stack[..self.n]
+        } else {
+            &self.heap[..]
+        }
+    }
+}
+
+/// A small firstprivate packed into the launch's one transfer (LLVM's
+/// PrivateArgumentManager).
+struct Packed {
+    /// Its kernel word.
+    word: usize,
+    hp: u64,
+    size: u64,
+    /// Bytes before it in the packed buffer.
+    padding: u64,
+    /// Base minus begin, added to its device address for the word.
+    off: u64,
+    /// The alignment its start has.
+    align: u64,
+}
+
+/// Private device copies of one launch, freed after the kernel ran.
+#[derive(Default)]
+struct Privates {
+    /// (device block, size).
+    blocks: Vec<(u64, u64)>,
+    /// Small firstprivates copied in one transfer after the argument loop.
+    packed: Vec<Packed>,
+}
+
+impl Privates {
+    /// Add a small firstprivate to the packed buffer, aligned as LLVM does.
+    fn pack(&mut self, word: usize, hp: u64, size: u64, off: u64) {
+        let (padding, align) = match self.packed.last() {
+            None => (0, FP_MAX_ALIGN),
+            Some(l) => {
+                let mut start = l.align;
+                if l.size % start != 0 {
+                    start = l.size % start;
+                }
+                let req = required_alignment(hp);
+                if req > start {
+                    (req - start, req)
+                } else {
+                    (0, start)
+                }
+            }
+        };
+        self.packed.push(Packed {
+            word,
+            hp,
+            size,
+            padding,
+            off,
+            align,
+        });
+    }
+}
+
 /// Copy the packed small firstprivates in one transfer and fill in their
 /// kernel words.
 #[inline(never)]
-fn pack_firstprivates(
-    d: &DevState,
-    info: u32,
-    packed: &[(usize, u64, u64, u64, u64, u64)],
-    privates: &mut Vec<(u64, u64)>,
-    stack: &mut [u64; MAX_STACK_WORDS],
-    heap: &mut [u64],
-) -> bool {
-    let total: u64 = packed.iter().map(|&(_, _, s, p, _, _)| s + p).sum();
+fn pack_firstprivates(d: &DevState, info: u32, privates: &mut Privates, words: &mut Words) -> bool {
+    let packed = &privates.packed;
+    let total: u64 = packed.iter().map(|p| p.size + p.padding).sum();
     let mut small = [0u8; 4096];
     let mut big = Vec::new();
     let buf: &mut [u8] = if total as usize <= small.len() {
@@ -1219,35 +1426,30 @@ fn pack_firstprivates(
         &mut big[..]
     };
     let mut at = 0usize;
-    for &(_, hp, size, padding, _, _) in packed {
-        at += padding as usize;
+    for p in packed {
+        at += p.padding as usize;
         // SAFETY: `[hp, hp+size)` is the firstprivate host variable.
-        let src = unsafe { std::slice::from_raw_parts(hp as *const u8, size as usize) };
-        buf[at..at + size as usize].copy_from_slice(src);
-        at += size as usize;
+        let src = unsafe { std::slice::from_raw_parts(p.hp as *const u8, p.size as usize) };
+        buf[at..at + p.size as usize].copy_from_slice(src);
+        at += p.size as usize;
     }
-    let Some(p) = d.alloc_block(total) else {
+    let Some(block) = d.alloc_block(total) else {
         return false;
     };
-    privates.push((p, total));
+    privates.blocks.push((block, total));
     let bp = buf.as_ptr() as u64;
     let name = if info & msg::INFO_DATA_TRANSFER != 0 {
         lookup_name(d, bp, total)
     } else {
         0
     };
-    // SAFETY: `buf` holds `total` bytes; `p` is a block of `total` bytes.
-    unsafe { copy_h2d(d, name, bp, p, total) };
-    let mut tp = p;
-    for &(idx, _, size, padding, off, _) in packed {
-        tp += padding;
-        let w = tp.wrapping_add(off);
-        if heap.is_empty() {
-            stack[idx] = w;
-        } else {
-            heap[idx] = w;
-        }
-        tp += size;
+    // SAFETY: `buf` holds `total` bytes; `block` is a block of `total` bytes.
+    unsafe { copy_h2d(d, name, bp, block, total) };
+    let mut tp = block;
+    for p in packed {
+        tp += p.padding;
+        words.set(p.word, tp.wrapping_add(p.off));
+        tp += p.size;
     }
     true
 }
@@ -1268,6 +1470,7 @@ fn launch_config(ka: &KernelArgsTy) -> LaunchConfig {
 }
 
 /// `__tgt_target_kernel`: returns 0 when the region ran on the device.
+/// Map the arguments, pack the kernel words, launch, unmap.
 pub fn target_kernel(
     loc: *const Ident,
     device: i64,
@@ -1280,61 +1483,89 @@ pub fn target_kernel(
     };
     let info = msg::info();
     if info & msg::INFO_KERNEL_ARGS != 0 {
-        msg::dev_info(
-            d.id,
-            &format!(
-                "Entering OpenMP kernel at {} with {} arguments:",
-                Loc::from_ident(loc),
-                a.n()
-            ),
-        );
-        print_args(d, a);
+        kernel_header(d, loc, a);
     }
     // Images load on a device's first construct, after the INFO header
     // (LLVM's order: their INFO lines follow it).
     d.ensure_loaded();
     let Some(kernel) = d.kernel(region as u64) else {
-        msg::error(&format!(
-            "Failed to launch kernel: no kernel found for host region {}",
-            P(region as u64)
-        ));
-        target_failed(loc);
+        no_kernel(region, loc);
     };
     let mut ctx = Ctx::default();
-    if a.n() > 0 {
-        ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n()];
-        if let Err(f) = data_begin(d, a, false, &mut ctx) {
-            begin_fail_msgs(f);
-            msg::error("Call to targetDataBegin failed, abort target.");
-            msg::error("Failed to process data before launching the kernel.");
-            target_failed(loc);
-        }
-        process_attaches(d, &mut ctx);
+    map_args(d, a, loc, &mut ctx);
+    let mut words = Words::new();
+    let mut privates = Privates::default();
+    if !pack_args(d, a, ka.version, info, &ctx, &mut words, &mut privates) {
+        msg::error("Failed to process data before launching the kernel.");
+        target_failed(loc);
     }
-    // Kernel words.
-    let mut stack = [0u64; MAX_STACK_WORDS];
-    let mut heap: Vec<u64> = Vec::new();
-    let mut privates: Vec<(u64, u64)> = Vec::new();
-    let mut nw = 0usize;
-    let mut push = |w: u64, nw: &mut usize, heap: &mut Vec<u64>| {
-        if *nw < MAX_STACK_WORDS {
-            stack[*nw] = w;
-        } else {
-            if heap.is_empty() {
-                heap.extend_from_slice(&stack);
-            }
-            heap.push(w);
-        }
-        *nw += 1;
-    };
-    if ka.version >= 3 {
-        push(u64::MAX, &mut nw, &mut heap);
+    launch(d, kernel, ka, words.as_slice(), info, loc);
+    unmap_args(d, a, loc);
+    for (p, size) in privates.blocks {
+        d.free_block(p, size);
+    }
+    if info & msg::INFO_DUMP_TABLE != 0 {
+        after_block(&Loc::from_ident(loc));
+    }
+    0
+}
+
+/// INFO: the kernel's entry line and its argument list.
+#[cold]
+fn kernel_header(d: &DevState, loc: *const Ident, a: &Args) {
+    msg::dev_info(
+        d.id,
+        &format!(
+            "Entering OpenMP kernel at {} with {} arguments:",
+            Loc::from_ident(loc),
+            a.n()
+        ),
+    );
+    print_args(d, a);
+}
+
+#[cold]
+fn no_kernel(region: *mut c_void, loc: *const Ident) -> ! {
+    msg::error(&format!(
+        "Failed to launch kernel: no kernel found for host region {}",
+        P(region as u64)
+    ));
+    target_failed(loc);
+}
+
+/// Map the kernel's arguments (targetDataBegin and the deferred attaches),
+/// recording the device address of each top-level argument in `ctx`.
+#[inline]
+fn map_args(d: &DevState, a: &Args, loc: *const Ident, ctx: &mut Ctx) {
+    if a.n() == 0 {
+        return;
+    }
+    ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n()];
+    if let Err(f) = data_begin(d, a, false, ctx) {
+        begin_fail_msgs(f);
+        msg::error("Call to targetDataBegin failed, abort target.");
+        msg::error("Failed to process data before launching the kernel.");
+        target_failed(loc);
+    }
+    process_attaches(d, ctx);
+}
+
+/// Fill in the kernel words: one per TARGET_PARAM (after the dyn_ptr word
+/// of KernelArgs v3 and later): literals, private copies, mapped device
+/// addresses. False when a private copy could not be made.
+fn pack_args(
+    d: &DevState,
+    a: &Args,
+    version: u32,
+    info: u32,
+    ctx: &Ctx,
+    words: &mut Words,
+    privates: &mut Privates,
+) -> bool {
+    if version >= 3 {
+        words.push(u64::MAX);
     }
     let mut failed = false;
-    // Small firstprivate copies packed into one transfer after the loop
-    // (LLVM's PrivateArgumentManager): (word index, host begin, size,
-    // padding, base offset, start alignment).
-    let mut packed: Vec<(usize, u64, u64, u64, u64, u64)> = Vec::new();
     // The argument index and word of the last target parameter (parent of
     // lambda captures that follow it).
     let mut last_param = (usize::MAX, 0u64);
@@ -1349,134 +1580,131 @@ pub fn target_kernel(
         let w = if t & LITERAL != 0 {
             a.base(i)
         } else if t & PRIVATE != 0 {
-            let size = a.size(i).max(0) as u64;
-            let off = a.base(i).wrapping_sub(a.begin(i));
-            let first_private = t & TO != 0;
-            if size == 0 {
-                a.base(i)
-            } else if first_private
-                && size <= FP_PACK_THRESHOLD
-                && !(i + 1 < a.n() && a.ty(i + 1) & MEMBER_OF != 0)
-            {
-                let hp = a.begin(i);
-                let (padding, align) = match packed.last() {
-                    None => (0, FP_MAX_ALIGN),
-                    Some(&(_, _, lsize, _, _, lalign)) => {
-                        let mut start = lalign;
-                        if lsize % start != 0 {
-                            start = lsize % start;
-                        }
-                        let req = required_alignment(hp);
-                        if req > start {
-                            (req - start, req)
-                        } else {
-                            (0, start)
-                        }
-                    }
-                };
-                packed.push((nw, hp, size, padding, off, align));
+            private_word(d, a, i, info, words.len(), privates).unwrap_or_else(|| {
+                failed = true;
                 0
-            } else {
-                match d.alloc_block(size) {
-                    Some(p) => {
-                        privates.push((p, size));
-                        if first_private {
-                            let name = if info & msg::INFO_DATA_TRANSFER != 0 {
-                                lookup_name(d, a.begin(i), size)
-                            } else {
-                                0
-                            };
-                            // SAFETY: the firstprivate's host range
-                            // (`Args::from_raw`) into its new block.
-                            unsafe { copy_h2d(d, name, a.begin(i), p, size) };
-                        }
-                        p.wrapping_add(off)
-                    }
-                    None => {
-                        failed = true;
-                        0
-                    }
-                }
-            }
-        } else if info & msg::INFO_MAPPING_EXISTS == 0 && ctx.arg_tgt[i] != NO_TGT {
-            // Found or created by data_begin above; our reference keeps it.
-            ctx.arg_tgt[i].wrapping_add(a.base(i).wrapping_sub(a.begin(i)))
+            })
         } else {
-            let hp = a.begin(i);
-            let size = a.size(i).max(0) as u64;
-            let off = a.base(i).wrapping_sub(hp);
-            let tbl = d.table(hp, size);
-            // LLVM's getTgtPtrBegin without MustContain: an entry that only
-            // overlaps the argument (a struct whose declare mapper mapped
-            // one member) still gives its device address, by offset.
-            let tgt = match tbl.lookup(hp, size) {
-                Some((k, _)) => {
-                    let e = tbl.get(k).unwrap();
-                    let tgt = e.tgt_of(hp);
-                    if info & msg::INFO_MAPPING_EXISTS != 0 {
-                        let (dc, hc) = counts(e, false, " (update suppressed)");
-                        msg::dev_info(
-                            d.id,
-                            &format!(
-                                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-                                P(hp),
-                                P(tgt)
-                            ),
-                        );
-                    }
-                    tgt
-                }
-                // Not mapped: the kernel sees the host address (OpenMP 5.2).
-                _ => hp,
-            };
-            tgt.wrapping_add(off)
+            mapped_word(d, a, i, info, ctx)
         };
         last_param = (i, w);
-        push(w, &mut nw, &mut heap);
+        words.push(w);
     }
-    if !packed.is_empty() && !failed {
-        failed = !pack_firstprivates(d, info, &packed, &mut privates, &mut stack, &mut heap);
+    if !privates.packed.is_empty() && !failed {
+        failed = !pack_firstprivates(d, info, privates, words);
     }
-    if failed {
-        msg::error("Failed to process data before launching the kernel.");
-        target_failed(loc);
+    !failed
+}
+
+/// The word of private argument `i` (word index `word`): a new device
+/// copy, or a place in the packed transfer (filled in later); None when
+/// its block could not be allocated.
+fn private_word(
+    d: &DevState,
+    a: &Args,
+    i: usize,
+    info: u32,
+    word: usize,
+    privates: &mut Privates,
+) -> Option<u64> {
+    let t = a.ty(i);
+    let size = a.size(i).max(0) as u64;
+    let off = a.base(i).wrapping_sub(a.begin(i));
+    let first_private = t & TO != 0;
+    if size == 0 {
+        return Some(a.base(i));
     }
-    let words: &[u64] = if nw <= MAX_STACK_WORDS {
-        &stack[..nw]
-    } else {
-        &heap[..]
+    if first_private
+        && size <= FP_PACK_THRESHOLD
+        && !(i + 1 < a.n() && a.ty(i + 1) & MEMBER_OF != 0)
+    {
+        privates.pack(word, a.begin(i), size, off);
+        return Some(0);
+    }
+    let p = d.alloc_block(size)?;
+    privates.blocks.push((p, size));
+    if first_private {
+        let name = if info & msg::INFO_DATA_TRANSFER != 0 {
+            lookup_name(d, a.begin(i), size)
+        } else {
+            0
+        };
+        // SAFETY: the firstprivate's host range (`Args::from_raw`) into
+        // its new block.
+        unsafe { copy_h2d(d, name, a.begin(i), p, size) };
+    }
+    Some(p.wrapping_add(off))
+}
+
+/// The word of mapped argument `i`: its device address from
+/// [`map_args`], or looked up (with its INFO line).
+#[inline]
+fn mapped_word(d: &DevState, a: &Args, i: usize, info: u32, ctx: &Ctx) -> u64 {
+    if info & msg::INFO_MAPPING_EXISTS == 0 && ctx.arg_tgt[i] != NO_TGT {
+        // Found or created by data_begin above; our reference keeps it.
+        return ctx.arg_tgt[i].wrapping_add(a.base(i).wrapping_sub(a.begin(i)));
+    }
+    let hp = a.begin(i);
+    let size = a.size(i).max(0) as u64;
+    let off = a.base(i).wrapping_sub(hp);
+    let tbl = d.table(hp, size);
+    // LLVM's getTgtPtrBegin without MustContain: an entry that only
+    // overlaps the argument (a struct whose declare mapper mapped
+    // one member) still gives its device address, by offset.
+    let tgt = match tbl.lookup(hp, size) {
+        Some((k, _)) => {
+            let e = tbl.get(k).unwrap();
+            let tgt = e.tgt_of(hp);
+            if info & msg::INFO_MAPPING_EXISTS != 0 {
+                let (dc, hc) = counts(e, false, " (update suppressed)");
+                msg::dev_info(
+                    d.id,
+                    &format!(
+                        "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                        P(hp),
+                        P(tgt)
+                    ),
+                );
+            }
+            tgt
+        }
+        // Not mapped: the kernel sees the host address (OpenMP 5.2).
+        _ => hp,
     };
+    tgt.wrapping_add(off)
+}
+
+/// Run the kernel with `words`; a failure is LLVM's fatal error.
+#[inline]
+fn launch(
+    d: &DevState,
+    kernel: KernelRef,
+    ka: &KernelArgsTy,
+    words: &[u64],
+    info: u32,
+    loc: *const Ident,
+) {
     // SAFETY: kernel pointers live as long as the device's loaded programs.
     let k = unsafe { &*kernel.0 };
     let config = launch_config(ka);
     if info & msg::INFO_PLUGIN_KERNEL != 0 {
         print_launch(d.id, k, &config);
     }
-    let launched = match d.dev.launch(k, KernelArgs::Words(words), &config) {
-        Ok(()) => true,
-        Err(e) => {
-            msg::plugin_error(&format!("Failure to run target region {}", k.name()), &e);
-            false
-        }
-    };
-    if !launched {
+    if let Err(e) = d.dev.launch(k, KernelArgs::Words(words), &config) {
+        msg::plugin_error(&format!("Failure to run target region {}", k.name()), &e);
         msg::error("Executing target region abort target.");
         target_failed(loc);
     }
-    if a.n() > 0 {
-        if let Err(_f) = data_end(d, a, false, false) {
-            msg::error("Call to targetDataEnd failed, abort target.");
-            msg::error("Failed to process data after launching the kernel.");
-            target_failed(loc);
-        }
+}
+
+/// Unmap the kernel's arguments (targetDataEnd).
+#[inline]
+fn unmap_args(d: &DevState, a: &Args, loc: *const Ident) {
+    if a.n() > 0 && data_end(d, a, false, false).is_err() {
+        msg::error("Call to targetDataEnd failed, abort target.");
+        msg::error("Failed to process data after launching the kernel.");
+        target_failed(loc);
     }
-    for (p, size) in privates {
-        d.free_block(p, size);
-    }
-    if info & msg::INFO_DUMP_TABLE != 0 {
-        after_block(&Loc::from_ident(loc));
-    }
-    0
 }
 
 /// LLVM's INFO line for a launch: the grid an OpenMP kernel of a GPU-like

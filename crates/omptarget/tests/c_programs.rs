@@ -408,30 +408,18 @@ fn check(name: &str) {
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
-    let variants = if sp.variants.is_empty() {
-        vec![vec![]]
-    } else {
-        sp.variants.clone()
-    };
     let args: Vec<Option<&str>> = if sp.args.is_empty() {
         vec![None]
     } else {
         sp.args.iter().map(|a| Some(a.as_str())).collect()
     };
-    for v in &variants {
-        let mut env = sp.env.clone();
-        env.extend(v.iter().cloned());
+    for env in variant_envs(&sp) {
         for a in &args {
             let ours_tmp = RunTmp::new(&dir);
             let ours = {
                 let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
                 let mut ours_env = ours_tmp.env_with(&env);
-                if let Some(r) = &remote {
-                    ours_env.push(("OFFLOAD_PLUGINS".into(), "remote".into()));
-                    ours_env.push(("OFFLOAD_REMOTE".into(), r.clone()));
-                } else if mpi_servers().is_some() {
-                    ours_env.push(("OFFLOAD_PLUGINS".into(), "mpi".into()));
-                }
+                add_plugin_env(&mut ours_env, remote.as_deref());
                 run(&exe, &ours_path, &ours_env, *a)
             };
             let llvm = {
@@ -445,54 +433,89 @@ fn check(name: &str) {
                 left.is_empty(),
                 "{what}: our run left temporary files behind: {left:?}"
             );
-            if mpi_servers().is_some() {
-                assert_eq!(
-                    ours.status == Some(0),
-                    llvm.status == Some(0),
-                    "{what}: success differs under mpirun\nours stderr:\n{}\nllvm stderr:\n{}",
-                    ours.stderr,
-                    llvm.stderr
-                );
-                // Open MPI's MPI_Init makes stdout line-buffered: what a
-                // failing program had buffered is printed under mpirun.
-                if llvm.status == Some(0) {
-                    assert_eq!(
-                        normalise(&ours.stdout),
-                        normalise(&llvm.stdout),
-                        "{what}: stdout differs under mpirun\nours stderr:\n{}",
-                        ours.stderr
-                    );
-                }
-                continue;
-            }
-            assert_eq!(
-                (ours.status, ours.signal),
-                (llvm.status, llvm.signal),
-                "{what}: exit status differs\nours stderr:\n{}\nllvm stderr:\n{}",
-                ours.stderr,
-                llvm.stderr
-            );
-            assert_eq!(
-                normalise(&ours.stdout),
-                normalise(&llvm.stdout),
-                "{what}: stdout differs"
-            );
-            if sp.compare_stderr {
-                assert_eq!(
-                    normalise(&ours.stderr),
-                    normalise(&llvm.stderr),
-                    "{what}: stderr differs"
-                );
-            } else if llvm.status != Some(0) {
-                assert_eq!(
-                    key_lines(&ours.stderr),
-                    key_lines(&llvm.stderr),
-                    "{what}: error messages differ"
-                );
-            }
+            compare_with_llvm(&what, &sp, &ours, &llvm);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The environment of each variant of a program: its `ENV` plus the
+/// variant's (one run without variants).
+fn variant_envs(sp: &Spec) -> Vec<Vec<(String, String)>> {
+    let variants = if sp.variants.is_empty() {
+        vec![vec![]]
+    } else {
+        sp.variants.clone()
+    };
+    variants
+        .into_iter()
+        .map(|v| {
+            let mut env = sp.env.clone();
+            env.extend(v);
+            env
+        })
+        .collect()
+}
+
+/// Our runs go to the remote server or the MPI ranks when the suite runs
+/// in that mode.
+fn add_plugin_env(env: &mut Vec<(String, String)>, remote: Option<&str>) {
+    if let Some(r) = remote {
+        env.push(("OFFLOAD_PLUGINS".into(), "remote".into()));
+        env.push(("OFFLOAD_REMOTE".into(), r.to_string()));
+    } else if mpi_servers().is_some() {
+        env.push(("OFFLOAD_PLUGINS".into(), "mpi".into()));
+    }
+}
+
+/// Our run of a program against LLVM's: exit status, stdout, and stderr
+/// (all of it, or the error messages of a failing run).
+fn compare_with_llvm(what: &str, sp: &Spec, ours: &Run, llvm: &Run) {
+    if mpi_servers().is_some() {
+        assert_eq!(
+            ours.status == Some(0),
+            llvm.status == Some(0),
+            "{what}: success differs under mpirun\nours stderr:\n{}\nllvm stderr:\n{}",
+            ours.stderr,
+            llvm.stderr
+        );
+        // Open MPI's MPI_Init makes stdout line-buffered: what a
+        // failing program had buffered is printed under mpirun.
+        if llvm.status == Some(0) {
+            assert_eq!(
+                normalise(&ours.stdout),
+                normalise(&llvm.stdout),
+                "{what}: stdout differs under mpirun\nours stderr:\n{}",
+                ours.stderr
+            );
+        }
+        return;
+    }
+    assert_eq!(
+        (ours.status, ours.signal),
+        (llvm.status, llvm.signal),
+        "{what}: exit status differs\nours stderr:\n{}\nllvm stderr:\n{}",
+        ours.stderr,
+        llvm.stderr
+    );
+    assert_eq!(
+        normalise(&ours.stdout),
+        normalise(&llvm.stdout),
+        "{what}: stdout differs"
+    );
+    if sp.compare_stderr {
+        assert_eq!(
+            normalise(&ours.stderr),
+            normalise(&llvm.stderr),
+            "{what}: stderr differs"
+        );
+    } else if llvm.status != Some(0) {
+        assert_eq!(
+            key_lines(&ours.stderr),
+            key_lines(&llvm.stderr),
+            "{what}: error messages differ"
+        );
+    }
 }
 
 /// An `OURS-ONLY` program: our runtime against the stated expectations.
@@ -508,20 +531,8 @@ fn check_expected(
         !sp.expect_stdout.is_empty() || !sp.expect_stderr.is_empty(),
         "{name}: OURS-ONLY needs EXPECT lines"
     );
-    let variants = if sp.variants.is_empty() {
-        vec![vec![]]
-    } else {
-        sp.variants.clone()
-    };
-    for v in &variants {
-        let mut env = sp.env.clone();
-        env.extend(v.iter().cloned());
-        if let Some(r) = remote {
-            env.push(("OFFLOAD_PLUGINS".into(), "remote".into()));
-            env.push(("OFFLOAD_REMOTE".into(), r.to_string()));
-        } else if mpi_servers().is_some() {
-            env.push(("OFFLOAD_PLUGINS".into(), "mpi".into()));
-        }
+    for mut env in variant_envs(sp) {
+        add_plugin_env(&mut env, remote);
         let tmp = RunTmp::new(exe.parent().unwrap());
         let r = {
             let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -533,53 +544,58 @@ fn check_expected(
             left.is_empty(),
             "{what}: our run left temporary files behind: {left:?}"
         );
-        let want_exit = sp.expect_exit.unwrap_or(0);
-        // Exit 134 is how a shell reports abort(): the process got SIGABRT.
-        let got_exit = r.status.or(r.signal.map(|s| 128 + s));
-        if mpi_servers().is_some() {
-            // mpirun reports failed ranks its own way; stderr carries its
-            // and the serving ranks' messages.
-            assert_eq!(
-                got_exit == Some(0),
-                want_exit == 0,
-                "{what}: exit status\nstderr:\n{}",
-                r.stderr
-            );
-            if want_exit == 0 {
-                let got: Vec<String> = normalise(&r.stdout).lines().map(String::from).collect();
-                assert_eq!(
-                    got, sp.expect_stdout,
-                    "{what}: stdout\nstderr:\n{}",
-                    r.stderr
-                );
-            }
-            continue;
-        }
+        compare_with_expected(&what, sp, &r);
+    }
+}
+
+/// Our run of an `OURS-ONLY` program against its `EXPECT` lines.
+fn compare_with_expected(what: &str, sp: &Spec, r: &Run) {
+    let want_exit = sp.expect_exit.unwrap_or(0);
+    // Exit 134 is how a shell reports abort(): the process got SIGABRT.
+    let got_exit = r.status.or(r.signal.map(|s| 128 + s));
+    if mpi_servers().is_some() {
+        // mpirun reports failed ranks its own way; stderr carries its
+        // and the serving ranks' messages.
         assert_eq!(
-            got_exit,
-            Some(want_exit),
-            "{what}: exit status\nstdout:\n{}\nstderr:\n{}",
-            r.stdout,
+            got_exit == Some(0),
+            want_exit == 0,
+            "{what}: exit status\nstderr:\n{}",
             r.stderr
         );
-        let got: Vec<String> = normalise(&r.stdout).lines().map(String::from).collect();
-        assert_eq!(
-            got, sp.expect_stdout,
-            "{what}: stdout\nstderr:\n{}",
-            r.stderr
-        );
-        for want in &sp.expect_stderr {
-            let n = r
-                .stderr
-                .lines()
-                .filter(|l| l.contains(want.as_str()))
-                .count();
+        if want_exit == 0 {
+            let got: Vec<String> = normalise(&r.stdout).lines().map(String::from).collect();
             assert_eq!(
-                n, 1,
-                "{what}: expected exactly one stderr line containing {want:?}\nstderr:\n{}",
+                got, sp.expect_stdout,
+                "{what}: stdout\nstderr:\n{}",
                 r.stderr
             );
         }
+        return;
+    }
+    assert_eq!(
+        got_exit,
+        Some(want_exit),
+        "{what}: exit status\nstdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let got: Vec<String> = normalise(&r.stdout).lines().map(String::from).collect();
+    assert_eq!(
+        got, sp.expect_stdout,
+        "{what}: stdout\nstderr:\n{}",
+        r.stderr
+    );
+    for want in &sp.expect_stderr {
+        let n = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains(want.as_str()))
+            .count();
+        assert_eq!(
+            n, 1,
+            "{what}: expected exactly one stderr line containing {want:?}\nstderr:\n{}",
+            r.stderr
+        );
     }
 }
 
@@ -731,6 +747,18 @@ fn warnings(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Exactly one `omptarget warning:` line in `r`'s stderr, starting with
+/// `prefix` and containing `reason`.
+fn assert_one_warning(r: &Run, prefix: &str, reason: &str) {
+    let w = warnings(&r.stderr);
+    assert_eq!(w.len(), 1, "one warning line:\n{}", r.stderr);
+    assert!(
+        w[0].starts_with(prefix) && w[0].contains(reason),
+        "{}",
+        w[0]
+    );
+}
+
 /// A plugin whose devices do not come up says why in one warning line on
 /// stderr (without LIBOMPTARGET_DEBUG), and the program falls back to the
 /// host: a server that refuses the token, a server that is not there. With
@@ -746,18 +774,21 @@ fn remote_plugin_failure_warns_once() {
     let exe = compile(name, &spec(&text), &dir);
     let ours_path = format!("{}:{LLVM_LIB}", our_lib_dir().display());
     let server = TestServer::start("right-token");
+    let run_with = |env: &[(&str, &str)]| {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        run(&exe, &ours_path, &env, None)
+    };
     let remote = |addr: &str, token: &str| {
-        let env: Vec<(String, String)> = [
+        run_with(&[
             ("OFFLOAD_PLUGINS", "remote"),
             ("OFFLOAD_REMOTE", addr),
             ("OFFLOAD_REMOTE_TOKEN", token),
             ("OFFLOAD_REMOTE_TIMEOUT", "10"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        run(&exe, &ours_path, &env, None)
+        ])
     };
 
     let ok = remote(&server.addr, "right-token");
@@ -768,15 +799,13 @@ fn remote_plugin_failure_warns_once() {
     let refused = remote(&server.addr, "wrong-token");
     assert_eq!(refused.status, Some(0), "stderr:\n{}", refused.stderr);
     assert_eq!(refused.stdout, "devices=0\nx=2\n", "host fallback");
-    let w = warnings(&refused.stderr);
-    assert_eq!(w.len(), 1, "one warning line:\n{}", refused.stderr);
-    assert!(
-        w[0].starts_with(&format!(
+    assert_one_warning(
+        &refused,
+        &format!(
             "omptarget warning: plugin 'remote' has no devices: remote server {}",
             server.addr
-        )) && w[0].contains("wrong token"),
-        "{}",
-        w[0]
+        ),
+        "wrong token",
     );
 
     // A port nobody listens on (bound, then released).
@@ -794,29 +823,20 @@ fn remote_plugin_failure_warns_once() {
         unreachable.stderr
     );
     assert_eq!(unreachable.stdout, "devices=0\nx=2\n", "host fallback");
-    let w = warnings(&unreachable.stderr);
-    assert_eq!(w.len(), 1, "one warning line:\n{}", unreachable.stderr);
-    assert!(
-        w[0].starts_with(&format!(
+    assert_one_warning(
+        &unreachable,
+        &format!(
             "omptarget warning: plugin 'remote' has no devices: remote server {gone}: connect"
-        )) && w[0].contains("Connection refused"),
-        "{}",
-        w[0]
+        ),
+        "Connection refused",
     );
 
     // Offloading switched off: no warning about devices nobody wants.
-    let off = {
-        let env: Vec<(String, String)> = [
-            ("OFFLOAD_PLUGINS", "remote"),
-            ("OFFLOAD_REMOTE", gone.as_str()),
-            ("OMP_TARGET_OFFLOAD", "DISABLED"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect::<Vec<_>>();
-        let _g = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        run(&exe, &ours_path, &env, None)
-    };
+    let off = run_with(&[
+        ("OFFLOAD_PLUGINS", "remote"),
+        ("OFFLOAD_REMOTE", gone.as_str()),
+        ("OMP_TARGET_OFFLOAD", "DISABLED"),
+    ]);
     assert_eq!(off.stdout, "devices=0\nx=2\n");
     assert!(warnings(&off.stderr).is_empty(), "{}", off.stderr);
     drop(server);

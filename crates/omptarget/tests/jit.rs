@@ -83,19 +83,7 @@ fn run(b: &Built, exe: &Path, env: &[(&str, &str)]) -> Output {
 fn bitcode_images_are_compiled_once_and_cached() {
     let b = build();
     let cache = b.dir.path().join("cache");
-    // A compiler wrapper that counts its runs.
-    let log = b.dir.path().join("compiler.log");
-    let wrapper = b.dir.path().join("cc.sh");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\necho run >> {}\nexec clang-22 \"$@\"\n",
-            log.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (wrapper, log) = counting_compiler(b.dir.path());
     let env = [
         ("OFFLOAD_JIT_CACHE", cache.to_str().unwrap()),
         ("OFFLOAD_JIT_COMPILER", wrapper.to_str().unwrap()),
@@ -128,49 +116,16 @@ fn bitcode_images_are_compiled_once_and_cached() {
             .any(|l| l.contains("image chosen") && l.contains("format=LLVM bitcode")),
         "{err}"
     );
-    let runs = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(
-        runs.lines().count(),
+        compiler_runs(&log),
         1,
         "the compiler ran once, then the cache served"
     );
     let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
     assert_eq!(entries.len(), 1, "one cached image, no temporary left over");
 
-    // A corrupted entry is reported by name and compiled again, not run.
-    let entry = entries[0].path();
-    let mut bytes = std::fs::read(&entry).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0xff;
-    std::fs::write(&entry, &bytes).unwrap();
-    let out = run(&b, &b.jit, &env);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
-    assert!(
-        err.contains(&format!("JIT cache entry {} is corrupt", entry.display())),
-        "{err}"
-    );
-    let runs = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(runs.lines().count(), 2, "recompiled once");
-    assert_ne!(
-        std::fs::read(&entry).unwrap(),
-        bytes,
-        "the entry was replaced"
-    );
-
-    // A cache others can write to is not used (one warning naming it).
-    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = run(&b, &b.jit, &env);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
-    assert!(
-        err.contains(&format!("JIT cache {} not used", cache.display())),
-        "{err}"
-    );
-    let runs = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(runs.lines().count(), 3, "compiled without the cache");
+    corrupt_entry_is_compiled_again(&b, &env, &want, &entries[0].path(), &log);
+    writable_cache_is_not_used(&b, &env, &want, &cache, &log);
 
     // LLVM 22's runtime cannot run the bitcode image on this machine.
     let llvm = Command::new(&b.jit)
@@ -179,6 +134,80 @@ fn bitcode_images_are_compiled_once_and_cached() {
         .output()
         .unwrap();
     assert!(!llvm.status.success() || String::from_utf8_lossy(&llvm.stdout) != want);
+}
+
+/// A compiler wrapper in `dir` that counts its runs in a log: (wrapper, log).
+fn counting_compiler(dir: &Path) -> (PathBuf, PathBuf) {
+    let log = dir.join("compiler.log");
+    let wrapper = dir.join("cc.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho run >> {}\nexec clang-22 \"$@\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (wrapper, log)
+}
+
+/// How often the [`counting_compiler`] ran.
+fn compiler_runs(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// A corrupted entry is reported by name and compiled again, not run.
+fn corrupt_entry_is_compiled_again(
+    b: &Built,
+    env: &[(&str, &str)],
+    want: &str,
+    entry: &Path,
+    log: &Path,
+) {
+    let mut bytes = std::fs::read(entry).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(entry, &bytes).unwrap();
+    let out = run(b, &b.jit, env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert!(
+        err.contains(&format!("JIT cache entry {} is corrupt", entry.display())),
+        "{err}"
+    );
+    assert_eq!(compiler_runs(log), 2, "recompiled once");
+    assert_ne!(
+        std::fs::read(entry).unwrap(),
+        bytes,
+        "the entry was replaced"
+    );
+}
+
+/// A cache others can write to is not used (one warning naming it).
+fn writable_cache_is_not_used(
+    b: &Built,
+    env: &[(&str, &str)],
+    want: &str,
+    cache: &Path,
+    log: &Path,
+) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = run(b, &b.jit, env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert!(
+        err.contains(&format!("JIT cache {} not used", cache.display())),
+        "{err}"
+    );
+    assert_eq!(compiler_runs(log), 3, "compiled without the cache");
 }
 
 #[test]
