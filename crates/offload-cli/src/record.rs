@@ -178,7 +178,8 @@ struct IgnoreInterrupts {
 
 impl IgnoreInterrupts {
     fn new() -> Self {
-        // SAFETY: setting dispositions to SIG_IGN; the old ones are restored.
+        // SAFETY: SIG_IGN installs no handler, so no code of ours can run
+        // in signal context; SIGINT and SIGQUIT are valid signal numbers.
         unsafe {
             IgnoreInterrupts {
                 old: [
@@ -192,7 +193,9 @@ impl IgnoreInterrupts {
 
 impl Drop for IgnoreInterrupts {
     fn drop(&mut self) {
-        // SAFETY: restoring what `new` replaced.
+        // SAFETY: reinstalls the dispositions `new` read back from
+        // signal(2): whatever this process had installed before (SIG_DFL,
+        // SIG_IGN or its own handler), as valid now as it was then.
         unsafe {
             libc::signal(libc::SIGINT, self.old[0]);
             libc::signal(libc::SIGQUIT, self.old[1]);

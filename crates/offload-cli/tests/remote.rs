@@ -2,7 +2,7 @@
 //! remote plugin in this one.
 
 mod common;
-use common::{skip, Server};
+use common::{packed, read, read_into, skip, write, Server};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -58,10 +58,6 @@ fn kernels_so(dir: &Path) -> Vec<u8> {
     std::fs::read(out).unwrap()
 }
 
-fn packed<T>(v: &T) -> &[u8] {
-    unsafe { std::slice::from_raw_parts((v as *const T).cast(), std::mem::size_of::<T>()) }
-}
-
 #[test]
 fn memory_programs_and_launches_over_the_wire() {
     let server = Server::start(Some("s3cret"));
@@ -76,15 +72,16 @@ fn memory_programs_and_launches_over_the_wire() {
     let n = 7 << 19;
     let data: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
     let p = dev.alloc(n, AllocKind::Device).unwrap();
-    unsafe { dev.copy_to_device(p, data.as_ptr(), n).unwrap() };
-    let mut back = vec![0u8; n];
-    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    write(dev, p, &data).unwrap();
+    let back = read(dev, p, n);
     assert!(back == data, "round trip differs");
     // Fill and device-to-device (same server: done there).
     let q = dev.alloc(64, AllocKind::Device).unwrap();
     dev.fill(q, &[9, 8], 64).unwrap();
     let other = &rt.devices()[0];
     let r = other.alloc(64, AllocKind::Device).unwrap();
+    // SAFETY: both ends are device locations; the contract covers host
+    // pointers only.
     unsafe {
         rt.copy(
             Location::Device(other.id(), r),
@@ -94,9 +91,7 @@ fn memory_programs_and_launches_over_the_wire() {
         )
         .unwrap()
     };
-    let mut small = [0u8; 4];
-    unsafe { other.copy_from_device(small.as_mut_ptr(), r, 4).unwrap() };
-    assert_eq!(small, [9, 8, 9, 8]);
+    assert_eq!(read(other, r, 4), [9, 8, 9, 8]);
 
     // A program shipped with the load, a kernel, a pipelined queue.
     let dir = tempfile::tempdir().unwrap();
@@ -110,20 +105,30 @@ fn memory_programs_and_launches_over_the_wire() {
     let dy = dev.alloc(count * 4, AllocKind::Device).unwrap();
     let queue = Queue::new(Some(dev)).unwrap();
     let mut out = vec![0f32; count];
+    // The C struct's padding written out, for `packed`.
     #[repr(C)]
+    #[derive(Clone, Copy)]
     struct Saxpy {
         a: f32,
+        _pad_a: u32,
         x: u64,
         y: u64,
         n: u32,
+        _pad_n: u32,
     }
     let args = Saxpy {
         a: 3.0,
+        _pad_a: 0,
         x: dx.0,
         y: dy.0,
         n: count as u32,
+        _pad_n: 0,
     };
     let on_dev = |p: DevicePtr| Location::Device(dev.id(), p);
+    // SAFETY: the host ends are `x` and `y` (read) and `out` (written),
+    // each `count` f32s = `count * 4` bytes; all three live to the end of
+    // this function and are not touched again until `event.synchronize()`
+    // below has waited for every queued copy.
     unsafe {
         rt.copy(
             on_dev(dx),
@@ -165,9 +170,11 @@ fn memory_programs_and_launches_over_the_wire() {
     // Errors of queued work surface at the next synchronisation.
     let bad = Saxpy {
         a: 1.0,
+        _pad_a: 0,
         x: 0,
         y: 0,
         n: 0,
+        _pad_n: 0,
     };
     queue
         .launch(
@@ -216,7 +223,9 @@ fn host_memory_of_a_remote_device_is_the_clients() {
     let dev = &rt.devices()[1];
     let n = 3 << 20;
     let h = dev.alloc(n, AllocKind::Host).unwrap();
-    // SAFETY: n bytes of host memory, ours until freed below.
+    // SAFETY: `h` is a host allocation of n bytes in this process,
+    // readable and writable until `dev.free(h)` below; `hs` is not used
+    // after that free.
     let hs = unsafe { std::slice::from_raw_parts_mut(h.0 as *mut u8, n) };
     assert!(hs.iter().all(|&b| b == 0), "host memory comes zeroed");
     for (i, b) in hs.iter_mut().enumerate() {
@@ -224,10 +233,12 @@ fn host_memory_of_a_remote_device_is_the_clients() {
     }
     let d = dev.alloc(n, AllocKind::Device).unwrap();
     let q = Queue::new(Some(dev)).unwrap();
+    // SAFETY: the host end is `hs`, n bytes, live until `dev.free(h)`
+    // below and untouched until `q.synchronize()` has waited for the copy.
     unsafe {
         rt.copy(
             Location::Device(dev.id(), d),
-            Location::Host(h.0 as *const u8),
+            Location::Host(hs.as_ptr()),
             n,
             Some(&q),
         )
@@ -235,7 +246,7 @@ fn host_memory_of_a_remote_device_is_the_clients() {
     }
     q.synchronize().unwrap();
     hs.fill(0);
-    unsafe { dev.copy_from_device(h.0 as *mut u8, d, n).unwrap() };
+    read_into(dev, d, hs).unwrap();
     assert!(hs.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
 
     // Copies and fills that name the remote device for the host memory
@@ -243,30 +254,27 @@ fn host_memory_of_a_remote_device_is_the_clients() {
     // server never sees the client's address.
     let on_dev = |p: DevicePtr| Location::Device(dev.id(), p);
     dev.fill(d, &[3], n).unwrap();
+    // SAFETY: both ends are device locations (`h` named as the remote
+    // device's host memory); the contract covers `Location::Host` only.
     unsafe { rt.copy(on_dev(h), on_dev(d), n, Some(&q)).unwrap() };
     q.synchronize().unwrap();
     assert!(hs.iter().all(|&b| b == 3));
     dev.fill(h, &[4, 5], n).unwrap();
     assert!(hs.chunks(2).all(|c| c == [4, 5]));
+    // SAFETY: as above, device locations only.
     unsafe { rt.copy(on_dev(d), on_dev(h), n, None).unwrap() };
-    let mut back = vec![0u8; n];
-    unsafe { dev.copy_from_device(back.as_mut_ptr(), d, n).unwrap() };
+    let back = read(dev, d, n);
     assert!(back.chunks(2).all(|c| c == [4, 5]));
     q.fill(h, &[6], 4096).unwrap();
     q.synchronize().unwrap();
     assert!(hs[..4096].iter().all(|&b| b == 6) && hs[4096] == 4);
     let src = [9u8; 16];
-    unsafe { dev.copy_to_device(h, src.as_ptr(), 16).unwrap() };
-    let mut out = [0u8; 16];
-    unsafe {
-        dev.copy_from_device(out.as_mut_ptr(), DevicePtr(h.0 + 8), 16)
-            .unwrap()
-    };
+    write(dev, h, &src).unwrap();
+    let out = read(dev, DevicePtr(h.0 + 8), 16);
     assert_eq!(&out[..8], &[9; 8]);
     assert_eq!(&out[8..], &[6; 8]);
     // A range running past the host allocation is still an error.
-    let e =
-        unsafe { dev.copy_to_device(DevicePtr(h.0 + n as u64 - 8), src.as_ptr(), 16) }.unwrap_err();
+    let e = write(dev, DevicePtr(h.0 + n as u64 - 8), &src).unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidSize, "{e}");
     dev.free(h).unwrap();
     assert_eq!(dev.free(h).unwrap_err().code(), ErrorCode::InvalidArgument);
@@ -324,14 +332,17 @@ fn clients_cannot_touch_each_others_memory() {
     let db = &b.devices()[0];
     // B's core refuses A's addresses before anything is sent...
     let mut buf = [0u8; 16];
-    let e = unsafe { db.copy_from_device(buf.as_mut_ptr(), pa, 16) }.unwrap_err();
+    let e = read_into(db, pa, &mut buf).unwrap_err();
     assert!(e.message().contains("not inside a live allocation"), "{e}");
     // ...and the server refuses a client that sends them anyway.
     let attacker = raw_remote_devices(&server.addr, None);
     let aq = attacker[0].create_queue().unwrap();
+    // SAFETY: `buf` holds 16 bytes and outlives this function; nothing
+    // touches it before `aq.synchronize()` below reaches the copy.
     unsafe { aq.copy_from_device(buf.as_mut_ptr(), pa, 16) }.unwrap();
     let e = aq.synchronize().unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
+    // SAFETY: `buf`, 16 bytes, lives past the `aq.synchronize()` below.
     unsafe { aq.copy_to_device(pa, buf.as_ptr(), 16) }.unwrap();
     let e = aq.synchronize().unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
@@ -340,30 +351,24 @@ fn clients_cannot_touch_each_others_memory() {
     // Large copies take the bulk-data side channel: checked the same way.
     let big = a.devices()[0].alloc(1 << 20, AllocKind::Device).unwrap();
     let mut large = vec![0u8; 256 << 10];
+    // SAFETY: `large` holds `large.len()` bytes, lives to the end of this
+    // function and is untouched until `aq.synchronize()` has run.
     let e = unsafe { aq.copy_from_device(large.as_mut_ptr(), big, large.len()) }
         .and_then(|_| aq.synchronize())
         .unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
+    // SAFETY: as above: `large`'s bytes live past `aq.synchronize()`.
     let e = unsafe { aq.copy_to_device(big, large.as_ptr(), large.len()) }
         .and_then(|_| aq.synchronize())
         .unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
     // The side channel stays usable for B's own memory after the refusals.
     let mine_big = db.alloc(1 << 20, AllocKind::Device).unwrap();
-    unsafe {
-        db.copy_to_device(mine_big, large.as_ptr(), large.len())
-            .unwrap()
-    };
+    write(db, mine_big, &large).unwrap();
     a.devices()[0].free(big).unwrap();
     assert!(attacker[0].free(pa, AllocKind::Device).is_err());
     // A's data is intact and A can still free it.
-    let mut mine = [0u8; 4];
-    unsafe {
-        a.devices()[0]
-            .copy_from_device(mine.as_mut_ptr(), pa, 4)
-            .unwrap()
-    };
-    assert_eq!(mine, [7; 4]);
+    assert_eq!(read(&a.devices()[0], pa, 4), [7; 4]);
     a.devices()[0].free(pa).unwrap();
 }
 
@@ -416,7 +421,7 @@ fn a_killed_server_ends_calls_with_an_error_quickly() {
     let e = dev.alloc(64, AllocKind::Device).unwrap_err();
     assert!(e.message().contains(&server.addr), "{e}");
     let mut b = [0u8; 8];
-    assert!(unsafe { dev.copy_from_device(b.as_mut_ptr(), p, 8) }.is_err());
+    assert!(read_into(dev, p, &mut b).is_err());
     assert!(queue.synchronize().is_err());
     assert!(
         start.elapsed() < Duration::from_secs(30),
@@ -538,9 +543,8 @@ fn tls_with_a_trusted_certificate() {
     let n = (7 << 19) + 3;
     let p = dev.alloc(n, AllocKind::Device).unwrap();
     let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
-    unsafe { dev.copy_to_device(p, data.as_ptr(), data.len()).unwrap() };
-    let mut back = vec![0u8; n];
-    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    write(dev, p, &data).unwrap();
+    let back = read(dev, p, n);
     assert!(back == data, "round trip over TLS differs");
     // A plain-text client cannot talk to the TLS server.
     let plain = client(&server.addr, Some("tls-token"));
@@ -696,9 +700,8 @@ fn copies_of_more_than_a_gibibyte() {
         chunk.fill((i % 251) as u8);
     }
     let p = dev.alloc(n, AllocKind::Device).unwrap();
-    unsafe { dev.copy_to_device(p, data.as_ptr(), n).unwrap() };
-    let mut back = vec![0u8; n];
-    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    write(dev, p, &data).unwrap();
+    let back = read(dev, p, n);
     assert!(back == data, "1 GiB round trip differs");
     dev.free(p).unwrap();
 }
@@ -781,17 +784,17 @@ fn small_reads_do_not_stall_on_delayed_acks() {
     let dev = &rt.devices()[0];
     let p = dev.alloc(1024, AllocKind::Device).unwrap();
     let data: Vec<u8> = (0..1024).map(|i| i as u8).collect();
-    unsafe { dev.copy_to_device(p, data.as_ptr(), data.len()).unwrap() };
+    write(dev, p, &data).unwrap();
     let mut back = vec![0u8; 1024];
     // Warm up: the thread's queue stream opens on first use.
-    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, 1024).unwrap() };
+    read_into(dev, p, &mut back).unwrap();
     let rounds = 50;
     let start = Instant::now();
     let mut each = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         back.fill(0);
         let t = Instant::now();
-        unsafe { dev.copy_from_device(back.as_mut_ptr(), p, 1024).unwrap() };
+        read_into(dev, p, &mut back).unwrap();
         each.push(t.elapsed());
         assert_eq!(back, data);
     }
@@ -982,9 +985,7 @@ fn forged_and_replayed_session_credentials_are_refused() {
         mine
     });
     // The victim's session and data are intact.
-    let mut back = [0u8; 64];
-    unsafe { vdev.copy_from_device(back.as_mut_ptr(), vp, 64).unwrap() };
-    assert_eq!(back, [5; 64]);
+    assert_eq!(read(vdev, vp, 64), [5; 64]);
     vdev.free(vp).unwrap();
     // Credentials never reach the server's log, only public ids.
     let secret = mine.split_once('.').unwrap().1;
@@ -1000,7 +1001,8 @@ fn sigterm_and_sigint_drain_and_exit_zero() {
         // A client session is open while the signal arrives.
         let rt = client(&server.addr, None);
         assert!(!rt.devices().is_empty());
-        // SAFETY: sending a signal to our own child process.
+        // SAFETY: kill(2) takes no pointers; the pid is our child's, not
+        // yet reaped, so it cannot name another process.
         assert_eq!(unsafe { libc::kill(server.child.id() as i32, signal) }, 0);
         let status = exit_within(
             &mut server.child,
@@ -1059,9 +1061,8 @@ fn bind_errors_name_the_address_and_data_listen_is_honoured() {
     let n = 1 << 20;
     let bytes: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
     let p = dev.alloc(n, AllocKind::Device).unwrap();
-    unsafe { dev.copy_to_device(p, bytes.as_ptr(), n).unwrap() };
-    let mut back = vec![0u8; n];
-    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    write(dev, p, &bytes).unwrap();
+    let back = read(dev, p, n);
     assert!(back == bytes);
     let log = server.log();
     assert!(
@@ -1202,9 +1203,8 @@ fn idle_unauthenticated_data_connections_are_bounded_and_dropped() {
     let n = 256 << 10;
     let bytes = vec![5u8; n];
     let p = dev.alloc(n, AllocKind::Device).unwrap();
-    unsafe { dev.copy_to_device(p, bytes.as_ptr(), n).unwrap() };
-    let mut back = vec![0u8; n];
-    unsafe { dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+    write(dev, p, &bytes).unwrap();
+    let back = read(dev, p, n);
     assert!(back == bytes);
     let _ = child.kill();
     let _ = child.wait();
@@ -1270,11 +1270,7 @@ fn sessions_are_contained_in_their_own_processes() {
     let secret_data = vdev.alloc(64, AllocKind::Device).unwrap();
     vdev.fill(secret_data, &[0xA5], 64).unwrap();
     let victim_ok = || {
-        let mut back = [0u8; 64];
-        unsafe {
-            vdev.copy_from_device(back.as_mut_ptr(), secret_data, 64)
-                .unwrap()
-        };
+        let back = read(vdev, secret_data, 64);
         assert_eq!(back, [0xA5; 64], "the victim's data changed");
         let p = vdev.alloc(4096, AllocKind::Device).unwrap();
         vdev.free(p).unwrap();
@@ -1288,16 +1284,20 @@ fn sessions_are_contained_in_their_own_processes() {
         let peek = program.kernel("peek").unwrap();
         let mine = dev.alloc(64, AllocKind::Device).unwrap();
         dev.fill(mine, &[0], 64).unwrap();
+        // The C struct's tail padding written out, for `packed`.
         #[repr(C)]
+        #[derive(Clone, Copy)]
         struct Peek {
             from: u64,
             to: u64,
             n: u32,
+            _pad: u32,
         }
         let args = Peek {
             from: secret_data.0,
             to: mine.0,
             n: 64,
+            _pad: 0,
         };
         let run = dev.launch(
             &peek,
@@ -1308,8 +1308,7 @@ fn sessions_are_contained_in_their_own_processes() {
             // The address is nothing in the attacker's process, or its own
             // memory: never the victim's bytes.
             Ok(()) => {
-                let mut got = [0u8; 64];
-                unsafe { dev.copy_from_device(got.as_mut_ptr(), mine, 64).unwrap() };
+                let got = read(dev, mine, 64);
                 assert_ne!(got, [0xA5; 64], "read another session's data");
             }
             Err(e) => assert!(e.message().contains("signal 11 (SIGSEGV)"), "{e}"),
@@ -1436,7 +1435,7 @@ fn metrics_health_and_refusal_logs() {
         let dev = &rt.devices()[0];
         let p = dev.alloc(4096, AllocKind::Device).unwrap();
         let data = [7u8; 4096];
-        unsafe { dev.copy_to_device(p, data.as_ptr(), 4096).unwrap() };
+        write(dev, p, &data).unwrap();
         let program = dev.load_program(&kernels).unwrap();
         let quit = program.kernel("quit").unwrap();
         let peek = program.kernel("peek").unwrap();
@@ -1510,11 +1509,8 @@ fn an_unreachable_data_port_falls_back_to_grpc() {
     let p = dev.alloc(n, AllocKind::Device).unwrap();
     let started = Instant::now();
     for _ in 0..2 {
-        let mut back = vec![0u8; n];
-        unsafe {
-            dev.copy_to_device(p, data.as_ptr(), n).unwrap();
-            dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap();
-        }
+        write(dev, p, &data).unwrap();
+        let back = read(dev, p, n);
         assert!(back == data, "round trip differs");
     }
     // Refused at once on loopback, and tried once: no per-copy stall.
@@ -1542,10 +1538,8 @@ fn session_preambles_and_idle_floods_are_refused() {
     let works = |dev: &offload_core::Device, p: DevicePtr| {
         let data = [0x5Au8; 4096];
         let mut back = [0u8; 4096];
-        unsafe {
-            dev.copy_to_device(p, data.as_ptr(), 4096).unwrap();
-            dev.copy_from_device(back.as_mut_ptr(), p, 4096).unwrap();
-        }
+        write(dev, p, &data).unwrap();
+        read_into(dev, p, &mut back).unwrap();
         assert_eq!(back, data);
     };
     let fakes: [&[u8]; 6] = [
@@ -1610,8 +1604,7 @@ fn free_vs_write_races_and_oversize_messages_stay_in_the_attackers_session() {
                 let pattern = (rounds % 200) as u8 + 1;
                 vdev.fill(p, &[pattern], n).unwrap();
                 std::thread::sleep(Duration::from_millis(2));
-                let mut back = vec![0u8; n];
-                unsafe { vdev.copy_from_device(back.as_mut_ptr(), p, n).unwrap() };
+                let back = read(&vdev, p, n);
                 assert!(back.iter().all(|&b| b == pattern), "victim data changed");
                 vdev.free(p).unwrap();
                 rounds += 1;
@@ -1628,6 +1621,8 @@ fn free_vs_write_races_and_oversize_messages_stay_in_the_attackers_session() {
         let (a, j) = (attacker.clone(), junk.clone());
         let writer = std::thread::spawn(move || {
             let q = a[0].create_queue().unwrap();
+            // SAFETY: `j` keeps the 1 MiB of `junk` alive until this
+            // closure ends, after `q.synchronize()` below.
             let _ = unsafe { q.copy_to_device(p, j.as_ptr(), j.len()) };
             let _ = q.synchronize();
         });
@@ -1826,12 +1821,13 @@ fn a_servers_cuda_device_is_served_to_remote_clients() {
     let program = dev.load_program(&ptx).unwrap();
     let saxpy = program.kernel("saxpy").unwrap();
     let n = 4096usize;
-    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let x: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_ne_bytes()).collect();
     let dx = dev.alloc(n * 4, AllocKind::Device).unwrap();
     let dy = dev.alloc(n * 4, AllocKind::Device).unwrap();
-    unsafe { dev.copy_to_device(dx, x.as_ptr().cast(), n * 4).unwrap() };
+    write(dev, dx, &x).unwrap();
     dev.fill(dy, &1f32.to_ne_bytes(), n * 4).unwrap();
     #[repr(C)]
+    #[derive(Clone, Copy)]
     struct Saxpy {
         n: i32,
         a: f32,
@@ -1850,11 +1846,10 @@ fn a_servers_cuda_device_is_served_to_remote_clients() {
         &LaunchConfig::linear((n / 128) as u32, 128),
     )
     .unwrap();
-    let mut y = vec![0f32; n];
-    unsafe {
-        dev.copy_from_device(y.as_mut_ptr().cast(), dy, n * 4)
-            .unwrap()
-    };
+    let y: Vec<f32> = read(dev, dy, n * 4)
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
     assert!(y
         .iter()
         .enumerate()
@@ -2104,11 +2099,8 @@ fn big_round_trip(dev: &offload_core::Device, tag: u8) {
     let n = 256 << 10;
     let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8 ^ tag).collect();
     let p = dev.alloc(n, AllocKind::Device).unwrap();
-    let mut back = vec![0u8; n];
-    unsafe {
-        dev.copy_to_device(p, data.as_ptr(), n).unwrap();
-        dev.copy_from_device(back.as_mut_ptr(), p, n).unwrap();
-    }
+    write(dev, p, &data).unwrap();
+    let back = read(dev, p, n);
     assert!(back == data, "round trip differs");
     dev.free(p).unwrap();
 }
@@ -2527,8 +2519,9 @@ int main(void) {
     // The region is on its way (its launch follows at once).
     std::thread::sleep(Duration::from_millis(700));
     let signalled = Instant::now();
-    // SAFETY: sending a signal to our own child process.
     assert_eq!(
+        // SAFETY: kill(2) takes no pointers; the pid is our child's, not
+        // yet reaped, so it cannot name another process.
         unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) },
         0
     );

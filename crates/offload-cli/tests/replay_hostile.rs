@@ -343,7 +343,7 @@ fn hostile_recordings_are_errors_never_crashes() {
             Box::new(|w: &Path| {
                 std::fs::remove_file(w.join(&data)).unwrap();
                 let c = std::ffi::CString::new(w.join(&data).to_str().unwrap()).unwrap();
-                // SAFETY: a NUL-terminated path.
+                // SAFETY: `c` is a NUL-terminated CString, alive for the call.
                 assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
             }),
         ),

@@ -5,7 +5,7 @@
 //! mechanism (clang-22, root) fails instead of skipping.
 
 mod common;
-use common::{skip, Server};
+use common::{packed, read, read_into, skip, write, Server};
 
 use std::path::Path;
 use std::process::Command;
@@ -72,13 +72,8 @@ fn hostile_so(dir: &Path) -> Vec<u8> {
     std::fs::read(out).unwrap()
 }
 
-fn packed<T>(v: &T) -> &[u8] {
-    // SAFETY: plain-old-data argument structs of this file.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast(), std::mem::size_of::<T>()) }
-}
-
 /// Run kernel `name` of `image` once with `args`.
-fn run<T>(dev: &Arc<Device>, image: &[u8], name: &str, args: &T) -> offload_core::Result<()> {
+fn run<T: Copy>(dev: &Arc<Device>, image: &[u8], name: &str, args: &T) -> offload_core::Result<()> {
     let program = dev.load_program(image)?;
     let kernel = program.kernel(name)?;
     dev.launch(
@@ -89,16 +84,14 @@ fn run<T>(dev: &Arc<Device>, image: &[u8], name: &str, args: &T) -> offload_core
 }
 
 fn read_words(dev: &Arc<Device>, at: offload_core::DevicePtr, n: usize) -> Vec<i64> {
-    let mut back = vec![0i64; n];
-    // SAFETY: `back` holds n words.
-    unsafe {
-        dev.copy_from_device(back.as_mut_ptr().cast(), at, n * 8)
-            .unwrap()
-    };
-    back
+    read(dev, at, n * 8)
+        .chunks_exact(8)
+        .map(|w| i64::from_ne_bytes(w.try_into().unwrap()))
+        .collect()
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct Probe {
     out: u64,
     sibling: i64,
@@ -203,10 +196,11 @@ fn kernels_cannot_kill_the_server_or_other_sessions() {
     let _ = run(&dev, &image, "killer", &server_pid);
     std::thread::sleep(Duration::from_millis(300));
     assert!(server.alive(), "the server died: {}", server.log());
-    let mut back = [0u8; 64];
-    // SAFETY: `back` holds 64 bytes.
-    unsafe { vdev.copy_from_device(back.as_mut_ptr(), data, 64).unwrap() };
-    assert_eq!(back, [0x5A; 64], "the victim's session is gone or changed");
+    assert_eq!(
+        read(&vdev, data, 64),
+        [0x5A; 64],
+        "the victim's session is gone or changed"
+    );
     // The attacker's own session also survived its kernel.
     dev.alloc(64, AllocKind::Device).unwrap();
 }
@@ -269,6 +263,7 @@ fn a_sessions_processes_end_with_it() {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct Counted {
     out: u64,
     n: i64,
@@ -426,11 +421,10 @@ fn measure_sandbox_cost() {
             let d = dev.alloc(n, AllocKind::Device).unwrap();
             for _ in 0..3 {
                 let t = Instant::now();
-                // SAFETY: both buffers hold n bytes.
-                unsafe { dev.copy_to_device(d, buf.as_ptr(), n).unwrap() };
+                write(&dev, d, &buf).unwrap();
                 h2d.push(n as f64 / t.elapsed().as_secs_f64() / 1e9);
                 let t = Instant::now();
-                unsafe { dev.copy_from_device(back.as_mut_ptr(), d, n).unwrap() };
+                read_into(&dev, d, &mut back).unwrap();
                 d2h.push(n as f64 / t.elapsed().as_secs_f64() / 1e9);
             }
             dev.free(d).unwrap();
