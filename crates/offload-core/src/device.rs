@@ -107,8 +107,17 @@ impl Device {
         queues
             .iter()
             .filter_map(Weak::upgrade)
-            .filter(|w| !w.is_empty())
+            .filter(|w| w.has_pending())
             .collect()
+    }
+
+    /// Whether any core-driven queue of this device has work not yet done:
+    /// the check every free makes, so lock-free per queue and allocation-free.
+    fn any_queue_busy(&self) -> bool {
+        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues
+            .iter()
+            .any(|w| w.upgrade().is_some_and(|w| w.has_pending()))
     }
 
     /// `[ptr, ptr + size)` as a host address, where it lies in a `Host`
@@ -283,7 +292,7 @@ impl Device {
         };
         // Queued work may still use the memory: stream-ordered, the
         // pointer dies now and the memory once those queues pass this point.
-        if !self.busy_queues().is_empty() {
+        if self.any_queue_busy() {
             let (a, slot) = self.index.retire(ptr, label, accept)?;
             self.index.forget(&slot);
             let token = Arc::new(DeferredFree {

@@ -452,6 +452,13 @@ impl Worker {
         self.counters.completed.load(Ordering::Acquire) >= position
     }
 
+    /// Whether something enqueued has not finished, from the lock-free
+    /// counters (a snapshot: work enqueued meanwhile is not seen).
+    pub fn has_pending(&self) -> bool {
+        let completed = self.counters.completed.load(Ordering::Acquire);
+        completed != self.counters.enqueued.load(Ordering::Acquire)
+    }
+
     /// Whether nothing is pending.
     pub fn is_empty(&self) -> bool {
         let st = self.lock();
