@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use offload_core::plugin::{KernelArgs, LaunchConfig};
+use offload_core::plugin::{DevicePtr, KernelArgs, LaunchConfig};
 use smallvec::SmallVec;
 
 use crate::abi::*;
@@ -1301,6 +1301,9 @@ pub fn target_kernel(
         target_failed(loc);
     };
     let mut ctx = Ctx::default();
+    // Over a queue with round trips (remote), the copies in go out without
+    // waiting; the launch waits for them (one round trip, not one each).
+    let batched = a.n() > 0 && d.dev.batch_begin();
     if a.n() > 0 {
         ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n()];
         if let Err(f) = data_begin(d, a, false, &mut ctx) {
@@ -1452,7 +1455,16 @@ pub fn target_kernel(
     if info & msg::INFO_PLUGIN_KERNEL != 0 {
         print_launch(d.id, k, &config);
     }
-    let launched = match d.dev.launch(k, KernelArgs::Words(words), &config) {
+    let result = if batched {
+        // The copies back ride on the launch's round trip.
+        d.dev
+            .launch_reading_back(k, KernelArgs::Words(words), &config, || {
+                read_back_ranges(d, a)
+            })
+    } else {
+        d.dev.launch(k, KernelArgs::Words(words), &config)
+    };
+    let launched = match result {
         Ok(()) => true,
         Err(e) => {
             msg::plugin_error(&format!("Failure to run target region {}", k.name()), &e);
@@ -1473,10 +1485,55 @@ pub fn target_kernel(
     for (p, size) in privates {
         d.free_block(p, size);
     }
+    if batched {
+        // The launch waited for the copies in; this only reports one left
+        // unwaited (none in practice).
+        if let Err(e) = d.dev.batch_end() {
+            msg::plugin_error("Failure to copy data from host to device", &e);
+            msg::error("Failed to process data before launching the kernel.");
+            target_failed(loc);
+        }
+    }
     if info & msg::INFO_DUMP_TABLE != 0 {
         after_block(&Loc::from_ident(loc));
     }
     0
+}
+
+/// The device ranges the end of a region may copy back (FROM maps of
+/// mapped, small ranges), read with the launch where the plugin can tell
+/// they are still current when the copy comes (`launch_reading_back`).
+fn read_back_ranges(d: &DevState, a: &Args) -> SmallVec<[(DevicePtr, usize); 4]> {
+    const MAX_ONE: u64 = 16 << 10;
+    const MAX_ALL: u64 = 64 << 10;
+    let mut back = SmallVec::new();
+    let mut total = 0u64;
+    for i in 0..a.n() {
+        let t = a.ty(i);
+        let size = a.size(i).max(0) as u64;
+        if t & FROM == 0
+            || t & (LITERAL | PRIVATE | ATTACH) != 0
+            || a.mapper(i) != 0
+            || size == 0
+            || size > MAX_ONE
+            || total + size > MAX_ALL
+        {
+            continue;
+        }
+        let hp = a.begin(i);
+        let tbl = d.table(hp, size);
+        // As `data_end_inner` finds the entry it copies from.
+        let key = match tbl.lookup(hp, size) {
+            Some((k, Found::Contained)) => Some(k),
+            Some((k, Found::Extends)) if t & IMPLICIT != 0 => Some(k),
+            _ => None,
+        };
+        if let Some(e) = key.and_then(|k| tbl.get(k)).filter(|e| !e.host_ptr) {
+            back.push((DevicePtr(e.tgt_of(hp)), size as usize));
+            total += size;
+        }
+    }
+    back
 }
 
 /// LLVM's INFO line for a launch: the grid an OpenMP kernel of a GPU-like
