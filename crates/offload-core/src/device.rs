@@ -7,7 +7,7 @@
 //! serialise on one queue nor see each other's errors. Plugins whose queues
 //! complete inline share one queue: there is nothing to synchronise.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -66,7 +66,17 @@ thread_local! {
     /// This thread's synchronous queue per device serial.
     static SYNC_QUEUES: RefCell<Vec<(u64, Arc<dyn plugin::Queue>)>> =
         const { RefCell::new(Vec::new()) };
+    /// The device (serial) whose copies to owned blocks this thread batches
+    /// ([`Device::batch_begin`]), and whether one still waits for a
+    /// synchronisation of its queue.
+    static BATCH: Cell<Option<(u64, bool)>> = const { Cell::new(None) };
+    /// Device memory read with a launch ([`Device::launch_reading_back`]).
+    static READ_BACK: RefCell<Vec<ReadBack>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Bytes read with a launch: device serial, source, the plugin's memory
+/// token, the bytes.
+type ReadBack = (u64, DevicePtr, u64, Vec<u8>);
 
 impl Device {
     pub(crate) fn new(
@@ -592,6 +602,7 @@ impl Device {
         let q = self.thread_queue()?;
         let r = op(q.as_ref());
         let synced = q.synchronize();
+        self.batch_synced();
         let r = r?;
         synced?;
         Ok(r)
@@ -678,9 +689,170 @@ impl Device {
         }
         debug_assert!(self.check_range(dst, size).is_ok());
         self.stats.count_to_device(size);
+        if !matches!(self.inline_queue.get(), Some(Some(_))) && self.batching() {
+            let q = self.thread_queue()?;
+            let _ = BATCH.try_with(|b| b.set(Some((self.serial, true))));
+            // SAFETY: as below; the plugin reads `src` before returning and
+            // orders the copy before later work (its contract).
+            return unsafe { q.copy_to_device_unsynced(dst, src, size) };
+        }
         // SAFETY: `src` is valid for `size` bytes and the device range lies
         // inside a live allocation (our contract); the copy is synchronous.
         self.with_sync_queue(|q| unsafe { q.copy_to_device(dst, src, size) })
+    }
+
+    /// Batch this thread's copies to owned blocks of this device until
+    /// [`Device::batch_end`] (one OpenMP construct): each is handed to the
+    /// plugin without waiting ([`plugin::Queue::copy_to_device_unsynced`]),
+    /// and the next synchronous operation of this thread on the device (the
+    /// region's launch) waits for them all. An error of such a copy
+    /// surfaces there. False, and nothing batched, where the device's
+    /// queues complete inline (nothing to wait for).
+    pub fn batch_begin(&self) -> bool {
+        match self.inline_queue.get() {
+            Some(Some(_)) => return false,
+            Some(None) => {}
+            None => {
+                if !matches!(self.first_inline_queue(), Ok(None)) {
+                    return false;
+                }
+            }
+        }
+        BATCH
+            .try_with(|b| b.set(Some((self.serial, false))))
+            .is_ok()
+    }
+
+    /// A synchronisation of this thread's queue covered the batch's copies.
+    fn batch_synced(&self) {
+        let _ = BATCH.try_with(|b| {
+            if b.get() == Some((self.serial, true)) {
+                b.set(Some((self.serial, false)));
+            }
+        });
+    }
+
+    /// [`Device::launch`] in a batch ([`Device::batch_begin`]), reading
+    /// `ranges` of device memory after the kernel in the same round trip:
+    /// a [`Device::copy_from_owned_block`] of exactly one of them before
+    /// [`Device::batch_end`] takes those bytes, if the plugin can tell that
+    /// no work has changed device memory since
+    /// ([`plugin::Queue::unchanged_since`]); otherwise it reads afresh.
+    /// `ranges` is called only where the plugin can tell; ranges outside
+    /// live memory of this device are left out. An error is the launch's
+    /// (its wait covers the reads and the batch's copies in).
+    pub fn launch_reading_back<R: AsRef<[(DevicePtr, usize)]>>(
+        &self,
+        kernel: &Kernel,
+        args: KernelArgs<'_>,
+        config: &LaunchConfig,
+        ranges: impl FnOnce() -> R,
+    ) -> Result<()> {
+        if !self.batching()
+            || !matches!(self.inline_queue.get(), Some(None))
+            || crate::record::active().is_some()
+        {
+            return self.launch(kernel, args, config);
+        }
+        let q = self.thread_queue()?;
+        if q.memory_snapshot().is_none() {
+            return self.launch(kernel, args, config);
+        }
+        let mut bufs: Vec<(DevicePtr, Vec<u8>)> = ranges()
+            .as_ref()
+            .iter()
+            .filter(|&&(p, n)| self.check_range(p, n).is_ok())
+            .map(|&(p, n)| (p, vec![0u8; n]))
+            .collect();
+        if bufs.is_empty() {
+            return self.launch(kernel, args, config);
+        }
+        let _s = debug_span!("launch", device = self.id, kernel = kernel.name()).entered();
+        self.check_kernel(kernel)?;
+        self.stats.count_launch();
+        let sizes = kernel.resolve(config);
+        let sent = q.launch(kernel.raw(), args, &sizes).and_then(|()| {
+            bufs.iter_mut().try_for_each(|(p, b)| {
+                // SAFETY: `b` is valid for its length and stays allocated
+                // until the queue is synchronised below (on failure, for
+                // good); the device range lies in live memory of this
+                // device (checked above).
+                unsafe { q.copy_from_device(b.as_mut_ptr(), *p, b.len()) }
+            })
+        });
+        let synced = q.synchronize();
+        self.batch_synced();
+        if sent.is_err() || synced.is_err() {
+            // A failed wait may leave reads in flight into the buffers.
+            std::mem::forget(bufs);
+            sent?;
+            return synced;
+        }
+        if let Some(token) = q.memory_snapshot() {
+            let serial = self.serial;
+            let _ = READ_BACK.try_with(|r| {
+                r.borrow_mut()
+                    .extend(bufs.into_iter().map(|(p, b)| (serial, p, token, b)))
+            });
+        }
+        Ok(())
+    }
+
+    /// Serve a copy from device memory read back with the launch, if it
+    /// was and is still current.
+    fn take_read_back(&self, dst: *mut u8, src: DevicePtr, size: usize) -> bool {
+        let found = READ_BACK
+            .try_with(|r| {
+                let r = r.borrow();
+                r.iter()
+                    .position(|(s, p, _, b)| *s == self.serial && *p == src && b.len() == size)
+                    .map(|i| (i, r[i].2))
+            })
+            .ok()
+            .flatten();
+        let Some((i, token)) = found else {
+            return false;
+        };
+        let current = self.thread_queue().is_ok_and(|q| q.unchanged_since(token));
+        READ_BACK
+            .try_with(|r| {
+                let mut r = r.borrow_mut();
+                if !current {
+                    r.retain(|e| e.0 != self.serial);
+                    return false;
+                }
+                let (_, _, _, b) = r.swap_remove(i);
+                // SAFETY: `dst` is valid for `size` bytes (the caller's
+                // contract); `b` holds exactly `size` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, size) };
+                true
+            })
+            .unwrap_or(false)
+    }
+
+    /// End this thread's batch ([`Device::batch_begin`]): wait for copies
+    /// no synchronous operation has waited for yet, and report their error.
+    pub fn batch_end(&self) -> Result<()> {
+        let _ = READ_BACK.try_with(|r| {
+            let mut r = r.borrow_mut();
+            if !r.is_empty() {
+                r.retain(|e| e.0 != self.serial);
+            }
+        });
+        let batch = BATCH.try_with(|b| b.take()).ok().flatten();
+        if batch == Some((self.serial, true)) {
+            return self.thread_queue()?.synchronize();
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn batching(&self) -> bool {
+        BATCH
+            .try_with(|b| b.get())
+            .ok()
+            .flatten()
+            .is_some_and(|(s, _)| s == self.serial)
     }
 
     /// The other direction of [`Device::copy_to_owned_block`].
@@ -700,6 +872,10 @@ impl Device {
         }
         debug_assert!(self.check_range(src, size).is_ok());
         self.stats.count_from_device(size);
+        if !matches!(self.inline_queue.get(), Some(Some(_))) && self.take_read_back(dst, src, size)
+        {
+            return Ok(());
+        }
         // SAFETY: `dst` is valid for `size` bytes and the device range lies
         // inside a live allocation (our contract); the copy is synchronous.
         self.with_sync_queue(|q| unsafe { q.copy_from_device(dst, src, size) })

@@ -418,6 +418,25 @@ pub trait Queue: Send + Sync + AsAny {
     /// # Safety
     /// `dst` valid for `size` bytes until the queue reaches this operation.
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()>;
+    /// A synchronous copy to the device whose wait the plugin may leave to
+    /// this queue's next [`Queue::synchronize`]: `src` is read before the
+    /// call returns, and the copy lands before any work enqueued later on
+    /// any queue of the device, and before any later free, read or copy
+    /// of the plugin, runs. Its errors surface here or at this queue's
+    /// next synchronisation. The default copies and synchronises.
+    ///
+    /// # Safety
+    /// `src` valid for `size` bytes for the duration of the call.
+    unsafe fn copy_to_device_unsynced(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        size: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's guarantee; synchronised before we return.
+        unsafe { self.copy_to_device(dst, src, size) }?;
+        self.synchronize()
+    }
     /// Copy within this queue's device. The core passes ranges that lie
     /// inside live ranges of this device (see the module documentation).
     fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()>;
@@ -471,6 +490,18 @@ pub trait Queue: Send + Sync + AsAny {
     /// True when every operation has finished by the time its call returns
     /// (no real queue behind it: host CPU, simulators).
     fn completes_inline(&self) -> bool {
+        false
+    }
+    /// After a synchronisation: a token for the device memory as the work
+    /// done so far left it, when the plugin can later tell whether any work
+    /// of any queue has changed device memory since
+    /// ([`Queue::unchanged_since`]). None (the default): it cannot.
+    fn memory_snapshot(&self) -> Option<u64> {
+        None
+    }
+    /// Whether no work of any queue has changed device memory since
+    /// [`Queue::memory_snapshot`] returned `token` (false when unsure).
+    fn unchanged_since(&self, _token: u64) -> bool {
         false
     }
 }

@@ -1,6 +1,6 @@
 //! One server connection: channel, session, liveness, and blocking helpers.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -96,7 +96,21 @@ pub struct Connection {
     pub chunk_size: usize,
     /// Bulk-data side channel, when the server offers one.
     pub data: Option<crate::data::DataChannel>,
+    /// The session's queues, for [`crate::queue::fence`].
+    pub(crate) queues: std::sync::Mutex<Vec<std::sync::Weak<crate::queue::Shared>>>,
+    /// Some queue has handed over a copy unsynced (the fence has work).
+    pub(crate) unsynced_copies: AtomicBool,
+    /// Numbers the session's queues (from 1).
+    pub(crate) next_queue: AtomicU64,
+    /// The one queue that has sent work that may change device memory
+    /// (0: none yet; [`MANY_WRITERS`]: more than one).
+    pub(crate) writer: AtomicU64,
+    /// How many such operations have been sent.
+    pub(crate) device_writes: AtomicU64,
 }
+
+/// `Connection::writer` once two queues have sent work that may write.
+pub(crate) const MANY_WRITERS: u64 = u64::MAX;
 
 /// Turn a gRPC status into a runtime error that names the server.
 pub fn rpc_error(addr: &str, what: &str, s: tonic::Status) -> Error {
@@ -286,6 +300,11 @@ impl Connection {
                 timeout,
                 chunk_size: config.remote_chunk_size,
                 data,
+                queues: Default::default(),
+                unsynced_copies: AtomicBool::new(false),
+                next_queue: AtomicU64::new(1),
+                writer: AtomicU64::new(0),
+                device_writes: AtomicU64::new(0),
             }))
         })
     }
@@ -343,6 +362,8 @@ impl Connection {
         T: Send,
     {
         self.check_alive(what)?;
+        // Frees, loads and the rest run after copies still in flight.
+        crate::queue::fence(self, None);
         let client = self.client.clone();
         let timeout = self.timeout;
         let fut = f(client);

@@ -18,6 +18,7 @@ pub unsafe fn write(
     size: usize,
 ) -> Result<()> {
     conn.check_alive("write")?;
+    crate::queue::fence(conn, None);
     if let Some(data) = conn
         .data
         .as_ref()
@@ -74,6 +75,7 @@ pub unsafe fn read(
     size: usize,
 ) -> Result<()> {
     conn.check_alive("read")?;
+    crate::queue::fence(conn, None);
     if let Some(data) = conn
         .data
         .as_ref()

@@ -3,7 +3,8 @@
 //! completion. Errors of earlier operations surface at the next wait.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
@@ -25,9 +26,12 @@ struct Progress {
     pending_reads: HashMap<u64, (usize, usize)>,
     /// The stream ended: nothing more will complete.
     broken: Option<Error>,
+    /// The ticket of the last copy handed over unsynced
+    /// (`copy_to_device_unsynced`): other queues' work waits for it.
+    unsynced: u64,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     progress: Mutex<Progress>,
     cv: Condvar,
 }
@@ -40,6 +44,8 @@ impl Shared {
 
 pub struct RemoteQueue {
     conn: Arc<Connection>,
+    /// This queue's number in its session (`Connection::writer`).
+    id: u64,
     device: u32,
     tx: mpsc::UnboundedSender<QueueOp>,
     shared: Arc<Shared>,
@@ -59,6 +65,10 @@ impl RemoteQueue {
             progress: Mutex::new(Progress::default()),
             cv: Condvar::new(),
         });
+        conn.queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&shared));
         let mut client = conn.client.clone();
         let sh = shared.clone();
         let addr = conn.addr.clone();
@@ -132,8 +142,10 @@ impl RemoteQueue {
             sh.lock().broken = Some(end);
             sh.cv.notify_all();
         });
+        let id = conn.next_queue.fetch_add(1, Ordering::Relaxed);
         Ok(RemoteQueue {
             conn,
+            id,
             device,
             tx,
             shared,
@@ -142,6 +154,11 @@ impl RemoteQueue {
 
     fn send(&self, ticketed: bool, op: queue_op::Op) -> Result<u64> {
         self.conn.check_alive("queue operation")?;
+        if !matches!(op, queue_op::Op::Marker(_)) {
+            fence(&self.conn, Some(&self.shared));
+            // Every operation but a marker may change device memory.
+            self.writes();
+        }
         let ticket = if ticketed {
             let mut p = self.shared.lock();
             p.next_ticket += 1;
@@ -149,19 +166,72 @@ impl RemoteQueue {
         } else {
             0
         };
-        self.tx
-            .send(QueueOp {
+        self.push(QueueOp {
+            ticket,
+            device: self.device,
+            op: Some(op),
+        })?;
+        Ok(ticket)
+    }
+
+    fn push(&self, op: QueueOp) -> Result<()> {
+        self.tx.send(op).map_err(|_| {
+            Error::backend(format!(
+                "remote server {}: queue stream is closed",
+                self.conn.addr
+            ))
+        })
+    }
+
+    /// A host-to-device copy carried in the stream, in `chunk_size` pieces
+    /// whose bytes are captured now (`src` may be reused at once).
+    /// `unsynced`: the last piece carries a ticket, so that other queues'
+    /// work waits for its completion (`fence`) and this queue's next wait
+    /// reports its error.
+    ///
+    /// # Safety
+    /// `src` readable for `size` bytes for the duration of the call.
+    unsafe fn write_inline(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        size: usize,
+        unsynced: bool,
+    ) -> Result<()> {
+        self.conn.check_alive("queue operation")?;
+        fence(&self.conn, Some(&self.shared));
+        self.writes();
+        let chunk = self.conn.chunk_size;
+        let mut off = 0;
+        while off < size {
+            let n = chunk.min(size - off);
+            let ticket = if unsynced && off + n >= size {
+                let mut p = self.shared.lock();
+                p.next_ticket += 1;
+                p.unsynced = p.next_ticket;
+                p.next_ticket
+            } else {
+                0
+            };
+            if unsynced {
+                self.conn.unsynced_copies.store(true, Ordering::Release);
+            }
+            // SAFETY: the caller guarantees `src` is readable for `size`
+            // bytes, and `off + n <= size`.
+            let data = unsafe { std::slice::from_raw_parts(src.add(off), n) }.to_vec();
+            self.push(QueueOp {
                 ticket,
                 device: self.device,
-                op: Some(op),
-            })
-            .map_err(|_| {
-                Error::backend(format!(
-                    "remote server {}: queue stream is closed",
-                    self.conn.addr
-                ))
+                op: Some(queue_op::Op::Write(request::write(
+                    self.device,
+                    DevicePtr(dst.0 + off as u64),
+                    n,
+                    data,
+                ))),
             })?;
-        Ok(ticket)
+            off += n;
+        }
+        Ok(())
     }
 
     /// Whether a copy of `size` bytes goes over the data side channel.
@@ -171,6 +241,58 @@ impl RemoteQueue {
 
     fn marker(&self) -> Result<u64> {
         self.send(true, queue_op::Op::Marker(Empty {}))
+    }
+
+    /// Note work of this queue that may change device memory, before it is
+    /// sent (`memory_snapshot`).
+    fn writes(&self) {
+        let c = &self.conn;
+        c.device_writes.fetch_add(1, Ordering::SeqCst);
+        let w = c.writer.load(Ordering::SeqCst);
+        if w != self.id
+            && w != crate::connection::MANY_WRITERS
+            && c.writer
+                .compare_exchange(0, self.id, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            c.writer
+                .store(crate::connection::MANY_WRITERS, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether only this queue has ever sent work that may change device
+    /// memory in this session.
+    fn sole_writer(&self) -> bool {
+        let w = self.conn.writer.load(Ordering::SeqCst);
+        w == 0 || w == self.id
+    }
+}
+
+/// Wait until every copy that a queue of `conn` (other than `own`) handed
+/// over unsynced has completed on the server: work sent after this runs
+/// after those copies, as it would had their callers waited for them.
+pub(crate) fn fence(conn: &Connection, own: Option<&Arc<Shared>>) {
+    if !conn.unsynced_copies.load(Ordering::Acquire) {
+        return;
+    }
+    let queues: Vec<Arc<Shared>> = {
+        let mut all = conn.queues.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|q| q.strong_count() > 0);
+        all.iter().filter_map(Weak::upgrade).collect()
+    };
+    for sh in &queues {
+        if own.is_some_and(|o| Arc::ptr_eq(o, sh)) {
+            continue;
+        }
+        let mut p = sh.lock();
+        // A broken stream runs nothing more: there is nothing to order after.
+        while p.completed < p.unsynced && p.broken.is_none() && conn.is_alive() {
+            p = sh
+                .cv
+                .wait_timeout(p, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 }
 
@@ -213,28 +335,26 @@ impl plugin::Queue for RemoteQueue {
             // Large copies take the data side channel, after the queue's
             // earlier work (in order, but not pipelined).
             self.synchronize()?;
+            self.writes();
             return crate::memory::write(&self.conn, self.device, dst, src, size);
         }
-        // The bytes are captured now, so `src` may be reused at once.
-        let chunk = self.conn.chunk_size;
-        let mut off = 0;
-        while off < size {
-            let n = chunk.min(size - off);
-            // SAFETY: the caller guarantees `src` is readable for `size`
-            // bytes, and `off + n <= size`.
-            let data = unsafe { std::slice::from_raw_parts(src.add(off), n) }.to_vec();
-            self.send(
-                false,
-                queue_op::Op::Write(request::write(
-                    self.device,
-                    DevicePtr(dst.0 + off as u64),
-                    n,
-                    data,
-                )),
-            )?;
-            off += n;
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.write_inline(dst, src, size, false) }
+    }
+
+    unsafe fn copy_to_device_unsynced(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        size: usize,
+    ) -> Result<()> {
+        if self.bulk(size) {
+            // SAFETY: the caller's guarantee; the data channel's copy is
+            // complete when it returns.
+            return unsafe { self.copy_to_device(dst, src, size) };
         }
-        Ok(())
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.write_inline(dst, src, size, true) }
     }
 
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
@@ -242,6 +362,8 @@ impl plugin::Queue for RemoteQueue {
             self.synchronize()?;
             return crate::memory::read(&self.conn, self.device, dst, src, size);
         }
+        self.conn.check_alive("queue operation")?;
+        fence(&self.conn, Some(&self.shared));
         let chunk = self.conn.chunk_size;
         let mut off = 0;
         while off < size {
@@ -254,7 +376,7 @@ impl plugin::Queue for RemoteQueue {
                 p.pending_reads.insert(t, (dst as usize + off, n));
                 t
             };
-            let op = QueueOp {
+            self.push(QueueOp {
                 ticket,
                 device: self.device,
                 op: Some(queue_op::Op::Read(request::read(
@@ -262,12 +384,6 @@ impl plugin::Queue for RemoteQueue {
                     DevicePtr(src.0 + off as u64),
                     n,
                 ))),
-            };
-            self.tx.send(op).map_err(|_| {
-                Error::backend(format!(
-                    "remote server {}: queue stream is closed",
-                    self.conn.addr
-                ))
             })?;
             off += n;
         }
@@ -342,6 +458,18 @@ impl plugin::Queue for RemoteQueue {
     fn is_idle(&self) -> Result<bool> {
         let p = self.shared.lock();
         Ok(p.completed >= p.next_ticket)
+    }
+
+    // Other queues' work may run on the server at any time; only while this
+    // queue is the session's one writer does its synchronisation leave
+    // device memory settled until it sends more.
+    fn memory_snapshot(&self) -> Option<u64> {
+        self.sole_writer()
+            .then(|| self.conn.device_writes.load(Ordering::SeqCst))
+    }
+
+    fn unchanged_since(&self, token: u64) -> bool {
+        self.sole_writer() && self.conn.device_writes.load(Ordering::SeqCst) == token
     }
 }
 
