@@ -175,7 +175,9 @@ impl DataChannel {
             Ok(c) => c,
             Err(e) => return Some(Err(e)),
         };
-        let data = std::slice::from_raw_parts(src, size);
+        // SAFETY: the caller makes `src` readable for `size` bytes for the
+        // whole call.
+        let data = unsafe { std::slice::from_raw_parts(src, size) };
         Self::header(&mut head, OP_WRITE, device, dst.0, size);
         let io = (|| {
             write_all_vectored(&mut s, &mut [IoSlice::new(&head), IoSlice::new(data)])?;
@@ -209,7 +211,9 @@ impl DataChannel {
             Ok(c) => c,
             Err(e) => return Some(Err(e)),
         };
-        let out = std::slice::from_raw_parts_mut(dst, size);
+        // SAFETY: the caller makes `dst` writable for `size` bytes for the
+        // whole call, and nothing else reads or writes it meanwhile.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst, size) };
         Self::header(&mut head, OP_READ, device, src.0, size);
         let io = (|| {
             s.write_all(&head)?;

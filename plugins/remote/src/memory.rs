@@ -24,7 +24,8 @@ pub unsafe fn write(
         .as_ref()
         .filter(|d| d.usable() && size >= crate::data::MIN_BYTES)
     {
-        if let Some(done) = data.write(device, dst, src, size) {
+        // SAFETY: this function's caller makes `src` readable for `size`.
+        if let Some(done) = unsafe { data.write(device, dst, src, size) } {
             return done;
         }
     }
@@ -81,7 +82,8 @@ pub unsafe fn read(
         .as_ref()
         .filter(|d| d.usable() && size >= crate::data::MIN_BYTES)
     {
-        if let Some(done) = data.read(device, dst, src, size) {
+        // SAFETY: this function's caller makes `dst` writable for `size`.
+        if let Some(done) = unsafe { data.read(device, dst, src, size) } {
             return done;
         }
     }

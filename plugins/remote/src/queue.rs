@@ -336,7 +336,8 @@ impl plugin::Queue for RemoteQueue {
             // earlier work (in order, but not pipelined).
             self.synchronize()?;
             self.writes();
-            return crate::memory::write(&self.conn, self.device, dst, src, size);
+            // SAFETY: the trait's contract: `src` readable for `size` bytes.
+            return unsafe { crate::memory::write(&self.conn, self.device, dst, src, size) };
         }
         // SAFETY: the caller's guarantee, passed on.
         unsafe { self.write_inline(dst, src, size, false) }
@@ -360,7 +361,8 @@ impl plugin::Queue for RemoteQueue {
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
         if self.bulk(size) {
             self.synchronize()?;
-            return crate::memory::read(&self.conn, self.device, dst, src, size);
+            // SAFETY: the trait's contract: `dst` writable for `size` bytes.
+            return unsafe { crate::memory::read(&self.conn, self.device, dst, src, size) };
         }
         self.conn.check_alive("queue operation")?;
         fence(&self.conn, Some(&self.shared));
