@@ -354,15 +354,24 @@ fn image_report(
             if own.is_empty() {
                 let exported = entries::exported_symbols(img.bytes)
                     .with_context(|| format!("image {index}: cannot read its symbols"))?;
-                for s in exported {
-                    match s.kind {
-                        SymbolKind::Function => report.kernels.push(s.name),
-                        SymbolKind::Object => report.globals.push(GlobalReport {
-                            name: s.name,
-                            size: s.size,
-                        }),
-                    }
-                }
+                let functions: Vec<&str> = exported
+                    .iter()
+                    .filter(|s| s.kind == SymbolKind::Function)
+                    .map(|s| s.name.as_str())
+                    .collect();
+                let companion = |name: &str| host_kernel_companion(name, &functions);
+                let (kernels, globals): (Vec<_>, Vec<_>) = exported
+                    .iter()
+                    .filter(|s| !companion(&s.name))
+                    .partition(|s| s.kind == SymbolKind::Function);
+                report.kernels = kernels.into_iter().map(|s| s.name.clone()).collect();
+                report.globals = globals
+                    .into_iter()
+                    .map(|s| GlobalReport {
+                        name: s.name.clone(),
+                        size: s.size,
+                    })
+                    .collect();
                 report.kernel_source = "exported symbols";
             } else {
                 (report.kernels, report.globals) = from_entries(&own);
@@ -656,4 +665,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         output::emit(&render(&report))
     }
+}
+
+/// What include/offload/host_kernel.h's macros export beside a kernel `k`
+/// that is not a kernel or global of its own: `k_offload_group` (the loop
+/// over a group's items), `k_offload_barrier` and
+/// `k_offload_group_static_size` (declarations the runtime reads).
+fn host_kernel_companion(name: &str, functions: &[&str]) -> bool {
+    [
+        "_offload_group",
+        "_offload_barrier",
+        "_offload_group_static_size",
+    ]
+    .iter()
+    .any(|suffix| {
+        name.strip_suffix(suffix)
+            .is_some_and(|kernel| functions.contains(&kernel))
+    })
 }

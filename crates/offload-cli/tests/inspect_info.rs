@@ -239,6 +239,8 @@ OFFLOAD_HOST_KERNEL(fill) {
   table[offload_global_id_x(item) & 7] = twice(hidden_helper(1));
 }
 OFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; __atomic_fetch_add(&table[0], 1, 0); }
+OFFLOAD_HOST_GROUP_STATIC(sync, int);
+OFFLOAD_HOST_KERNEL_BARRIER(sync) { (void)args; offload_group_barrier(item); }
 "#,
     )
     .unwrap();
@@ -254,7 +256,9 @@ OFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; __atomic_fetch_add(&table[0]
     assert_eq!(img["kernel_source"], "exported symbols");
     let mut kernels = names(&img["kernels"]);
     kernels.sort();
-    assert_eq!(kernels, ["bump", "fill"], "{v}");
+    // The macros' companions (`fill_offload_group`, `sync_offload_barrier`,
+    // `sync_offload_group_static_size`) are neither kernels nor globals.
+    assert_eq!(kernels, ["bump", "fill", "sync"], "{v}");
     assert_eq!(names(&img["globals"]), ["table"], "{v}");
     assert_eq!(img["globals"][0]["size"], 32);
     assert_no_linker_symbols(img);
@@ -264,7 +268,7 @@ OFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; __atomic_fetch_add(&table[0]
     );
     let text = ok(offload().arg("inspect").arg(&so));
     assert!(
-        text.contains("kernels (2, from the exported symbols):"),
+        text.contains("kernels (3, from the exported symbols):"),
         "{text}"
     );
 }
