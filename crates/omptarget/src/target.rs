@@ -1462,10 +1462,20 @@ fn pack_firstprivates(d: &DevState, info: u32, privates: &mut Privates, words: &
 fn launch_config(ka: &KernelArgsTy) -> LaunchConfig {
     let x_as_given = |v: [u32; 3]| [v[0], v[1].max(1), v[2].max(1)];
     LaunchConfig {
-        num_groups: x_as_given(ka.num_teams),
+        num_groups: x_as_given(teams_of(ka.num_teams)),
         group_size: x_as_given(ka.thread_limit),
         dyn_group_memory: ka.dyn_cgroup_mem,
         tripcount: ka.tripcount,
+    }
+}
+
+/// The teams a construct asked for: clang passes -1 for a `target` that is
+/// not a teams construct, which runs one team (as LLVM's
+/// `__tgt_target_kernel` sets it; as given, a GPU launched 2^31-1 blocks).
+fn teams_of(num_teams: [u32; 3]) -> [u32; 3] {
+    match num_teams {
+        [u32::MAX, y, z] => [1, y, z],
+        given => given,
     }
 }
 
@@ -1790,4 +1800,14 @@ fn print_launch(device: usize, k: &offload_core::Kernel, config: &LaunchConfig) 
         threads[1],
         threads[2]
     ));
+}
+
+#[cfg(test)]
+mod launch_tests {
+    #[test]
+    fn a_target_that_is_not_a_teams_construct_runs_one_team() {
+        assert_eq!(super::teams_of([u32::MAX, 0, 0]), [1, 0, 0]);
+        assert_eq!(super::teams_of([0, 0, 0]), [0, 0, 0]);
+        assert_eq!(super::teams_of([7, 1, 1]), [7, 1, 1]);
+    }
 }
