@@ -58,9 +58,9 @@
 #      through the remote plugin (its timings: a reference, no goal);
 #   6. offload-bench queue-memory (stream-ordered queue memory against
 #      plain allocations; a reference, no goal);
-#   7. OpenMP target regions on the GPU (issue 21; NEVER RUN ON HARDWARE
-#      YET: written without a GPU, rehearsed against the fake driver, which
-#      cannot run nvptx code, so only the host fallback runs there):
+#   7. OpenMP target regions on the GPU (issue 21; first ran on an H200
+#      on 2026-11-27, partly: see BENCHMARKS.md; the rehearsal's fake
+#      driver cannot run nvptx code, so only the host fallback runs there):
 #      omp_checks in host fallback (OMP_TARGET_OFFLOAD=DISABLED), then on
 #      the GPU (MANDATORY) through our libomptarget and through LLVM 22's
 #      (LD_LIBRARY_PATH=llvm22/lib), each output equal to the fallback's
@@ -485,8 +485,8 @@ trap - EXIT
 cat serve.err >> "$log"
 
 # ------------------------------------------------- OpenMP on the GPU (issue 21)
-# NEVER RUN ON HARDWARE YET (written without a GPU; the rehearsal's fake
-# driver cannot run nvptx code, so there only the host fallback runs).
+# First ran on an H200 on 2026-11-27 (BENCHMARKS.md); the rehearsal's fake
+# driver cannot run nvptx code, so there only the host fallback runs.
 omp_gpu=0
 llvm_rt=
 if [[ -s OMP-SKIP ]]; then
