@@ -306,3 +306,68 @@ fn undefined_symbols_are_read_from_both_linkers() {
     let got: Vec<String> = undefined_symbols(stderr).into_iter().collect();
     assert_eq!(got, ["__kmpc_barrier", "__kmpc_target_init"]);
 }
+
+/// An sm_90 program, as clang-22 builds it, through our libomptarget on the
+/// fake CUDA driver (plugins/cuda/tests/fake_cuda, which reads a cubin's
+/// symbol table and runs no device code): the kernel environments clang
+/// wrote are read from the real cubin, so the `LIBOMPTARGET_INFO` launch
+/// lines show each kernel's mode and the sizes LLVM's plugin would pick
+/// (LLVM's own `small_trip_count.c` expects 4 x 32, 5 x 32 and 32 x 4),
+/// and every kernel is found in the cubin.
+#[test]
+fn sm_90_kernels_launch_with_llvms_sizes_on_the_fake_driver() {
+    let Some(flags) = clang_flags("sm_90") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("libcuda.so.1");
+    let o = Command::new("clang-22")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&fake)
+        .arg(root().join("plugins/cuda/tests/fake_cuda/fake_cuda.c"))
+        .arg("-lpthread")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "building the fake driver: {}", text(&o));
+    let exe = dir.path().join("launch_sizes");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/launch_sizes.c");
+    build(&src, &flags, &[], &exe);
+
+    let mut c = Command::new(OFFLOAD);
+    c.arg("exec")
+        .arg(&exe)
+        .env("OFFLOAD_PLUGINS", "cuda")
+        .env("OFFLOAD_CUDA_DRIVER", &fake)
+        .env("FAKE_CUDA_DEVICES", "1")
+        .env("LIBOMPTARGET_INFO", "16")
+        .env("OMP_TARGET_OFFLOAD", "MANDATORY");
+    for var in ["LIBOMPTARGET_DEBUG", "OFFLOAD_LIB_DIR"] {
+        c.env_remove(var);
+    }
+    let mut out = c.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let launches: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.split_once("info: Launching kernel ").map(|(_, r)| r))
+        .map(|r| r.split_once(" with ").map_or(r, |(_, sizes)| sizes))
+        .collect();
+    assert_eq!(
+        launches,
+        [
+            "[4,1,1] blocks and [32,1,1] threads in SPMD mode",
+            "[5,1,1] blocks and [32,1,1] threads in SPMD mode",
+            "[32,1,1] blocks and [4,1,1] threads in SPMD mode",
+            "[3200,1,1] blocks and [128,1,1] threads in SPMD mode",
+            // thread_limit(64) is also the kernel's launch bound (clang's
+            // MaxThreads and nvvm.maxntid): the main thread's warp comes
+            // out of it, as with LLVM's plugin.
+            "[7,1,1] blocks and [64,1,1] threads in Generic mode",
+            // a plain `target`: one team (clang passes num_teams -1).
+            "[1,1,1] blocks and [128,1,1] threads in Generic-SPMD mode",
+        ],
+        "{stderr}"
+    );
+    out.stdout.retain(|&b| b != b'\r');
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "launched 6 regions\n");
+}

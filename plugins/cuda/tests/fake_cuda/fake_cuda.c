@@ -20,6 +20,10 @@
  *    fake_reduce), over the grid, with the packed parameter buffer passed
  *    through cuLaunchKernel's `extra`; globals (".global ... NAME") get
  *    zeroed host memory;
+ *  - a cubin (ELF64, e.g. an OpenMP program built for sm_90) is read for
+ *    its symbol table: its functions are kernels whose launches do nothing,
+ *    its globals host memory holding their initial bytes (so kernel
+ *    environments read back as clang wrote them);
  *  - every call is counted; fake_cuda_fail(name, result, count) makes the
  *    next `count` calls of `name` return `result` (error injection);
  *  - the last launch (grid, block, shared memory, parameter bytes, the
@@ -89,6 +93,7 @@ struct module {
   char *image;
   size_t size;
   int is_text;
+  int is_elf; /* a cubin: kernels and globals come from its symbol table */
   struct global globals[MAX_GLOBALS];
   int nglobals;
 };
@@ -889,6 +894,83 @@ static int unresolved_extern(const char *text, char *out, size_t size) {
   return 0;
 }
 
+/* --- cubins (ELF64): enough of the format to find symbols ------------- */
+
+typedef struct {
+  unsigned char ident[16];
+  uint16_t type, machine;
+  uint32_t version;
+  uint64_t entry, phoff, shoff;
+  uint32_t flags;
+  uint16_t ehsize, phentsize, phnum, shentsize, shnum, shstrndx;
+} Elf64Header;
+
+typedef struct {
+  uint32_t name, type;
+  uint64_t flags, addr, offset, size;
+  uint32_t link, info;
+  uint64_t addralign, entsize;
+} Elf64Section;
+
+typedef struct {
+  uint32_t name;
+  unsigned char info, other;
+  uint16_t shndx;
+  uint64_t value, size;
+} Elf64Symbol;
+
+enum { ELF_SHT_SYMTAB = 2, ELF_SHT_NOBITS = 8, ELF_STT_FUNC = 2 };
+
+/* The bytes a cubin spans (the driver API passes no size): its section
+ * headers and every section's contents. */
+static size_t elf_image_size(const unsigned char *b) {
+  const Elf64Header *h = (const Elf64Header *)b;
+  if (b[4] != 2 || h->shentsize != sizeof(Elf64Section))
+    return 0;
+  size_t end = h->shoff + (size_t)h->shnum * sizeof(Elf64Section);
+  const Elf64Section *sh = (const Elf64Section *)(b + h->shoff);
+  for (unsigned i = 0; i < h->shnum; i++)
+    if (sh[i].type != ELF_SHT_NOBITS && sh[i].offset + sh[i].size > end)
+      end = sh[i].offset + sh[i].size;
+  return end;
+}
+
+/* The symbol `name` of a cubin whose type is a function (`func` 1) or not
+ * (0); NULL when it has none. */
+static const Elf64Symbol *elf_symbol(const struct module *m, const char *name, int func) {
+  const unsigned char *b = (const unsigned char *)m->image;
+  const Elf64Header *h = (const Elf64Header *)b;
+  const Elf64Section *sh = (const Elf64Section *)(b + h->shoff);
+  for (unsigned i = 0; i < h->shnum; i++) {
+    if (sh[i].type != ELF_SHT_SYMTAB || sh[i].link >= h->shnum)
+      continue;
+    const Elf64Symbol *sym = (const Elf64Symbol *)(b + sh[i].offset);
+    const char *names = (const char *)b + sh[sh[i].link].offset;
+    size_t count = sh[i].size / sizeof(Elf64Symbol);
+    for (size_t j = 0; j < count; j++) {
+      if (sym[j].shndx == 0 || sym[j].name >= sh[sh[i].link].size)
+        continue;
+      if (((sym[j].info & 0xf) == ELF_STT_FUNC) != func)
+        continue;
+      if (!strcmp(names + sym[j].name, name))
+        return &sym[j];
+    }
+  }
+  return 0;
+}
+
+/* A cubin global's size and initial bytes (zero in a NOBITS section). */
+static void *elf_global(const struct module *m, const Elf64Symbol *sym) {
+  const unsigned char *b = (const unsigned char *)m->image;
+  const Elf64Header *h = (const Elf64Header *)b;
+  const Elf64Section *sh = (const Elf64Section *)(b + h->shoff);
+  void *mem = calloc(1, sym->size ? sym->size : 1);
+  if (mem && sym->shndx < h->shnum && sh[sym->shndx].type != ELF_SHT_NOBITS &&
+      sym->value + sym->size <= sh[sym->shndx].size)
+    memcpy(mem, b + sh[sym->shndx].offset + sym->value, sym->size);
+  return mem;
+}
+
 CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n,
                             int *options, void **values) {
   ENTER("cuModuleLoadDataEx");
@@ -913,8 +995,11 @@ CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n,
   }
   pthread_mutex_unlock(&lock);
   size_t size;
-  if (is_elf || is_fatbin) {
-    size = 64; /* the fake does not read binary images */
+  if (is_elf && (size = elf_image_size(b)) > 0) {
+    /* a cubin: read (symbols) */
+  } else if (is_elf || is_fatbin) {
+    size = 64; /* the fake does not read other binary images */
+    is_elf = 0;
   } else {
     size = strlen(image);
     if (!strstr(image, ".version"))
@@ -942,6 +1027,7 @@ CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n,
   m->image[size] = 0;
   m->size = size;
   m->is_text = !(is_elf || is_fatbin);
+  m->is_elf = is_elf;
   *mod = m;
   return CUDA_SUCCESS;
 }
@@ -996,11 +1082,13 @@ CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
     return CUDA_ERROR_INVALID_VALUE;
   if (m->is_text && !find_decl(m->image, ".entry", name, 0))
     return CUDA_ERROR_NOT_FOUND;
+  if (m->is_elf && !elf_symbol(m, name, 1))
+    return CUDA_ERROR_NOT_FOUND;
   fake_kernel_fn k = 0;
   for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
     if (!strcmp(kernels[i].name, name))
       k = kernels[i].fn;
-  if (!k && !m->is_text)
+  if (!k && !m->is_text && !m->is_elf)
     return CUDA_ERROR_NOT_FOUND;
   struct function *f = calloc(1, sizeof *f);
   if (!f)
@@ -1028,14 +1116,17 @@ CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *size, void *mod,
       return CUDA_SUCCESS;
     }
   }
+  if (m->nglobals == MAX_GLOBALS)
+    return CUDA_ERROR_NOT_FOUND;
   const char *le = 0;
   const char *decl = m->is_text ? find_decl(m->image, ".global", name, &le) : 0;
-  if (!decl || m->nglobals == MAX_GLOBALS)
+  const Elf64Symbol *sym = m->is_elf ? elf_symbol(m, name, 0) : 0;
+  if (!decl && !sym)
     return CUDA_ERROR_NOT_FOUND;
   struct global *g = &m->globals[m->nglobals++];
   snprintf(g->name, sizeof g->name, "%s", name);
-  g->size = global_size(decl, le);
-  g->mem = calloc(1, g->size);
+  g->size = sym ? sym->size : global_size(decl, le);
+  g->mem = sym ? elf_global(m, sym) : calloc(1, g->size);
   if (p)
     *p = (CUdeviceptr)(uintptr_t)g->mem;
   if (size)
