@@ -7,12 +7,17 @@
 
 pub mod abi;
 pub mod api;
+pub mod args;
+pub mod construct;
 pub mod descriptor;
 pub mod device;
 pub mod devices;
 pub mod dump;
+pub mod enter;
+pub mod exit;
 pub mod interop;
 pub mod kernels;
+pub mod launch;
 pub mod libomp;
 pub mod loading;
 pub mod mapper;
@@ -24,12 +29,15 @@ pub mod requires;
 pub mod shards;
 pub mod state;
 pub mod target;
+pub mod transfer;
+pub mod update;
 
 use std::ffi::{c_char, c_void};
 
 use abi::*;
+use args::Args;
 use offload_core::AllocKind;
-use target::{Args, DataKind};
+use target::DataKind;
 
 macro_rules! guard {
     ($($body:tt)*) => {
@@ -100,7 +108,7 @@ pub extern "C" fn __tgt_target_kernel(
         // SAFETY: its arrays hold `num_args` entries (clang's contract;
         // `arg_base_ptrs` is the writable `.offload_baseptrs` array).
         let a = unsafe { Args::from_kernel_args(ka) };
-        target::target_kernel(loc, device, host_ptr, ka, &a)
+        launch::target_kernel(loc, device, host_ptr, ka, &a)
     })
 }
 

@@ -1,0 +1,123 @@
+//! `target update`: copies between present host ranges and their device
+//! copies, strided (non-contiguous) ones included.
+
+use crate::abi::*;
+use crate::args::{run_mapper, Args};
+use crate::construct::{counts, Fail};
+use crate::device::DevState;
+use crate::mapping::Found;
+use crate::msg::{self, P};
+use crate::requires;
+use crate::transfer::{copy_d2h, copy_h2d, reapply_shadows, restore_shadows};
+
+pub fn data_update(d: &DevState, a: &Args) -> Result<(), Fail> {
+    for i in 0..a.n() {
+        let t = a.ty(i);
+        if t & (LITERAL | PRIVATE) != 0 {
+            continue;
+        }
+        if a.mapper(i) != 0 {
+            let mut o = run_mapper(a, i);
+            let sub = o.args();
+            data_update(d, &sub)?;
+            continue;
+        }
+        if t & NON_CONTIG != 0 {
+            let dims = a.size(i).max(0) as usize;
+            if dims == 0 {
+                continue;
+            }
+            // SAFETY: clang passes `dims` descriptors in args[i].
+            let nc = unsafe { std::slice::from_raw_parts(a.begin(i) as *const NonContig, dims) };
+            let size = nc[dims - 1].count * nc[dims - 1].stride;
+            let mut merged = 0;
+            for j in (1..dims).rev() {
+                if nc[j].count * nc[j].stride == nc[j - 1].stride {
+                    merged += 1;
+                }
+            }
+            non_contig(d, a.base(i), nc, size, t, a.name(i), 0, dims - merged, 0)?;
+            continue;
+        }
+        update_one(d, a.begin(i), a.size(i).max(0) as u64, t, a.name(i))?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn non_contig(
+    d: &DevState,
+    base: u64,
+    nc: &[NonContig],
+    size: u64,
+    t: i64,
+    name: usize,
+    dim: usize,
+    ndims: usize,
+    offset: u64,
+) -> Result<(), Fail> {
+    if dim < ndims {
+        for k in 0..nc[dim].count {
+            let off = (nc[dim].offset + k) * nc[dim].stride;
+            if dim != ndims - 1 || k == 0 {
+                non_contig(d, base, nc, size, t, name, dim + 1, ndims, offset + off)?;
+            }
+        }
+        Ok(())
+    } else {
+        update_one(d, base + offset, size, t, name)
+    }
+}
+
+fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<(), Fail> {
+    let (tgt, shadows, host_ptr, name) = {
+        let tbl = d.table(hp, size);
+        match tbl.lookup(hp, size) {
+            Some((k, Found::Contained)) => {
+                let e = tbl.get(k).unwrap();
+                let tgt = e.tgt_of(hp);
+                if msg::info_on(msg::INFO_MAPPING_EXISTS) {
+                    let (dc, hc) = counts(e, false, " (update suppressed)");
+                    msg::dev_info(
+                        d.id,
+                        &format!(
+                            "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                            P(hp),
+                            P(tgt)
+                        ),
+                    );
+                }
+                (tgt, e.shadows.clone(), e.host_ptr, e.name)
+            }
+            _ => {
+                if t & PRESENT != 0 && !requires::usm() {
+                    msg::message(&format!(
+                        "device mapping required by 'present' motion modifier does not exist for host address {} ({size} bytes)",
+                        P(hp)
+                    ));
+                    return Err(Fail::Present);
+                }
+                return Ok(());
+            }
+        }
+    };
+    if host_ptr || size == 0 {
+        return Ok(());
+    }
+    if t & FROM != 0 {
+        // SAFETY: the update's host range (`Args::from_raw`, or a strided
+        // piece of it), contained in a live entry (looked up above).
+        if !unsafe { copy_d2h(d, name, hp, tgt, size) } {
+            return Err(Fail::Other);
+        }
+        restore_shadows(&shadows, hp, size);
+    }
+    if t & TO != 0 {
+        // SAFETY: as for the FROM copy above.
+        if !unsafe { copy_h2d(d, name, hp, tgt, size) } {
+            return Err(Fail::Other);
+        }
+        reapply_shadows(d, &shadows, hp, size);
+    }
+    Ok(())
+}
