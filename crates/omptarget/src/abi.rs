@@ -13,6 +13,44 @@ pub struct Ident {
     pub psource: *const c_char,
 }
 
+/// The source location of a construct as the face passes it on: made from
+/// clang's `ident_t *` at the C boundary by the unsafe
+/// [`IdentRef::from_raw`], whose contract is the invariant [`Self::psource`]
+/// relies on.
+#[derive(Clone, Copy)]
+pub struct IdentRef(*const Ident);
+
+impl IdentRef {
+    /// No location (the legacy entry points have none).
+    pub const NONE: IdentRef = IdentRef(std::ptr::null());
+
+    /// # Safety
+    /// `p` is null or points to an `ident_t` that stays valid and unchanged
+    /// for the rest of the program (clang's are static constants), whose
+    /// `psource` is null or a NUL-terminated string.
+    pub unsafe fn from_raw(p: *const Ident) -> IdentRef {
+        IdentRef(p)
+    }
+
+    /// The `;file;function;line;column;;` string, if the location has one.
+    pub fn psource(self) -> Option<&'static std::ffi::CStr> {
+        if self.0.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null pointer is a live, unchanging `ident_t`
+        // (`from_raw`'s contract).
+        let ps = unsafe { (*self.0).psource };
+        // SAFETY: a non-null `psource` is a NUL-terminated string that
+        // lives as long as its `ident_t` (`from_raw`'s contract).
+        (!ps.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(ps) })
+    }
+
+    /// The pointer, for C functions that take the location too.
+    pub fn as_ptr(self) -> *const Ident {
+        self.0
+    }
+}
+
 /// LLVM 20+ offload entry (56 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -58,7 +58,10 @@ pub fn target_alloc(size: usize, dev: i64, kind: AllocKind) -> *mut c_void {
     }
 }
 
-pub fn target_free(p: *mut c_void, dev: i64) {
+/// # Safety
+/// `p` is null or memory `omp_target_alloc` (or its `llvm_omp_*` forms)
+/// gave for device `dev` and not yet freed.
+pub unsafe fn target_free(p: *mut c_void, dev: i64) {
     if p.is_null() {
         return;
     }
@@ -365,7 +368,9 @@ pub fn uid_from_device(dev: i64) -> *const c_char {
     uids()[dev as usize].as_ptr()
 }
 
-pub fn device_from_uid(uid: *const c_char) -> i32 {
+/// # Safety
+/// `uid` is null or a NUL-terminated string.
+pub unsafe fn device_from_uid(uid: *const c_char) -> i32 {
     if uid.is_null() {
         return -2;
     }
@@ -407,7 +412,10 @@ fn name_by_tgt(d: &DevState, tgt: u64) -> String {
 /// operation after have finished (the `*_async` routines' `depobj_list`).
 /// The operation itself then runs at once, so anything ordered after it is
 /// trivially satisfied.
-pub fn wait_depobjs(count: i32, list: *const *const c_void) {
+/// # Safety
+/// `list` is null or holds `count` depend objects (libomp `kmp_depend_info`
+/// pointers), valid for the call.
+pub unsafe fn wait_depobjs(count: i32, list: *const *const c_void) {
     if count <= 0 || list.is_null() {
         return;
     }

@@ -34,7 +34,7 @@ impl<'a> Args<'a> {
     /// range (`begin[i]`, `sizes[i]` bytes) and each PTR_AND_OBJ/ATTACH base
     /// pointer slot is the program's memory, live for the construct; a
     /// non-null name is a C string; a non-null mapper is a mapper function
-    /// of clang's signature ([`MapperFn`]).
+    /// of clang's signature (`MapperFn`).
     pub unsafe fn from_raw(
         n: usize,
         base: *mut *mut c_void,

@@ -1,7 +1,7 @@
 //! OpenMP device numbering: which devices count, and the device a
 //! construct names.
 
-use crate::abi::Ident;
+use crate::abi::IdentRef;
 use crate::device::DevState;
 use crate::libomp::default_device;
 use crate::msg;
@@ -28,7 +28,7 @@ pub fn num_devices() -> usize {
 /// None for host execution. Out-of-range ids are fatal, like LLVM, and so is
 /// any construct when offloading is mandatory but no device is usable
 /// (LLVM's checkDevice: even one naming the initial device).
-pub fn resolve(id: i64, loc: *const Ident) -> Option<&'static DevState> {
+pub fn resolve(id: i64, loc: IdentRef) -> Option<&'static DevState> {
     if offload_disabled() {
         return None;
     }

@@ -300,7 +300,10 @@ pub struct DependInfo {
 }
 
 /// Wait for the sibling tasks that `deps` order this construct after.
-pub fn wait_deps(
+/// # Safety
+/// `loc` is null or clang's `ident_t`; each dependence list is null or holds
+/// its count of libomp `kmp_depend_info` records, valid for the call.
+pub unsafe fn wait_deps(
     loc: *const c_void,
     gtid: i32,
     (ndeps, deps): (i32, *const DependInfo),
@@ -411,6 +414,9 @@ pub fn create(kind: Kind, device: i64, implicit_gtid: Option<i32>) -> *mut c_voi
 
 /// Wait for everything enqueued on the object's targetsync queue, then run
 /// its completion callbacks. OFFLOAD_SUCCESS (0) or OFFLOAD_FAIL (~0).
+// `obj` is only a key: it is looked up among the live objects before
+// anything else, and callbacks get back the pointer they were registered for.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn sync(obj: *mut c_void) -> i32 {
     let found = with_live(|l| {
         l.objects

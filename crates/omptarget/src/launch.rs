@@ -252,7 +252,7 @@ fn teams_of(num_teams: [u32; 3]) -> [u32; 3] {
 /// `__tgt_target_kernel`: returns 0 when the region ran on the device.
 /// Map the arguments, pack the kernel words, launch, unmap.
 pub fn target_kernel(
-    loc: *const Ident,
+    loc: IdentRef,
     device: i64,
     region: *mut c_void,
     ka: &KernelArgsTy,
@@ -300,7 +300,7 @@ pub fn target_kernel(
 
 /// INFO: the kernel's entry line and its argument list.
 #[cold]
-fn kernel_header(d: &DevState, loc: *const Ident, a: &Args) {
+fn kernel_header(d: &DevState, loc: IdentRef, a: &Args) {
     msg::dev_info(
         d.id,
         &format!(
@@ -313,7 +313,7 @@ fn kernel_header(d: &DevState, loc: *const Ident, a: &Args) {
 }
 
 #[cold]
-fn no_kernel(region: *mut c_void, loc: *const Ident) -> ! {
+fn no_kernel(region: *mut c_void, loc: IdentRef) -> ! {
     msg::error(&format!(
         "Failed to launch kernel: no kernel found for host region {}",
         P(region as u64)
@@ -324,7 +324,7 @@ fn no_kernel(region: *mut c_void, loc: *const Ident) -> ! {
 /// Map the kernel's arguments (targetDataBegin and the deferred attaches),
 /// recording the device address of each top-level argument in `ctx`.
 #[inline]
-fn map_args(d: &DevState, a: &Args, loc: *const Ident, ctx: &mut Ctx) {
+fn map_args(d: &DevState, a: &Args, loc: IdentRef, ctx: &mut Ctx) {
     if a.n() == 0 {
         return;
     }
@@ -470,7 +470,7 @@ fn launch(
     ka: &KernelArgsTy,
     words: &[u64],
     info: u32,
-    loc: *const Ident,
+    loc: IdentRef,
     read_back: Option<&Args>,
 ) {
     // SAFETY: kernel pointers live as long as the device's loaded programs.
@@ -496,7 +496,7 @@ fn launch(
 
 /// Unmap the kernel's arguments (targetDataEnd).
 #[inline]
-fn unmap_args(d: &DevState, a: &Args, loc: *const Ident) {
+fn unmap_args(d: &DevState, a: &Args, loc: IdentRef) {
     if a.n() > 0 && data_end(d, a, false, false).is_err() {
         msg::error("Call to targetDataEnd failed, abort target.");
         msg::error("Failed to process data after launching the kernel.");
@@ -507,7 +507,7 @@ fn unmap_args(d: &DevState, a: &Args, loc: *const Ident) {
 /// The end of a batched region: the launch waited for the copies in; this
 /// only reports one left unwaited (none in practice).
 #[inline]
-fn end_batch(d: &DevState, loc: *const Ident) {
+fn end_batch(d: &DevState, loc: IdentRef) {
     if let Err(e) = d.dev.batch_end() {
         msg::plugin_error("Failure to copy data from host to device", &e);
         msg::error("Failed to process data before launching the kernel.");

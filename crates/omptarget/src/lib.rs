@@ -1,9 +1,24 @@
 //! libomptarget.so.22.1: the OpenMP offload face of the runtime.
 //!
-//! Every `extern "C"` entry point runs inside [`guard!`], which turns a Rust
+//! Every `extern "C"` entry point runs inside `guard!`, which turns a Rust
 //! panic into LLVM's fatal-error-and-abort instead of unwinding into C.
+//!
+//! # The C boundary
+//!
+//! One convention for both C faces (this one and liboffload's): an entry
+//! point that takes a pointer is an `unsafe extern "C" fn`, and its
+//! `# Safety` contract is the ABI LLVM 22's libomptarget has for it (the
+//! layouts are in [`abi`]): a pointer is null only where the entry point
+//! allows it, and otherwise valid for the counts and sizes its other
+//! arguments give, for the call (an image descriptor and an `ident_t`: for
+//! as long as the program runs). Entry points without pointers are safe.
+//! Raw pointers are turned into the face's own types here and nowhere
+//! deeper: argument arrays into [`args::Args`] (`Args::from_raw`), source
+//! locations into [`abi::IdentRef`]; the modules below take those types.
 
-#![allow(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
+// Both lints keep the convention above (they are warnings by default; CI
+// denies warnings).
+#![deny(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod abi;
 pub mod api;
@@ -52,15 +67,19 @@ type Ptrs = *mut *mut c_void;
 
 // ------------------------------------------------------------ registration
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
+pub unsafe extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
     // SAFETY: clang's descriptor: static data that outlives the
     // registration (`__tgt_unregister_lib` comes from the same module).
     guard!(unsafe { state::register(desc) })
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_unregister_lib(desc: *const BinDesc) {
+pub unsafe extern "C" fn __tgt_unregister_lib(desc: *const BinDesc) {
     guard!(state::unregister(desc))
 }
 
@@ -90,8 +109,10 @@ pub extern "C" fn __tgt_register_requires(_flags: i64) {
 
 // ------------------------------------------------------------ kernels
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_kernel(
+pub unsafe extern "C" fn __tgt_target_kernel(
     loc: *const Ident,
     device: i64,
     _num_teams: i32,
@@ -108,12 +129,16 @@ pub extern "C" fn __tgt_target_kernel(
         // SAFETY: its arrays hold `num_args` entries (clang's contract;
         // `arg_base_ptrs` is the writable `.offload_baseptrs` array).
         let a = unsafe { Args::from_kernel_args(ka) };
+        // SAFETY: clang's `ident_t` (static) or null.
+        let loc = unsafe { IdentRef::from_raw(loc) };
         launch::target_kernel(loc, device, host_ptr, ka, &a)
     })
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_kernel_nowait(
+pub unsafe extern "C" fn __tgt_target_kernel_nowait(
     loc: *const Ident,
     device: i64,
     num_teams: i32,
@@ -125,11 +150,16 @@ pub extern "C" fn __tgt_target_kernel_nowait(
     _ndn: i32,
     _nd: *mut c_void,
 ) -> i32 {
-    __tgt_target_kernel(loc, device, num_teams, thread_limit, host_ptr, args)
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe { __tgt_target_kernel(loc, device, num_teams, thread_limit, host_ptr, args) }
 }
 
+/// The legacy `__tgt_target*` entry points as a `__tgt_target_kernel` call.
+///
+/// # Safety
+/// The arrays hold `n` entries each, as [`Args::from_raw`] states.
 #[allow(clippy::too_many_arguments)]
-fn legacy_kernel(
+unsafe fn legacy_kernel(
     loc: *const Ident,
     device: i64,
     host_ptr: *mut c_void,
@@ -158,11 +188,15 @@ fn legacy_kernel(
         thread_limit: [limit.max(0) as u32, 0, 0],
         dyn_cgroup_mem: 0,
     };
-    __tgt_target_kernel(loc, device, teams, limit, host_ptr, &ka)
+    // SAFETY: `ka` is a local `KernelArgsTy` over the caller's arrays
+    // (this function's contract).
+    unsafe { __tgt_target_kernel(loc, device, teams, limit, host_ptr, &ka) }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target(
+pub unsafe extern "C" fn __tgt_target(
     device: i64,
     host_ptr: *mut c_void,
     n: i32,
@@ -171,25 +205,15 @@ pub extern "C" fn __tgt_target(
     sizes: *mut i64,
     types: *mut i64,
 ) -> i32 {
-    let z = std::ptr::null_mut();
-    legacy_kernel(
-        std::ptr::null(),
-        device,
-        host_ptr,
-        n,
-        base,
-        args,
-        sizes,
-        types,
-        z,
-        z,
-        -1,
-        0,
-    )
+    // SAFETY: this entry point's own contract, passed on unchanged; a
+    // `target` is a teams launch of no teams clause (-1) and no limit.
+    unsafe { __tgt_target_teams(device, host_ptr, n, base, args, sizes, types, -1, 0) }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_nowait(
+pub unsafe extern "C" fn __tgt_target_nowait(
     device: i64,
     host_ptr: *mut c_void,
     n: i32,
@@ -202,11 +226,14 @@ pub extern "C" fn __tgt_target_nowait(
     _c: i32,
     _d: *mut c_void,
 ) -> i32 {
-    __tgt_target(device, host_ptr, n, base, args, sizes, types)
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe { __tgt_target(device, host_ptr, n, base, args, sizes, types) }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_mapper(
+pub unsafe extern "C" fn __tgt_target_mapper(
     loc: *const Ident,
     device: i64,
     host_ptr: *mut c_void,
@@ -218,13 +245,18 @@ pub extern "C" fn __tgt_target_mapper(
     names: Ptrs,
     mappers: Ptrs,
 ) -> i32 {
-    legacy_kernel(
-        loc, device, host_ptr, n, base, args, sizes, types, names, mappers, -1, 0,
-    )
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe {
+        legacy_kernel(
+            loc, device, host_ptr, n, base, args, sizes, types, names, mappers, -1, 0,
+        )
+    }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_nowait_mapper(
+pub unsafe extern "C" fn __tgt_target_nowait_mapper(
     loc: *const Ident,
     device: i64,
     host_ptr: *mut c_void,
@@ -240,13 +272,18 @@ pub extern "C" fn __tgt_target_nowait_mapper(
     _c: i32,
     _d: *mut c_void,
 ) -> i32 {
-    legacy_kernel(
-        loc, device, host_ptr, n, base, args, sizes, types, names, mappers, -1, 0,
-    )
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe {
+        __tgt_target_mapper(
+            loc, device, host_ptr, n, base, args, sizes, types, names, mappers,
+        )
+    }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_teams(
+pub unsafe extern "C" fn __tgt_target_teams(
     device: i64,
     host_ptr: *mut c_void,
     n: i32,
@@ -258,24 +295,29 @@ pub extern "C" fn __tgt_target_teams(
     limit: i32,
 ) -> i32 {
     let z = std::ptr::null_mut();
-    legacy_kernel(
-        std::ptr::null(),
-        device,
-        host_ptr,
-        n,
-        base,
-        args,
-        sizes,
-        types,
-        z,
-        z,
-        teams,
-        limit,
-    )
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe {
+        legacy_kernel(
+            std::ptr::null(),
+            device,
+            host_ptr,
+            n,
+            base,
+            args,
+            sizes,
+            types,
+            z,
+            z,
+            teams,
+            limit,
+        )
+    }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_teams_nowait(
+pub unsafe extern "C" fn __tgt_target_teams_nowait(
     device: i64,
     host_ptr: *mut c_void,
     n: i32,
@@ -290,11 +332,14 @@ pub extern "C" fn __tgt_target_teams_nowait(
     _c: i32,
     _d: *mut c_void,
 ) -> i32 {
-    __tgt_target_teams(device, host_ptr, n, base, args, sizes, types, teams, limit)
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe { __tgt_target_teams(device, host_ptr, n, base, args, sizes, types, teams, limit) }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_teams_mapper(
+pub unsafe extern "C" fn __tgt_target_teams_mapper(
     loc: *const Ident,
     device: i64,
     host_ptr: *mut c_void,
@@ -308,13 +353,18 @@ pub extern "C" fn __tgt_target_teams_mapper(
     teams: i32,
     limit: i32,
 ) -> i32 {
-    legacy_kernel(
-        loc, device, host_ptr, n, base, args, sizes, types, names, mappers, teams, limit,
-    )
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe {
+        legacy_kernel(
+            loc, device, host_ptr, n, base, args, sizes, types, names, mappers, teams, limit,
+        )
+    }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_teams_nowait_mapper(
+pub unsafe extern "C" fn __tgt_target_teams_nowait_mapper(
     loc: *const Ident,
     device: i64,
     host_ptr: *mut c_void,
@@ -332,24 +382,31 @@ pub extern "C" fn __tgt_target_teams_nowait_mapper(
     _c: i32,
     _d: *mut c_void,
 ) -> i32 {
-    legacy_kernel(
-        loc, device, host_ptr, n, base, args, sizes, types, names, mappers, teams, limit,
-    )
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe {
+        legacy_kernel(
+            loc, device, host_ptr, n, base, args, sizes, types, names, mappers, teams, limit,
+        )
+    }
 }
 
 #[no_mangle]
 pub extern "C" fn __kmpc_push_target_tripcount(_device: i64, _count: u64) {}
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __kmpc_push_target_tripcount_mapper(
+pub unsafe extern "C" fn __kmpc_push_target_tripcount_mapper(
     _loc: *const Ident,
     _device: i64,
     _count: u64,
 ) {
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_nowait_query(async_handle: *mut *mut c_void) {
+pub unsafe extern "C" fn __tgt_target_nowait_query(async_handle: *mut *mut c_void) {
     if !async_handle.is_null() {
         // Everything runs synchronously: nothing is ever pending.
         // SAFETY: libomp passes the address of the task's handle slot.
@@ -386,14 +443,18 @@ fn data(
                 mappers as *const *mut c_void,
             )
         };
+        // SAFETY: clang's `ident_t` (static) or null.
+        let loc = unsafe { IdentRef::from_raw(loc) };
         target::target_data(loc, device, &a, kind)
     })
 }
 
 macro_rules! data_fns {
     ($kind:expr, $mapper:ident, $nowait_mapper:ident, $plain:ident, $nowait:ident) => {
+        /// # Safety
+        /// The C ABI contract of this entry point (see the crate doc).
         #[no_mangle]
-        pub extern "C" fn $mapper(
+        pub unsafe extern "C" fn $mapper(
             loc: *const Ident,
             device: i64,
             n: i32,
@@ -409,8 +470,10 @@ macro_rules! data_fns {
             )
         }
 
+        /// # Safety
+        /// The C ABI contract of this entry point (see the crate doc).
         #[no_mangle]
-        pub extern "C" fn $nowait_mapper(
+        pub unsafe extern "C" fn $nowait_mapper(
             loc: *const Ident,
             device: i64,
             n: i32,
@@ -430,8 +493,10 @@ macro_rules! data_fns {
             )
         }
 
+        /// # Safety
+        /// The C ABI contract of this entry point (see the crate doc).
         #[no_mangle]
-        pub extern "C" fn $plain(
+        pub unsafe extern "C" fn $plain(
             device: i64,
             n: i32,
             base: Ptrs,
@@ -454,8 +519,10 @@ macro_rules! data_fns {
             )
         }
 
+        /// # Safety
+        /// The C ABI contract of this entry point (see the crate doc).
         #[no_mangle]
-        pub extern "C" fn $nowait(
+        pub unsafe extern "C" fn $nowait(
             device: i64,
             n: i32,
             base: Ptrs,
@@ -507,8 +574,10 @@ data_fns!(
 );
 
 /// The number of components a mapper has pushed to `handle`.
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
+pub unsafe extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
     if handle.is_null() {
         return 0;
     }
@@ -521,8 +590,10 @@ pub extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
 }
 
 /// Appends one component to `handle` (see [`mapper`] for the layout).
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_push_mapper_component(
+pub unsafe extern "C" fn __tgt_push_mapper_component(
     handle: *mut c_void,
     base: *mut c_void,
     begin: *mut c_void,
@@ -569,9 +640,14 @@ pub extern "C" fn omp_get_uid_from_device(dev: i32) -> *const c_char {
     guard!(api::uid_from_device(dev as i64))
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_device_from_uid(uid: *const c_char) -> i32 {
-    guard!(api::device_from_uid(uid))
+pub unsafe extern "C" fn omp_get_device_from_uid(uid: *const c_char) -> i32 {
+    guard!({
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { api::device_from_uid(uid) }
+    })
 }
 
 #[no_mangle]
@@ -579,9 +655,14 @@ pub extern "C" fn omp_target_alloc(size: usize, dev: i32) -> *mut c_void {
     guard!(api::target_alloc(size, dev as i64, AllocKind::Device))
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_free(p: *mut c_void, dev: i32) {
-    guard!(api::target_free(p, dev as i64))
+pub unsafe extern "C" fn omp_target_free(p: *mut c_void, dev: i32) {
+    guard!({
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { api::target_free(p, dev as i64) }
+    })
 }
 
 #[no_mangle]
@@ -596,31 +677,61 @@ pub extern "C" fn llvm_omp_target_alloc_host(size: usize, dev: i32) -> *mut c_vo
 pub extern "C" fn llvm_omp_target_alloc_shared(size: usize, dev: i32) -> *mut c_void {
     guard!(api::target_alloc(size, dev as i64, AllocKind::Shared))
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn llvm_omp_target_free_device(p: *mut c_void, dev: i32) {
-    guard!(api::target_free(p, dev as i64))
+pub unsafe extern "C" fn llvm_omp_target_free_device(p: *mut c_void, dev: i32) {
+    guard!({
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { api::target_free(p, dev as i64) }
+    })
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn llvm_omp_target_free_host(p: *mut c_void, dev: i32) {
-    guard!(api::target_free(p, dev as i64))
+pub unsafe extern "C" fn llvm_omp_target_free_host(p: *mut c_void, dev: i32) {
+    guard!({
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { api::target_free(p, dev as i64) }
+    })
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn llvm_omp_target_free_shared(p: *mut c_void, dev: i32) {
-    guard!(api::target_free(p, dev as i64))
+pub unsafe extern "C" fn llvm_omp_target_free_shared(p: *mut c_void, dev: i32) {
+    guard!({
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { api::target_free(p, dev as i64) }
+    })
 }
 #[no_mangle]
 pub extern "C" fn llvm_omp_target_dynamic_shared_alloc() -> *mut c_void {
     std::ptr::null_mut()
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn llvm_omp_target_lock_mem(p: *mut c_void, _size: usize, _dev: i32) -> *mut c_void {
+pub unsafe extern "C" fn llvm_omp_target_lock_mem(
+    p: *mut c_void,
+    _size: usize,
+    _dev: i32,
+) -> *mut c_void {
     p
 }
-#[no_mangle]
-pub extern "C" fn llvm_omp_target_unlock_mem(_p: *mut c_void, _dev: i32) {}
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_memcpy(
+pub unsafe extern "C" fn llvm_omp_target_unlock_mem(_p: *mut c_void, _dev: i32) {}
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
+#[no_mangle]
+pub unsafe extern "C" fn omp_target_memcpy(
     dst: *mut c_void,
     src: *const c_void,
     len: usize,
@@ -647,8 +758,10 @@ pub extern "C" fn omp_target_memcpy(
     })
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_memcpy_async(
+pub unsafe extern "C" fn omp_target_memcpy_async(
     dst: *mut c_void,
     src: *const c_void,
     len: usize,
@@ -659,15 +772,18 @@ pub extern "C" fn omp_target_memcpy_async(
     depobj_count: i32,
     depobj_list: *mut c_void,
 ) -> i32 {
-    guard!(api::wait_depobjs(
-        depobj_count,
-        depobj_list as *const *const c_void
-    ));
-    omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev)
+    guard!({
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { api::wait_depobjs(depobj_count, depobj_list as *const *const c_void) }
+    });
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe { omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev) }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_memcpy_rect(
+pub unsafe extern "C" fn omp_target_memcpy_rect(
     dst: *mut c_void,
     src: *const c_void,
     elem: usize,
@@ -699,8 +815,10 @@ pub extern "C" fn omp_target_memcpy_rect(
     })
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_memcpy_rect_async(
+pub unsafe extern "C" fn omp_target_memcpy_rect_async(
     dst: *mut c_void,
     src: *const c_void,
     elem: usize,
@@ -715,23 +833,35 @@ pub extern "C" fn omp_target_memcpy_rect_async(
     depobj_count: i32,
     depobj_list: *mut c_void,
 ) -> i32 {
-    guard!(api::wait_depobjs(
-        depobj_count,
-        depobj_list as *const *const c_void
-    ));
-    omp_target_memcpy_rect(
-        dst, src, elem, ndims, volume, dst_off, src_off, dst_dims, src_dims, dst_dev, src_dev,
-    )
+    guard!({
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { api::wait_depobjs(depobj_count, depobj_list as *const *const c_void) }
+    });
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe {
+        omp_target_memcpy_rect(
+            dst, src, elem, ndims, volume, dst_off, src_off, dst_dims, src_dims, dst_dev, src_dev,
+        )
+    }
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_memset(p: *mut c_void, val: i32, n: usize, dev: i32) -> *mut c_void {
+pub unsafe extern "C" fn omp_target_memset(
+    p: *mut c_void,
+    val: i32,
+    n: usize,
+    dev: i32,
+) -> *mut c_void {
     // SAFETY: the OpenMP API's contract: `n` writable bytes at `p`.
     guard!(unsafe { api::memset(p, val, n, dev as i64) })
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_memset_async(
+pub unsafe extern "C" fn omp_target_memset_async(
     p: *mut c_void,
     val: i32,
     n: usize,
@@ -740,26 +870,37 @@ pub extern "C" fn omp_target_memset_async(
     depobj_list: *mut c_void,
 ) -> *mut c_void {
     guard!({
-        api::wait_depobjs(depobj_count, depobj_list as *const *const c_void);
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { api::wait_depobjs(depobj_count, depobj_list as *const *const c_void) };
         // SAFETY: as for `omp_target_memset`.
         unsafe { api::memset(p, val, n, dev as i64) }
     })
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_is_present(p: *const c_void, dev: i32) -> i32 {
+pub unsafe extern "C" fn omp_target_is_present(p: *const c_void, dev: i32) -> i32 {
     guard!(api::is_present(p, dev as i64))
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_is_accessible(_p: *const c_void, _size: usize, dev: i32) -> i32 {
+pub unsafe extern "C" fn omp_target_is_accessible(
+    _p: *const c_void,
+    _size: usize,
+    dev: i32,
+) -> i32 {
     // Out-of-range devices are fatal; host memory is not "accessible" from
     // the host plugin's devices in LLVM 22 either.
     guard!(api::checked_device(dev as i64).is_none() as i32)
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_associate_ptr(
+pub unsafe extern "C" fn omp_target_associate_ptr(
     host: *const c_void,
     dptr: *const c_void,
     size: usize,
@@ -775,62 +916,97 @@ pub extern "C" fn omp_target_associate_ptr(
     ))
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: i32) -> i32 {
+pub unsafe extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: i32) -> i32 {
     guard!(api::disassociate(host as u64, dev as i64))
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_mapped_ptr(p: *const c_void, dev: i32) -> *mut c_void {
+pub unsafe extern "C" fn omp_get_mapped_ptr(p: *const c_void, dev: i32) -> *mut c_void {
     guard!(api::mapped_ptr(p, dev as i64))
 }
 
 // ------------------------------------------------------------ interop (interop.rs)
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_interop_int(i: *const c_void, p: i32, rc: *mut i32) -> isize {
+pub unsafe extern "C" fn omp_get_interop_int(i: *const c_void, p: i32, rc: *mut i32) -> isize {
     guard!(interop::get_int(i, p, rc))
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_interop_ptr(i: *const c_void, p: i32, rc: *mut i32) -> *mut c_void {
+pub unsafe extern "C" fn omp_get_interop_ptr(
+    i: *const c_void,
+    p: i32,
+    rc: *mut i32,
+) -> *mut c_void {
     guard!(interop::get_ptr(i, p, rc))
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_interop_str(i: *const c_void, p: i32, rc: *mut i32) -> *const c_char {
+pub unsafe extern "C" fn omp_get_interop_str(
+    i: *const c_void,
+    p: i32,
+    rc: *mut i32,
+) -> *const c_char {
     guard!(interop::get_str(i, p, rc))
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_interop_name(i: *const c_void, p: i32) -> *const c_char {
+pub unsafe extern "C" fn omp_get_interop_name(i: *const c_void, p: i32) -> *const c_char {
     guard!(interop::name(i, p))
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_interop_type_desc(i: *const c_void, p: i32) -> *const c_char {
+pub unsafe extern "C" fn omp_get_interop_type_desc(i: *const c_void, p: i32) -> *const c_char {
     guard!(interop::type_desc(i, p))
 }
 /// Not exported by LLVM 22's libomptarget. Programs call libomp's
 /// omp_get_interop_rc_desc (libomp is first in their search order), which
 /// forwards with dlsym(RTLD_NEXT, "omp_get_interop_rec_desc") — misspelt in
 /// LLVM 22's libomp — so both names are exported.
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_interop_rc_desc(i: *const c_void, rc: i32) -> *const c_char {
+pub unsafe extern "C" fn omp_get_interop_rc_desc(i: *const c_void, rc: i32) -> *const c_char {
     guard!(interop::rc_desc(i, rc))
 }
 /// The name LLVM 22's libomp looks up for omp_get_interop_rc_desc.
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_interop_rec_desc(i: *const c_void, rc: i32) -> *const c_char {
-    omp_get_interop_rc_desc(i, rc)
+pub unsafe extern "C" fn omp_get_interop_rec_desc(i: *const c_void, rc: i32) -> *const c_char {
+    // SAFETY: this entry point's own contract, passed on unchanged.
+    unsafe { omp_get_interop_rc_desc(i, rc) }
 }
 /// Not exported by LLVM 22's libomptarget; libomp forwards here.
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn omp_get_num_interop_properties(i: *const c_void) -> i32 {
+pub unsafe extern "C" fn omp_get_num_interop_properties(i: *const c_void) -> i32 {
     guard!(interop::num_properties(i))
 }
 
 /// `#pragma omp interop init(...)` as clang-22 lowers it (`interop` is the
 /// address of the `omp_interop_t` variable; `ty` 1 = target, 2 = targetsync;
 /// `dev` -1 without a device clause).
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_interop_init(
+pub unsafe extern "C" fn __tgt_interop_init(
     loc: *const Ident,
     gtid: i32,
     interop: *mut *mut c_void,
@@ -844,15 +1020,19 @@ pub extern "C" fn __tgt_interop_init(
         if interop.is_null() {
             return;
         }
-        interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null())) };
         let obj = interop::create(interop::Kind::from_clang(ty), dev as i64, None);
         // SAFETY: clang passes the address of the `omp_interop_t` variable
         // (not null: checked above).
         unsafe { *interop = obj };
     })
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_interop_use(
+pub unsafe extern "C" fn __tgt_interop_use(
     loc: *const Ident,
     gtid: i32,
     interop: *mut *mut c_void,
@@ -862,15 +1042,19 @@ pub extern "C" fn __tgt_interop_use(
     _nowait: i32,
 ) {
     guard!({
-        interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null())) };
         if !interop.is_null() {
             // SAFETY: the address of the program's `omp_interop_t` variable.
             interop::sync(unsafe { *interop });
         }
     })
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_interop_destroy(
+pub unsafe extern "C" fn __tgt_interop_destroy(
     loc: *const Ident,
     gtid: i32,
     interop: *mut *mut c_void,
@@ -880,7 +1064,8 @@ pub extern "C" fn __tgt_interop_destroy(
     _nowait: i32,
 ) {
     guard!({
-        interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null()));
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { interop::wait_deps(loc.cast(), gtid, (ndeps, deps), (0, std::ptr::null())) };
         if !interop.is_null() {
             // SAFETY: the address of the program's `omp_interop_t` variable.
             interop::release(unsafe { *interop });
@@ -906,18 +1091,24 @@ pub struct DepPack {
     pub noalias_deplist: *const interop::DependInfo,
 }
 
-fn ctx_deps(loc: *const Ident, ctx: *const InteropCtx, deps: *const DepPack) -> (i32, bool) {
+/// # Safety
+/// `loc` is null or clang's `ident_t`; `ctx` and `deps` are null or live
+/// LLVM `interop_ctx_t` / `dep_pack_t` records.
+unsafe fn ctx_deps(loc: *const Ident, ctx: *const InteropCtx, deps: *const DepPack) -> (i32, bool) {
     // SAFETY: LLVM's contract: `ctx` is null or a live `interop_ctx_t`.
     let ctx = unsafe { ctx.as_ref() };
     let gtid = ctx.map_or(0, |c| c.gtid);
     // SAFETY: LLVM's contract: `deps` is null or a live `dep_pack_t`.
     if let Some(d) = unsafe { deps.as_ref() } {
-        interop::wait_deps(
-            loc.cast(),
-            gtid,
-            (d.ndeps, d.deplist),
-            (d.ndeps_noalias, d.noalias_deplist),
-        );
+        // SAFETY: LLVM's contract: the pack's lists hold their counts.
+        unsafe {
+            interop::wait_deps(
+                loc.cast(),
+                gtid,
+                (d.ndeps, d.deplist),
+                (d.ndeps_noalias, d.noalias_deplist),
+            )
+        };
     }
     (gtid, ctx.is_some_and(|c| c.flags & 1 != 0))
 }
@@ -925,8 +1116,10 @@ fn ctx_deps(loc: *const Ident, ctx: *const InteropCtx, deps: *const DepPack) -> 
 /// The OpenMP 6.0 entry (LLVM 22; not emitted by clang-22): `ty` is LLVM's
 /// `kmp_interop_type_t` (0 target, 1 targetsync); preferences are ignored
 /// (the foreign runtime is always liboffload).
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_interop_get(
+pub unsafe extern "C" fn __tgt_interop_get(
     loc: *const Ident,
     ty: i32,
     dev: i64,
@@ -936,36 +1129,48 @@ pub extern "C" fn __tgt_interop_get(
     deps: *const DepPack,
 ) -> *mut c_void {
     guard!({
-        let (gtid, implicit) = ctx_deps(loc, ctx, deps);
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        let (gtid, implicit) = unsafe { ctx_deps(loc, ctx, deps) };
         interop::create(interop::Kind::from_kmp(ty), dev, implicit.then_some(gtid))
     })
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_interop_use60(
+pub unsafe extern "C" fn __tgt_interop_use60(
     loc: *const Ident,
     obj: *mut c_void,
     ctx: *const InteropCtx,
     deps: *const DepPack,
 ) -> i32 {
     guard!({
-        ctx_deps(loc, ctx, deps);
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { ctx_deps(loc, ctx, deps) };
         interop::sync(obj)
     })
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_interop_release(
+pub unsafe extern "C" fn __tgt_interop_release(
     loc: *const Ident,
     obj: *mut c_void,
     ctx: *const InteropCtx,
     deps: *const DepPack,
 ) -> i32 {
     guard!({
-        ctx_deps(loc, ctx, deps);
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { ctx_deps(loc, ctx, deps) };
         interop::release(obj)
     })
 }
+
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn ompx_interop_add_completion_callback(
+pub unsafe extern "C" fn ompx_interop_add_completion_callback(
     obj: *mut c_void,
     cb: Option<interop::CompletionCb>,
     data: *mut c_void,
@@ -990,8 +1195,10 @@ pub extern "C" fn ompx_dump_mapping_tables() {
     guard!(report::dump_tables_to_stdout())
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_activate_record_replay(
+pub unsafe extern "C" fn __tgt_activate_record_replay(
     _dev: i64,
     _size: u64,
     _vaddr: *mut c_void,
@@ -1005,8 +1212,10 @@ pub extern "C" fn __tgt_activate_record_replay(
     })
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_kernel_replay(
+pub unsafe extern "C" fn __tgt_target_kernel_replay(
     _loc: *const Ident,
     _dev: i64,
     _host_ptr: *mut c_void,
@@ -1022,8 +1231,10 @@ pub extern "C" fn __tgt_target_kernel_replay(
     -1
 }
 
+/// # Safety
+/// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub extern "C" fn __tgt_target_sync(
+pub unsafe extern "C" fn __tgt_target_sync(
     _loc: *const Ident,
     _gtid: i32,
     _task: *mut c_void,

@@ -130,7 +130,7 @@ pub enum Found {
 /// Entries are boxed, so the ordered store holds only keys and pointers:
 /// inserting and removing shifts little memory. While small the store is a
 /// sorted vector (a binary search over the keys alone); past
-/// [`SMALL_MAX`] entries it becomes a B-tree. Boxes of removed entries are
+/// `SMALL_MAX` entries it becomes a B-tree. Boxes of removed entries are
 /// kept for the next insert (a `map(tofrom:)` region inserts and removes
 /// each of its entries once).
 #[derive(Default, Debug)]

@@ -145,23 +145,17 @@ pub struct Loc {
 }
 
 impl Loc {
-    pub fn from_ident(loc: *const Ident) -> Loc {
+    pub fn from_ident(loc: IdentRef) -> Loc {
         let unknown = Loc {
             file: "unknown".into(),
             line: 0,
             col: 0,
             known: false,
         };
-        if loc.is_null() {
+        let Some(ps) = loc.psource() else {
             return unknown;
-        }
-        // SAFETY: clang passes a valid ident_t whose psource is a C string.
-        let ps = unsafe { (*loc).psource };
-        if ps.is_null() {
-            return unknown;
-        }
-        // SAFETY: psource is a C string (clang's ident_t; not null: above).
-        let s = unsafe { CStr::from_ptr(ps) }.to_string_lossy();
+        };
+        let s = ps.to_string_lossy();
         let parts: Vec<&str> = s.split(';').collect();
         if parts.len() < 5 {
             return unknown;

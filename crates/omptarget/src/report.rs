@@ -1,7 +1,7 @@
 //! Table dumps, copy names and the abort sequence (LLVM's INFO and
 //! failure output that is not tied to one mapping step).
 
-use crate::abi::Ident;
+use crate::abi::IdentRef;
 use crate::device::DevState;
 use crate::dump::{dump_table, dump_table_with};
 use crate::mapping::Neighbours;
@@ -50,7 +50,7 @@ pub(crate) fn after_block(loc: &Loc) {
 }
 
 /// The abort sequence for a failed construct (handleTargetOutcome).
-pub fn target_failed(loc_ptr: *const Ident) -> ! {
+pub fn target_failed(loc_ptr: IdentRef) -> ! {
     let loc = Loc::from_ident(loc_ptr);
     if msg::info_on(msg::INFO_DUMP_TABLE) {
         after_block(&loc);

@@ -18,7 +18,7 @@ pub enum DataKind {
     Update,
 }
 
-pub fn target_data(loc: *const Ident, device: i64, a: &Args, kind: DataKind) {
+pub fn target_data(loc: IdentRef, device: i64, a: &Args, kind: DataKind) {
     let Some(d) = devices::resolve(device, loc) else {
         return;
     };
