@@ -9,13 +9,13 @@ use offload_core::plugin::DevicePtr;
 use offload_image::DeviceImage;
 
 use crate::abi::*;
-use crate::descriptor::HostEntry;
 use crate::device::{DevState, Loaded};
 use crate::kernels::KernelRef;
 use crate::mapping::{Entry, INF};
 use crate::msg;
 use crate::requires::usm;
 use crate::state::{state, Registered};
+use offload_core::OffloadEntry;
 
 impl DevState {
     /// Load every registered binary not yet loaded here (cheap when none is new).
@@ -37,11 +37,11 @@ impl DevState {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         for b in bins {
-            if ls.loaded.iter().any(|(id, _)| *id == b.id) {
+            if ls.loaded.iter().any(|(id, _)| *id == b.binary.id) {
                 continue;
             }
             let (prog, kernels) = self.load_binary(&b);
-            ls.loaded.push((b.id, (prog, kernels)));
+            ls.loaded.push((b.binary.id, (prog, kernels)));
         }
         self.loaded_gen.store(g, Ordering::Release);
     }
@@ -61,25 +61,25 @@ impl DevState {
         let mut kernels = Vec::new();
         let mut kmap = HashMap::new();
         let usm = usm();
-        for e in &b.entries {
-            if e.kind != 1 || e.flags & ENTRY_REQUIRES != 0 {
+        for (e, name_ptr) in b.entries() {
+            if e.producer != 1 || e.flags & ENTRY_REQUIRES != 0 {
                 continue;
             }
             if e.flags & ENTRY_INDIRECT != 0 {
-                self.load_indirect(&prog, e);
+                self.load_indirect(&prog, e, name_ptr);
             } else if e.size == 0 {
-                if e.addr == 0 {
+                if e.host_addr == 0 {
                     continue;
                 }
                 match prog.kernel(&e.name) {
                     Ok(k) => {
-                        kmap.insert(e.addr, KernelRef(Arc::as_ptr(&k)));
+                        kmap.insert(e.host_addr, KernelRef(Arc::as_ptr(&k)));
                         kernels.push(k);
                     }
                     Err(_) => msg::error(&format!("Failed to load kernel {}", e.name)),
                 }
             } else {
-                self.load_global(&prog, e, usm);
+                self.load_global(&prog, e, name_ptr, usm);
             }
         }
         self.kernels.update(|m| m.extend(kmap));
@@ -88,10 +88,10 @@ impl DevState {
 
     /// The image of `b` this device runs best (None: none runs here).
     fn choose_image<'b>(&self, b: &'b Registered) -> Option<&'b DeviceImage<'static>> {
-        let Some(img) = self.dev.best_image(&b.images) else {
+        let Some(img) = self.dev.best_image(&b.binary.images) else {
             tracing::debug!(
                 device = self.id,
-                images = b.images.len(),
+                images = b.binary.images.len(),
                 "no image of the binary runs on this device"
             );
             return None;
@@ -100,8 +100,8 @@ impl DevState {
         // image compatibility as debug output too).
         tracing::debug!(
             device = self.id,
-            image = b.images.iter().position(|i| std::ptr::eq(i, img)).unwrap_or(0),
-            of = b.images.len(),
+            image = b.binary.images.iter().position(|i| std::ptr::eq(i, img)).unwrap_or(0),
+            of = b.binary.images.len(),
             format = %img.format,
             triple = img.triple.as_deref().unwrap_or(""),
             arch = img.arch.as_deref().unwrap_or(""),
@@ -112,8 +112,8 @@ impl DevState {
 
     /// An indirect function entry: read its device address and map the
     /// host function's address to it (unless already mapped).
-    fn load_indirect(&self, prog: &offload_core::Program, e: &HostEntry) {
-        if self.table(e.addr, 1).lookup(e.addr, 1).is_some() {
+    fn load_indirect(&self, prog: &offload_core::Program, e: &OffloadEntry, name_ptr: usize) {
+        if self.table(e.host_addr, 1).lookup(e.host_addr, 1).is_some() {
             return;
         }
         let Ok((dptr, _)) = prog.global(&e.name) else {
@@ -145,22 +145,28 @@ impl DevState {
         };
         if ok {
             // The entry's size (a pointer's), as LLVM's table shows it.
-            self.insert_permanent(e.addr, e.size.max(1), fptr, e.name_ptr);
+            self.insert_permanent(e.host_addr, e.size.max(1), fptr, name_ptr);
         }
     }
 
     /// A declare-target global: map the host variable to the image's.
-    fn load_global(&self, prog: &offload_core::Program, e: &HostEntry, usm: bool) {
+    fn load_global(
+        &self,
+        prog: &offload_core::Program,
+        e: &OffloadEntry,
+        name_ptr: usize,
+        usm: bool,
+    ) {
         match prog.global(&e.name) {
             Ok((dptr, _)) => {
                 if usm && e.name.ends_with("_decl_tgt_ref_ptr") && e.flags & ENTRY_LINK == 0 {
                     // Copy the host ref pointer (host address of the variable).
                     // SAFETY: both sides are 8-byte pointer slots.
                     unsafe {
-                        let _ = self.dev.copy_to_device(dptr, e.addr as *const u8, 8);
+                        let _ = self.dev.copy_to_device(dptr, e.host_addr as *const u8, 8);
                     }
                 }
-                self.insert_permanent(e.addr, e.size, dptr.0, e.name_ptr);
+                self.insert_permanent(e.host_addr, e.size, dptr.0, name_ptr);
             }
             Err(_) => {
                 if msg::info_on(msg::INFO_EMPTY_MAPPING) {
@@ -199,7 +205,7 @@ impl DevState {
     /// Drop what was loaded from binary `id` (unregistration).
     pub fn unload(&self, b: &Registered) {
         let mut ls = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(pos) = ls.loaded.iter().position(|(id, _)| *id == b.id) else {
+        let Some(pos) = ls.loaded.iter().position(|(id, _)| *id == b.binary.id) else {
             return;
         };
         let (_, (prog, _kernels)) = ls.loaded.remove(pos);
@@ -207,18 +213,18 @@ impl DevState {
             return;
         }
         self.kernels.update(|km| {
-            for e in &b.entries {
+            for e in &b.binary.entries {
                 if e.size == 0 {
-                    km.remove(&e.addr);
+                    km.remove(&e.host_addr);
                 }
             }
         });
         let mut t = self.table_all();
-        for e in &b.entries {
+        for e in &b.binary.entries {
             if e.size > 0 || e.flags & ENTRY_INDIRECT != 0 {
-                if let Some(en) = t.get(e.addr) {
+                if let Some(en) = t.get(e.host_addr) {
                     if en.dyn_rc == INF && !en.owned {
-                        t.remove(e.addr);
+                        t.remove(e.host_addr);
                     }
                 }
             }

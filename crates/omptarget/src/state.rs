@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use offload_core::{BinaryId, OffloadEntry};
+use offload_core::{BinaryDescriptor, OffloadEntry};
 use offload_image::DeviceImage;
 
 use crate::abi::*;
@@ -15,11 +15,24 @@ use crate::msg;
 use crate::policy::policy;
 use crate::requires::add_requires;
 
+/// A registered descriptor: the core's record of it (images and entries,
+/// the one binary registry) and what only this face needs besides.
 pub struct Registered {
     pub desc: usize,
-    pub id: BinaryId,
-    pub images: Vec<DeviceImage<'static>>,
-    pub entries: Vec<HostEntry>,
+    pub binary: Arc<BinaryDescriptor<'static>>,
+    /// Each entry's name as the program's own C string (`binary.entries`
+    /// order): copy lines and table dumps print it.
+    pub name_ptrs: Vec<usize>,
+}
+
+impl Registered {
+    /// The binary's entries with their C-string names.
+    pub fn entries(&self) -> impl Iterator<Item = (&OffloadEntry, usize)> {
+        self.binary
+            .entries
+            .iter()
+            .zip(self.name_ptrs.iter().copied())
+    }
 }
 
 pub struct State {
@@ -177,12 +190,12 @@ unsafe fn register_now(desc: *const BinDesc) {
     {
         st.usable.store(st.devices.len(), Ordering::Release);
     }
-    let id = register_in_core(st, &entries, images.clone());
+    let name_ptrs = entries.iter().map(|e| e.name_ptr).collect();
+    let binary = register_in_core(st, entries, images);
     let reg = Arc::new(Registered {
         desc: desc as usize,
-        id,
-        images,
-        entries,
+        binary,
+        name_ptrs,
     });
     st.binaries
         .lock()
@@ -232,13 +245,13 @@ fn record_requires(entries: &[HostEntry]) {
 /// (fatal under the mandatory policy with devices).
 fn register_in_core(
     st: &State,
-    entries: &[HostEntry],
+    entries: Vec<HostEntry>,
     images: Vec<DeviceImage<'static>>,
-) -> BinaryId {
+) -> Arc<BinaryDescriptor<'static>> {
     let core_entries: Vec<OffloadEntry> = entries
-        .iter()
+        .into_iter()
         .map(|e| OffloadEntry {
-            name: e.name.clone(),
+            name: e.name,
             host_addr: e.addr,
             size: e.size,
             flags: e.flags,
@@ -262,7 +275,7 @@ fn register_in_core(
             );
         }
     }
-    bd.id
+    bd
 }
 
 /// `__tgt_unregister_lib`.
@@ -309,7 +322,7 @@ pub fn unregister(desc: *const BinDesc) {
         d.unload(&reg);
     }
     // Unregister-hook failures are reported, never fatal (we are exiting).
-    match offload_plugins::runtime().unregister_binary(reg.id) {
+    match offload_plugins::runtime().unregister_binary(reg.binary.id) {
         Ok(failures) => {
             for f in failures {
                 msg::error(&format!(
