@@ -62,6 +62,17 @@ pub fn init() -> OlResult {
     Ok(())
 }
 
+/// liboffload for another face of this process (libomptarget's interop
+/// objects): one `olInit` the first time, never undone (the handles it
+/// hands out stay valid for the life of the process, and the face never
+/// calls `olShutDown`), then the context, whose devices are the runtime's
+/// own (`Context::handles_of`).
+pub fn embedded() -> OlResult<&'static Context> {
+    static ONCE: OnceLock<OlResult> = OnceLock::new();
+    ONCE.get_or_init(init).clone()?;
+    context()
+}
+
 pub fn shutdown() -> OlResult {
     let mut refs = REFS.lock().unwrap_or_else(|e| e.into_inner());
     if *refs == 0 {
@@ -336,6 +347,25 @@ impl Context {
                 let _ = core.unregister_host_range(DevicePtr(r.base as u64));
             }
         }
+    }
+
+    /// The handles (platform, device) of core device `core`, found by
+    /// identity (None: not a device of this process's runtime).
+    pub fn handles_of(
+        &self,
+        core: &Arc<offload_core::Device>,
+    ) -> Option<(ol_platform_handle_t, ol_device_handle_t)> {
+        let d = self
+            .devices
+            .iter()
+            .find(|d| d.core().is_some_and(|c| Arc::ptr_eq(c, core)))?;
+        Some((self.platform_handle(d.platform), self.device_handle(d.index)))
+    }
+
+    /// The handles (platform, device) of the synthetic host device.
+    pub fn host_handles(&self) -> (ol_platform_handle_t, ol_device_handle_t) {
+        let d = self.devices.last().expect("the host device is always last");
+        (self.platform_handle(d.platform), self.device_handle(d.index))
     }
 
     pub fn device_handle(&self, index: usize) -> ol_device_handle_t {

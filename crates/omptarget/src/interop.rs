@@ -3,10 +3,10 @@
 //! An interop object of this runtime exposes the liboffload (ol*) API of its
 //! OpenMP device: the liboffload code is linked into this library (crate
 //! `liboffload`, its symbols kept local by the version script), initialised
-//! with `olInit` when the first object is made, and OpenMP device N is
-//! matched to the liboffload device with the same UID (they are in the same
-//! order: both enumerate the core runtime's devices; the initial device is
-//! liboffload's HOST device). The object's foreign runtime is therefore
+//! once when the first object is made (`liboffload::handles::embedded`, a
+//! Rust call: its context is built over this process's one core runtime),
+//! and OpenMP device N gets the handle of the same core device, found by
+//! identity (the initial device is liboffload's HOST device). The object's foreign runtime is therefore
 //! "liboffload":
 //!
 //! | property | type | value |
@@ -128,20 +128,7 @@ fn with_live<R>(f: impl FnOnce(&mut Live) -> R) -> R {
 
 // ------------------------------------------------------------ liboffload devices
 
-/// Handles kept as addresses (they are only passed back to liboffload).
-#[derive(Clone, Copy)]
-struct OlDev {
-    device: usize,
-    platform: usize,
-}
-
-struct OlDevices {
-    /// By OpenMP device number.
-    omp: Vec<Option<OlDev>>,
-    /// liboffload's HOST device: the OpenMP initial device.
-    host: Option<OlDev>,
-}
-
+/// An ol* call's failure as text (None: success).
 fn ol_error(r: ol_result_t) -> Option<String> {
     if r.is_null() {
         return None;
@@ -159,134 +146,21 @@ fn ol_error(r: ol_result_t) -> Option<String> {
     Some(format!("error {}: {details}", e.code))
 }
 
-/// # Safety
-/// `dev` is a device handle from `olIterateDevices`, and `T` is the type
-/// liboffload writes for `prop` (its size is passed).
-unsafe fn device_info<T: Copy + Default>(dev: ol_device_handle_t, prop: ol_device_info_t) -> T {
-    let mut v = T::default();
-    // SAFETY: a live device handle (caller) and an out slot of the size
-    // passed, of the property's type (caller).
-    let r = unsafe {
-        ol::olGetDeviceInfo(
-            dev,
-            prop,
-            std::mem::size_of::<T>(),
-            &mut v as *mut T as *mut c_void,
-        )
-    };
-    let _ = ol_error(r);
-    v
-}
-
-/// # Safety
-/// `dev` is a device handle from `olIterateDevices`.
-unsafe fn device_uid(dev: ol_device_handle_t) -> String {
-    let mut size = 0usize;
-    // SAFETY: a live device handle (caller), an out slot for the size.
-    if ol_error(unsafe {
-        ol::olGetDeviceInfoSize(dev, ol_device_info_t::OL_DEVICE_INFO_UID, &mut size)
-    })
-    .is_some()
-    {
-        return String::new();
+/// The ol* handles (platform, device) of OpenMP device `device` (`n`: the
+/// initial device, liboffload's host device), through liboffload's own
+/// context over this process's runtime: the same core device, found by
+/// identity.
+fn ol_handles(
+    device: usize,
+    n: usize,
+) -> Result<(ol_platform_handle_t, ol_device_handle_t), String> {
+    let ctx = ol::handles::embedded().map_err(|e| format!("liboffload unavailable: {e}"))?;
+    if device == n {
+        return Ok(ctx.host_handles());
     }
-    let mut buf = vec![0u8; size.max(1)];
-    // SAFETY: a live device handle (caller) and a buffer of the size passed.
-    if ol_error(unsafe {
-        ol::olGetDeviceInfo(
-            dev,
-            ol_device_info_t::OL_DEVICE_INFO_UID,
-            buf.len(),
-            buf.as_mut_ptr() as *mut c_void,
-        )
-    })
-    .is_some()
-    {
-        return String::new();
-    }
-    CStr::from_bytes_until_nul(&buf)
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-/// `olIterateDevices` callback.
-///
-/// # Safety
-/// `data` is the `&mut Vec<usize>` that `ol_devices` passes.
-unsafe extern "C" fn collect(dev: ol_device_handle_t, data: *mut c_void) -> bool {
-    // SAFETY: the caller's guarantee: our own vector, borrowed for the call.
-    unsafe { (*(data as *mut Vec<usize>)).push(dev as usize) };
-    true
-}
-
-fn ol_devices() -> Result<&'static OlDevices, &'static str> {
-    static OL: OnceLock<Result<OlDevices, String>> = OnceLock::new();
-    // SAFETY: liboffload's C API as documented: `olInit` first; the
-    // iteration callback gets `all` (see `collect`); the handles queried
-    // are the ones the iteration returned.
-    OL.get_or_init(|| unsafe {
-        // Held for the life of the process: tables and queues handed out
-        // must stay valid, and the process may not end through olShutDown.
-        if let Some(e) = ol_error(ol::olInit()) {
-            return Err(format!("olInit failed: {e}"));
-        }
-        let mut all: Vec<usize> = Vec::new();
-        if let Some(e) = ol_error(ol::olIterateDevices(
-            Some(collect),
-            &mut all as *mut Vec<usize> as *mut c_void,
-        )) {
-            return Err(format!("olIterateDevices failed: {e}"));
-        }
-        let info: Vec<(OlDev, String, ol_device_type_t)> = all
-            .iter()
-            .map(|&d| {
-                let h = d as ol_device_handle_t;
-                let platform: usize =
-                    device_info::<usize>(h, ol_device_info_t::OL_DEVICE_INFO_PLATFORM);
-                let ty =
-                    ol_device_type_t(device_info::<u32>(h, ol_device_info_t::OL_DEVICE_INFO_TYPE));
-                (
-                    OlDev {
-                        device: d,
-                        platform,
-                    },
-                    device_uid(h),
-                    ty,
-                )
-            })
-            .collect();
-        let omp = state::state()
-            .devices
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let uid = &d.dev.info().uid;
-                let found = info.iter().position(|(_, u, _)| u == uid);
-                match found {
-                    Some(j) if j != i => tracing::warn!(
-                        omp = i,
-                        liboffload = j,
-                        uid = uid.as_str(),
-                        "interop: OpenMP and liboffload device numbers differ"
-                    ),
-                    None => tracing::warn!(
-                        omp = i,
-                        uid = uid.as_str(),
-                        "interop: no liboffload device for this OpenMP device"
-                    ),
-                    _ => {}
-                }
-                found.map(|j| info[j].0)
-            })
-            .collect();
-        let host = info
-            .iter()
-            .find(|(_, _, t)| *t == ol_device_type_t::OL_DEVICE_TYPE_HOST)
-            .map(|(d, _, _)| *d);
-        Ok(OlDevices { omp, host })
-    })
-    .as_ref()
-    .map_err(|e| e.as_str())
+    let core = &state::state().devices[device].dev;
+    ctx.handles_of(core)
+        .ok_or_else(|| format!("no liboffload device for OpenMP device {device}"))
 }
 
 // ------------------------------------------------------------ dependences
@@ -363,28 +237,19 @@ pub fn create(kind: Kind, device: i64, implicit_gtid: Option<i32>) -> *mut c_voi
             return obj as *mut c_void;
         }
     }
-    let ol = match ol_devices() {
-        Ok(ol) => ol,
+    let (platform, dev) = match ol_handles(device as usize, n as usize) {
+        Ok(h) => h,
         Err(e) => {
-            tracing::warn!(error = e, "interop: liboffload unavailable");
+            tracing::warn!(device, error = e, "interop: no liboffload device");
             return std::ptr::null_mut();
         }
-    };
-    let dev = if device == n {
-        ol.host
-    } else {
-        ol.omp.get(device as usize).copied().flatten()
-    };
-    let Some(dev) = dev else {
-        return std::ptr::null_mut();
     };
     let mut queue: ol_queue_handle_t = std::ptr::null_mut();
     if kind == Kind::TargetSync {
         if let Some(e) =
-            // SAFETY: a device handle from olIterateDevices, an out pointer.
-            ol_error(unsafe {
-                ol::olCreateQueue(dev.device as ol_device_handle_t, &mut queue)
-            })
+            // SAFETY: a live device handle of liboffload's context, an out
+            // pointer.
+            ol_error(unsafe { ol::olCreateQueue(dev, &mut queue) })
         {
             tracing::warn!(device, error = e, "interop: olCreateQueue failed");
             return std::ptr::null_mut();
@@ -393,11 +258,7 @@ pub fn create(kind: Kind, device: i64, implicit_gtid: Option<i32>) -> *mut c_voi
     let obj = Box::new(Interop {
         kind,
         device_num: device as i32,
-        table: offload_interop_table_t::new(
-            dev.platform as ol_platform_handle_t,
-            dev.device as ol_device_handle_t,
-            queue,
-        ),
+        table: offload_interop_table_t::new(platform, dev, queue),
         callbacks: Vec::new(),
         owner: implicit_gtid,
     });
