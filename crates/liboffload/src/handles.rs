@@ -359,13 +359,19 @@ impl Context {
             .devices
             .iter()
             .find(|d| d.core().is_some_and(|c| Arc::ptr_eq(c, core)))?;
-        Some((self.platform_handle(d.platform), self.device_handle(d.index)))
+        Some((
+            self.platform_handle(d.platform),
+            self.device_handle(d.index),
+        ))
     }
 
     /// The handles (platform, device) of the synthetic host device.
     pub fn host_handles(&self) -> (ol_platform_handle_t, ol_device_handle_t) {
         let d = self.devices.last().expect("the host device is always last");
-        (self.platform_handle(d.platform), self.device_handle(d.index))
+        (
+            self.platform_handle(d.platform),
+            self.device_handle(d.index),
+        )
     }
 
     pub fn device_handle(&self, index: usize) -> ol_device_handle_t {
