@@ -6,10 +6,15 @@
 //! clang-22 -fopenmp $(offload clang-flags --offload-arch=sm_90,gfx90a) prog.c -o prog
 //! ```
 //!
-//! The same flags serve compiling (`-c`) and linking. For NVIDIA GPUs
+//! The same flags serve compiling (`-c`) and linking. `-foffload-lto`
+//! first: the device runtime is a bitcode archive, and only a device
+//! link-time optimisation inlines it into the kernels (without it, e.g.
+//! with a later `-fno-offload-lto`, programs are right but every runtime
+//! call is a call into the separately compiled runtime). For NVIDIA GPUs
 //! (`sm_XX`) clang needs a CUDA toolkit's `ptxas`, `nvlink` and libdevice
-//! (`--cuda-path`), a bitcode file where it would take LLVM's device
-//! runtime (`--libomptarget-nvptx-bc-path`: our empty one) and the
+//! (`--cuda-path`), a bitcode file where it would link LLVM's device
+//! runtime into each file of a build without LTO
+//! (`--libomptarget-nvptx-bc-path`: our empty one, see [`flags`]) and the
 //! directory holding our `libompdevice.a` for its device link (clang adds
 //! `-lompdevice` itself). For AMD GPUs (`gfxNNN`) it needs no toolkit:
 //! `-Xarch_amdgcn -nogpulib` drops the ROCm device libraries for the AMD
@@ -409,7 +414,16 @@ pub fn flags(
     cuda: Option<&CudaTools>,
 ) -> anyhow::Result<Vec<String>> {
     let names: Vec<&str> = archs.iter().map(|a| a.name.as_str()).collect();
-    let mut f = vec![format!("--offload-arch={}", names.join(","))];
+    // The device runtime is bitcode: only a link-time optimisation over the
+    // program and the runtime together inlines it into the kernels. Without
+    // it clang links the runtime clang names with `-mlink-builtin-bitcode`
+    // per file (ours there is empty: one copy of the runtime's team state
+    // per file would be wrong across files) and every runtime call is a real
+    // call into the separately compiled archive: right, but slow.
+    let mut f = vec![
+        format!("--offload-arch={}", names.join(",")),
+        "-foffload-lto".to_string(),
+    ];
     let runtime = |vendor: Vendor| runtimes.iter().find(|r| r.triple == vendor.triple());
     if let Some(rt) = runtime(Vendor::Nvidia) {
         let Some(cuda) = cuda else {
@@ -672,6 +686,7 @@ mod tests {
             flags(&[arch("sm_90")], std::slice::from_ref(&nv), Some(&c)).unwrap(),
             [
                 "--offload-arch=sm_90",
+                "-foffload-lto",
                 "--cuda-path=/cuda",
                 "--libomptarget-nvptx-bc-path=/rtl/nvptx64-nvidia-cuda/empty.bc",
                 "-Xoffload-linker-nvptx64-nvidia-cuda",
@@ -682,6 +697,7 @@ mod tests {
             flags(&[arch("gfx90a")], std::slice::from_ref(&amd), None).unwrap(),
             [
                 "--offload-arch=gfx90a",
+                "-foffload-lto",
                 "-Xarch_amdgcn",
                 "-nogpulib",
                 "-Xoffload-linker-amdgcn-amd-amdhsa",
@@ -695,7 +711,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(both[0], "--offload-arch=sm_80,gfx942,sm_90");
-        assert_eq!(both.len(), 9, "{both:?}");
+        assert_eq!(both.len(), 10, "{both:?}");
         assert!(flags(&[arch("sm_90")], &[nv], None).is_err());
     }
 

@@ -359,10 +359,11 @@ fn sm_90_kernels_launch_with_llvms_sizes_on_the_fake_driver() {
             "[5,1,1] blocks and [32,1,1] threads in SPMD mode",
             "[32,1,1] blocks and [4,1,1] threads in SPMD mode",
             "[3200,1,1] blocks and [128,1,1] threads in SPMD mode",
-            // thread_limit(64) is also the kernel's launch bound (clang's
-            // MaxThreads and nvvm.maxntid): the main thread's warp comes
-            // out of it, as with LLVM's plugin.
-            "[7,1,1] blocks and [64,1,1] threads in Generic mode",
+            // `target teams` + `parallel`: generic code, which OpenMPOpt
+            // (device LTO) turned into Generic-SPMD; thread_limit(64) is
+            // also the kernel's launch bound (clang's MaxThreads and
+            // nvvm.maxntid).
+            "[7,1,1] blocks and [64,1,1] threads in Generic-SPMD mode",
             // a plain `target`: one team (clang passes num_teams -1).
             "[1,1,1] blocks and [128,1,1] threads in Generic-SPMD mode",
         ],
