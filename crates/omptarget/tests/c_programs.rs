@@ -21,7 +21,7 @@
 //! `// EXPECT-STDERR: text` (exactly one stderr line contains `text`).
 //!
 //! Without clang-22 or LLVM's runtime the programs are skipped with a note,
-//! except under `CI=true`, where that is a failure (`common::tools_present`).
+//! except under `CI=true`, where that is a failure (`test_support::require`).
 //!
 //! Remote mode: with `OFFLOAD_TEST_REMOTE=HOST:PORT` our runs use only the
 //! remote plugin against that `offload serve` (token from
@@ -37,8 +37,6 @@
 //! stdout, so a failing program's buffered output differs); stderr is not
 //! compared (it carries mpirun's and the serving ranks' messages).
 //! NO-REMOTE programs are skipped.
-
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -76,7 +74,7 @@ fn our_lib_dir() -> &'static Path {
 fn have_clang() -> bool {
     let ok = Command::new("clang-22").arg("--version").output().is_ok()
         && Path::new(LLVM_LIB).join("libomptarget.so.22.1").exists();
-    common::tools_present(ok, "clang-22 or LLVM 22's libomptarget")
+    test_support::require(ok, "clang-22 or LLVM 22's libomptarget")
 }
 
 struct Spec {

@@ -9,8 +9,6 @@
 //! program checks itself (exit status 0, last line `OK`) and its stdout must
 //! equal the `.expected` file next to it (4 host devices).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -28,7 +26,7 @@ fn have_toolchain() -> bool {
         && Path::new(LLVM_OFFLOAD_INCLUDE)
             .join("OffloadAPI.h")
             .exists();
-    common::tools_present(ok, "clang-22, libomp or OffloadAPI.h (LLVM 22)")
+    test_support::require(ok, "clang-22, libomp or OffloadAPI.h (LLVM 22)")
 }
 
 struct Built {

@@ -4,26 +4,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 
-/// Under `CI=true` a missing tool fails the test instead of skipping it.
-pub fn skip(why: &str) {
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true: cannot skip: {why}"
-    );
-    eprintln!("skipped: {why}");
-}
-
-/// A finished command's status, stdout and stderr, for assertion messages.
-pub fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+#[allow(unused_imports)] // each test file uses what it needs
+pub use test_support::{skip, text};
 
 /// `offload serve` on loopback in a child process (killed when dropped),
 /// its log in a temporary folder.

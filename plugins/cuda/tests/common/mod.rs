@@ -9,29 +9,8 @@ use std::sync::OnceLock;
 
 /// clang-22, or None (the test is skipped) — except under `CI=true`, where
 /// a missing compiler fails the test.
-pub fn clang() -> Option<PathBuf> {
-    static CLANG: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let found = CLANG
-        .get_or_init(|| {
-            ["clang-22", "/usr/lib/llvm-22/bin/clang"]
-                .iter()
-                .map(PathBuf::from)
-                .find(|c| {
-                    Command::new(c)
-                        .arg("--version")
-                        .output()
-                        .is_ok_and(|o| o.status.success())
-                })
-        })
-        .clone();
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("clang-22 is required under CI=true (apt install clang-22)");
-        }
-        eprintln!("skipped: clang-22 not found");
-    }
-    found
-}
+#[allow(unused_imports)] // each test file uses what it needs
+pub use test_support::clang;
 
 /// A directory that lives as long as the test process.
 pub fn scratch() -> &'static Path {
