@@ -197,9 +197,10 @@ fn memory_programs_and_launches_over_the_wire() {
     let e = dev.free(p).unwrap_err();
     assert!(e.message().contains("double free"), "{e}");
     // The server refuses it too (a client without the core's index).
-    let e = raw_remote_devices(&server.addr, Some("s3cret"))[1]
-        .free(p, AllocKind::Device)
-        .unwrap_err();
+    let raw = raw_remote_devices(&server.addr, Some("s3cret"));
+    // SAFETY: the remote plugin touches no memory here: it forwards the
+    // request, and the server checks it (what this test attacks).
+    let e = unsafe { raw[1].free(p, AllocKind::Device) }.unwrap_err();
     assert!(
         e.message().contains("double free or foreign pointer"),
         "{e}"
@@ -346,7 +347,9 @@ fn clients_cannot_touch_each_others_memory() {
     unsafe { aq.copy_to_device(pa, buf.as_ptr(), 16) }.unwrap();
     let e = aq.synchronize().unwrap_err();
     assert!(e.message().contains("not memory of this session"), "{e}");
-    aq.fill(pa, &[0], 16).unwrap();
+    // SAFETY: the remote plugin touches no memory here: it forwards the
+    // request, and the server checks it (what this test attacks).
+    unsafe { aq.fill(pa, &[0], 16) }.unwrap();
     assert!(aq.synchronize().is_err());
     // Large copies take the bulk-data side channel: checked the same way.
     let big = a.devices()[0].alloc(1 << 20, AllocKind::Device).unwrap();
@@ -366,7 +369,9 @@ fn clients_cannot_touch_each_others_memory() {
     let mine_big = db.alloc(1 << 20, AllocKind::Device).unwrap();
     write(db, mine_big, &large).unwrap();
     a.devices()[0].free(big).unwrap();
-    assert!(attacker[0].free(pa, AllocKind::Device).is_err());
+    // SAFETY: the remote plugin touches no memory here: it forwards the
+    // request, and the server checks it (what this test attacks).
+    assert!(unsafe { attacker[0].free(pa, AllocKind::Device) }.is_err());
     // A's data is intact and A can still free it.
     assert_eq!(read(&a.devices()[0], pa, 4), [7; 4]);
     a.devices()[0].free(pa).unwrap();
@@ -1626,7 +1631,9 @@ fn free_vs_write_races_and_oversize_messages_stay_in_the_attackers_session() {
             let _ = unsafe { q.copy_to_device(p, j.as_ptr(), j.len()) };
             let _ = q.synchronize();
         });
-        let _ = attacker[0].free(p, AllocKind::Device);
+        // SAFETY: the remote plugin touches no memory here: it forwards the
+        // request, and the server checks it (what this test attacks).
+        let _ = unsafe { attacker[0].free(p, AllocKind::Device) };
         let _ = writer.join();
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -56,7 +56,11 @@ struct DeferredFree {
 
 impl Drop for DeferredFree {
     fn drop(&mut self) {
-        if let Err(e) = self.raw.free(self.ptr, self.kind) {
+        // SAFETY: a `DeferredFree` is made only for an allocation of this
+        // plugin device that `free` took out of the index (so it is freed
+        // once), with its kind; it drops when the queues that had work
+        // pending at the free have passed it.
+        if let Err(e) = unsafe { self.raw.free(self.ptr, self.kind) } {
             tracing::warn!(device = %self.label, ptr = %self.ptr, error = %e, "deferred free failed");
         }
     }
@@ -209,7 +213,9 @@ impl Device {
             owner: Owner::OWNED_BLOCKS,
         };
         if let Err(e) = self.index.insert(a) {
-            let _ = self.raw.free(ptr, AllocKind::Device);
+            // SAFETY: what the plugin just allocated, never filed: no one
+            // else knows it.
+            let _ = unsafe { self.raw.free(ptr, AllocKind::Device) };
             return Err(e);
         }
         Ok(())
@@ -265,7 +271,9 @@ impl Device {
             owner,
         };
         if let Err(e) = self.index.insert_with_capacity(a, capacity) {
-            let _ = self.raw.free(ptr, kind);
+            // SAFETY: what the plugin just allocated, never filed: no one
+            // else knows it.
+            let _ = unsafe { self.raw.free(ptr, kind) };
             return Err(Error::backend(format!("{}: {}", self.label, e.message())));
         }
         Ok(ptr)
@@ -353,7 +361,10 @@ impl Device {
         }
         let _s = debug_span!("free", device = self.id, ptr = %ptr).entered();
         self.index.forget(&slot);
-        self.raw.free(ptr, a.kind)
+        // SAFETY: a live allocation of this device (retired from the index
+        // above, so freed once) with its recorded kind; no queue had work
+        // pending on it (else the deferred path above took it).
+        unsafe { self.raw.free(ptr, a.kind) }
     }
 
     /// File memory of [`crate::Queue::alloc`] (`owner` says how it was
@@ -367,7 +378,9 @@ impl Device {
             owner,
         };
         if let Err(e) = self.index.insert(a) {
-            let _ = self.raw.free(ptr, AllocKind::Device);
+            // SAFETY: what the plugin just allocated, never filed: no one
+            // else knows it.
+            let _ = unsafe { self.raw.free(ptr, AllocKind::Device) };
             return Err(Error::backend(format!("{}: {}", self.label, e.message())));
         }
         Ok(())
@@ -441,7 +454,9 @@ impl Device {
             owner: Owner::OWNED_BLOCKS,
         };
         if let Err(e) = self.index.insert(a) {
-            let _ = self.raw.free(ptr, AllocKind::Device);
+            // SAFETY: what the plugin just allocated, never filed: no one
+            // else knows it.
+            let _ = unsafe { self.raw.free(ptr, AllocKind::Device) };
             return Err(Error::backend(format!("{}: {}", self.label, e.message())));
         }
         Ok(ptr)
@@ -481,7 +496,10 @@ impl Device {
             }
         })?;
         let _s = debug_span!("free", device = self.id, ptr = %ptr).entered();
-        self.raw.free(ptr, AllocKind::Device)
+        // SAFETY: an owned block or placed memory of this device, removed
+        // from the index just now (so freed once); its creator, who alone
+        // frees it, has no work on it left (the owned-block contract).
+        unsafe { self.raw.free(ptr, AllocKind::Device) }
     }
 
     /// The live range (allocation, global, registration) containing `ptr`.
@@ -919,7 +937,9 @@ impl Device {
             return Ok(());
         }
         self.check_range(dst, size)?;
-        self.with_sync_queue(|q| q.fill(dst, pattern, size))
+        // SAFETY: the range lies in a live range of this device (checked
+        // just now) and `check_fill` accepted the pattern and size.
+        self.with_sync_queue(|q| unsafe { q.fill(dst, pattern, size) })
     }
 
     /// Launch `kernel` and wait for it.
@@ -1095,12 +1115,16 @@ impl Device {
     pub(crate) fn release_memory(&self) {
         for a in self.index.drain() {
             if let Origin::Alloc(kind) = a.origin {
-                let _ = self.raw.free(a.base, kind);
+                // SAFETY: runtime shutdown: every allocation, drained from
+                // the index (so each once), with its kind; no queue runs.
+                let _ = unsafe { self.raw.free(a.base, kind) };
             }
         }
         for slot in self.pool.drain() {
             self.index.forget(&slot);
-            let _ = self.raw.free(slot.base(), AllocKind::Device);
+            // SAFETY: a cached (not live) pool block, drained from the pool
+            // and forgotten by the index: freed once, used by nothing.
+            let _ = unsafe { self.raw.free(slot.base(), AllocKind::Device) };
         }
         // Cached owned blocks were live ranges: freed just above.
         self.pool.drain_owned();

@@ -43,11 +43,14 @@
 //! * Handles (devices, queues, events, kernels) reach a plugin only as
 //!   objects the plugin created; a foreign one is refused by downcasting.
 //!
-//! These methods are safe functions because every call the core makes
-//! satisfies the above. They are not meant to be called past the core: code
-//! that holds a plugin object itself ([`crate::Runtime::plugins`], or a
-//! plugin crate used directly, as plugin tests do) takes on the same
-//! obligations.
+//! The methods whose implementations trust a pointer they are given
+//! ([`Device::free`], [`Queue::copy_within`], [`Queue::copy_to_peer`],
+//! [`Queue::fill`] and the host copies) are `unsafe fn`s whose `# Safety` sections are the above:
+//! the core's calls discharge them (each with a `SAFETY` comment naming the
+//! check), and code that holds a plugin object itself
+//! ([`crate::Runtime::plugins`], or a plugin crate used directly, as plugin
+//! tests do) must too. The others take only handles the plugin made (checked
+//! by downcasting) or values it validates itself.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -305,9 +308,15 @@ pub trait Device: Send + Sync + AsAny {
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;
-    /// Release `ptr`. The core passes only the base of a live allocation of
-    /// this device, with its kind, once (see the module documentation).
-    fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()>;
+    /// Release `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is the base of a live allocation this device's
+    /// [`Device::alloc`] (or [`Device::alloc_at`]) returned, with the kind
+    /// it was allocated with, freed once, after the queued work that may
+    /// use it has passed (what the core checks first: see the module
+    /// documentation).
+    unsafe fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()>;
 
     /// Whether host memory can be registered for this device
     /// (`olMemRegister`): devices that reach host memory directly, and those
@@ -437,13 +446,22 @@ pub trait Queue: Send + Sync + AsAny {
         unsafe { self.copy_to_device(dst, src, size) }?;
         self.synchronize()
     }
-    /// Copy within this queue's device. The core passes ranges that lie
-    /// inside live ranges of this device (see the module documentation).
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()>;
+    /// Copy within this queue's device.
+    ///
+    /// # Safety
+    /// `[dst, dst + size)` and `[src, src + size)` each lie inside one live
+    /// range of this queue's device (checked by the core against the
+    /// allocation index: see the module documentation).
+    unsafe fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()>;
     /// Copy from this queue's device to another device of the same plugin
     /// when the plugin can do it directly; `Ok(false)` makes the core stage
     /// the copy through the host.
-    fn copy_to_peer(
+    ///
+    /// # Safety
+    /// `[src, src + size)` lies in a live range of this queue's device and
+    /// `[dst, dst + size)` in one of `dst_device`, a device of this plugin
+    /// (both checked by the core: see the module documentation).
+    unsafe fn copy_to_peer(
         &self,
         _dst_device: &dyn Device,
         _dst: DevicePtr,
@@ -452,10 +470,13 @@ pub trait Queue: Send + Sync + AsAny {
     ) -> Result<bool> {
         Ok(false)
     }
-    /// Fill `size` bytes with a repeated `pattern` (`size % pattern.len() == 0`).
-    /// The core passes a range inside a live range of this device (see the
-    /// module documentation).
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()>;
+    /// Fill `size` bytes with a repeated `pattern`.
+    ///
+    /// # Safety
+    /// `[dst, dst + size)` lies inside one live range of this queue's device
+    /// (checked by the core: see the module documentation), and `size` is a
+    /// multiple of `pattern.len() > 0`.
+    unsafe fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()>;
     /// Launch `kernel` (of a program of this queue's device).
     fn launch(
         &self,

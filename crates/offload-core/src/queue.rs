@@ -147,8 +147,16 @@ impl Queue {
         self.submit_raw(move |q| unsafe { q.copy_from_device(dst.0 as *mut u8, src, size) })
     }
 
-    pub(crate) fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
-        self.submit_raw(move |q| q.copy_within(dst, src, size))
+    /// # Safety
+    /// Both ranges lie in live ranges of this queue's device (checked).
+    pub(crate) unsafe fn copy_within(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's guarantee, passed on.
+        self.submit_raw(move |q| unsafe { q.copy_within(dst, src, size) })
     }
 
     /// Fill `size` bytes at `dst` (memory of this queue's device, or host
@@ -168,7 +176,9 @@ impl Queue {
             }),
             Some(d) => {
                 d.check_range(dst, size)?;
-                self.submit_raw(move |q| q.fill(dst, &pattern, size))
+                // SAFETY: a live range of this device (checked just now);
+                // the pattern and size were checked on entry.
+                self.submit_raw(move |q| unsafe { q.fill(dst, &pattern, size) })
             }
             None => self.submit_host(move || {
                 // SAFETY: a host-only queue names host memory its user owns
@@ -284,7 +294,11 @@ impl Queue {
         // pool memory too).
         let now = |e: Error| {
             let synced = self.synchronize();
-            device.raw().free(ptr, AllocKind::Device)?;
+            // SAFETY: (each free below) queue memory of this device, retired
+            // from the index just now (so freed once), released after the
+            // work enqueued before this free: synchronised first, or queued
+            // behind it.
+            unsafe { device.raw().free(ptr, AllocKind::Device) }?;
             synced.and(Err(e))
         };
         match (&self.worker, &self.raw) {
@@ -293,14 +307,16 @@ impl Queue {
             }
             (Some(_), _) => {
                 let d = device.clone();
-                self.submit_host(move || d.raw().free(ptr, AllocKind::Device))
+                // SAFETY: as above.
+                self.submit_host(move || unsafe { d.raw().free(ptr, AllocKind::Device) })
                     .or_else(now)
             }
             _ => {
                 // Freed even when earlier work failed (the memory is no
                 // longer filed); the failure is still reported.
                 let synced = self.synchronize();
-                let freed = device.raw().free(ptr, AllocKind::Device);
+                // SAFETY: as above.
+                let freed = unsafe { device.raw().free(ptr, AllocKind::Device) };
                 synced.and(freed)
             }
         }

@@ -129,19 +129,26 @@ impl Runtime {
                 let (sdev, ddev) = (src_dev.expect("device end"), dst_dev.expect("device end"));
                 sdev.stats().count_device_to_device(size);
                 if Arc::ptr_eq(sdev, ddev) {
+                    // Both ranges were checked against this device's live
+                    // ranges above (`checked_end`): the guarantee each
+                    // `copy_within` below needs.
                     return match queue {
-                        Some(q) if q.is_on(sdev) => q.copy_within(d, s, size),
+                        // SAFETY: checked ranges (above).
+                        Some(q) if q.is_on(sdev) => unsafe { q.copy_within(d, s, size) },
                         Some(q) => {
                             let dev = sdev.clone();
                             q.submit_host(move || {
-                                dev.with_sync_queue(|q| q.copy_within(d, s, size))
+                                // SAFETY: checked ranges (above).
+                                dev.with_sync_queue(|q| unsafe { q.copy_within(d, s, size) })
                             })
                         }
-                        None => sdev.with_sync_queue(|q| q.copy_within(d, s, size)),
+                        // SAFETY: checked ranges (above).
+                        None => sdev.with_sync_queue(|q| unsafe { q.copy_within(d, s, size) }),
                     };
                 }
                 let (sdev, ddev) = (sdev.clone(), ddev.clone());
-                let op = move || copy_between(&sdev, &ddev, d, s, size);
+                // SAFETY: both ranges were checked above (`checked_end`).
+                let op = move || unsafe { copy_between(&sdev, &ddev, d, s, size) };
                 match queue {
                     Some(q) => q.submit_host(op),
                     None => op(),
@@ -191,7 +198,11 @@ impl Runtime {
 
 /// Copy between two different devices: directly when their plugin can,
 /// otherwise through a host staging buffer.
-fn copy_between(
+///
+/// # Safety
+/// `[src, src + size)` lies in a live range of `sdev`, `[dst, dst + size)`
+/// in one of `ddev` (checked by the caller).
+unsafe fn copy_between(
     sdev: &Device,
     ddev: &Device,
     dst: DevicePtr,
@@ -199,8 +210,9 @@ fn copy_between(
     size: usize,
 ) -> Result<()> {
     if sdev.plugin_name() == ddev.plugin_name() {
-        let direct =
-            sdev.with_sync_queue(|q| q.copy_to_peer(ddev.raw().as_ref(), dst, src, size))?;
+        // SAFETY: the caller's guarantee; the devices are of one plugin.
+        let direct = sdev
+            .with_sync_queue(|q| unsafe { q.copy_to_peer(ddev.raw().as_ref(), dst, src, size) })?;
         if direct {
             return Ok(());
         }

@@ -105,7 +105,7 @@ impl plugin::Device for TestDevice {
             .push(format!("backend alloc {size} {kind:?}"));
         Ok(DevicePtr(p))
     }
-    fn free(&self, ptr: DevicePtr, _kind: AllocKind) -> Result<()> {
+    unsafe fn free(&self, ptr: DevicePtr, _kind: AllocKind) -> Result<()> {
         log().lock().unwrap().push(format!("backend free {ptr}"));
         Ok(())
     }

@@ -114,7 +114,7 @@ impl plugin::Device for CudaDevice {
         memory::alloc(&self.gpu, size, kind)
     }
 
-    fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
+    unsafe fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
         memory::free(&self.gpu, ptr, kind)
     }
 

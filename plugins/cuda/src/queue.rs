@@ -172,7 +172,7 @@ impl plugin::Queue for CudaQueue {
         })
     }
 
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
+    unsafe fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
         if size == 0 {
             return Ok(());
         }
@@ -183,7 +183,7 @@ impl plugin::Queue for CudaQueue {
         })
     }
 
-    fn copy_to_peer(
+    unsafe fn copy_to_peer(
         &self,
         dst_device: &dyn plugin::Device,
         dst: DevicePtr,
@@ -207,7 +207,7 @@ impl plugin::Queue for CudaQueue {
         Ok(true)
     }
 
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
+    unsafe fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
         if size == 0 || pattern.is_empty() {
             return Ok(());
         }
@@ -247,7 +247,9 @@ impl plugin::Queue for CudaQueue {
         let mut done = chunk_len;
         while done < size {
             let n = done.min(size - done);
-            self.copy_within(dst.offset(done as u64), dst, n)?;
+            // SAFETY: both ranges lie in `[dst, dst + size)`, which the
+            // caller guarantees is live device memory of this device.
+            unsafe { self.copy_within(dst.offset(done as u64), dst, n) }?;
             done += n;
         }
         Ok(())

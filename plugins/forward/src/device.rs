@@ -79,7 +79,7 @@ impl<T: Transport> plugin::Device for ForwardDevice<T> {
         true
     }
 
-    fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
+    unsafe fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
         if kind == AllocKind::Host {
             return self.host_memory.free(ptr);
         }

@@ -57,7 +57,7 @@ impl plugin::Device for HostDevice {
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {
         memory::alloc(size, kind)
     }
-    fn free(&self, ptr: DevicePtr, _kind: AllocKind) -> Result<()> {
+    unsafe fn free(&self, ptr: DevicePtr, _kind: AllocKind) -> Result<()> {
         memory::free(ptr);
         Ok(())
     }

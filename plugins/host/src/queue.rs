@@ -189,14 +189,14 @@ impl plugin::Queue for HostQueue {
         unsafe { memory::copy(dst, src.as_ptr(), size) };
         Ok(())
     }
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
+    unsafe fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
         // SAFETY: both ranges lie inside live ranges of host-plugin memory:
         // the core checks them before it calls (offload_core::plugin, "What
         // the core validates"); memmove allows overlap.
         unsafe { memory::copy(dst.as_ptr(), src.as_ptr(), size) };
         Ok(())
     }
-    fn copy_to_peer(
+    unsafe fn copy_to_peer(
         &self,
         dst_device: &dyn plugin::Device,
         dst: DevicePtr,
@@ -205,12 +205,14 @@ impl plugin::Queue for HostQueue {
     ) -> Result<bool> {
         // All host devices share one address space.
         if dst_device.as_any().is::<crate::device::HostDevice>() {
-            self.copy_within(dst, src, size)?;
+            // SAFETY: the caller's guarantee: both ranges are live host-plugin
+            // memory, one address space for every host device.
+            unsafe { self.copy_within(dst, src, size) }?;
             return Ok(true);
         }
         Ok(false)
     }
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
+    unsafe fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
         // SAFETY: the range lies inside a live range of host-plugin memory
         // and `size` is a multiple of `pattern.len()` (the core checks both:
         // offload_core::plugin, "What the core validates"); device memory,

@@ -158,12 +158,12 @@ impl plugin::Queue for MpiQueue {
         unsafe { link.recv_bulk(rank, TAG_DATA, dst, size) }
     }
 
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
+    unsafe fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
         self.op(request::copy(self.device, src, self.device, dst, size))
             .map(|_| ())
     }
 
-    fn copy_to_peer(
+    unsafe fn copy_to_peer(
         &self,
         dst_device: &dyn plugin::Device,
         dst: DevicePtr,
@@ -214,7 +214,7 @@ impl plugin::Queue for MpiQueue {
         sent.and(received).map(|_| true)
     }
 
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
+    unsafe fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
         self.op(request::fill(self.device, dst, pattern, size))
             .map(|_| ())
     }

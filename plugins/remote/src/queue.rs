@@ -392,12 +392,12 @@ impl plugin::Queue for RemoteQueue {
         Ok(())
     }
 
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
+    unsafe fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
         let c = request::copy(self.device, src, self.device, dst, size);
         self.send(false, c).map(|_| ())
     }
 
-    fn copy_to_peer(
+    unsafe fn copy_to_peer(
         &self,
         dst_device: &dyn plugin::Device,
         dst: DevicePtr,
@@ -415,7 +415,7 @@ impl plugin::Queue for RemoteQueue {
         self.send(false, c).map(|_| true)
     }
 
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
+    unsafe fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
         let f = request::fill(self.device, dst, pattern, size);
         self.send(false, f).map(|_| ())
     }

@@ -42,9 +42,10 @@ impl plugin::Device for SimDevice {
         self.plan.check(Op::Alloc)?;
         self.inner.alloc(size, kind)
     }
-    fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
+    unsafe fn free(&self, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
         self.plan.check(Op::Free)?;
-        self.inner.free(ptr, kind)
+        // SAFETY: the caller's guarantee (the host device underneath made it).
+        unsafe { self.inner.free(ptr, kind) }
     }
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
         self.plan.check(Op::Load)?;

@@ -36,13 +36,15 @@ impl plugin::Queue for SimQueue {
         // SAFETY: as above.
         unsafe { self.inner.copy_from_device(dst, src, size) }
     }
-    fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
+    unsafe fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
         self.step(Op::D2d, size)?;
-        self.inner.copy_within(dst, src, size)
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.inner.copy_within(dst, src, size) }
     }
-    fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
+    unsafe fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
         self.step(Op::Fill, size)?;
-        self.inner.fill(dst, pattern, size)
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.inner.fill(dst, pattern, size) }
     }
     fn launch(
         &self,
