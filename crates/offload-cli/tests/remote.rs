@@ -1441,6 +1441,11 @@ fn metrics_health_and_refusal_logs() {
         let p = dev.alloc(4096, AllocKind::Device).unwrap();
         let data = [7u8; 4096];
         write(dev, p, &data).unwrap();
+        // 1 MiB each way: over the data channel (64 KiB and more), whose
+        // bytes count too.
+        let big = dev.alloc(1 << 20, AllocKind::Device).unwrap();
+        write(dev, big, &vec![3u8; 1 << 20]).unwrap();
+        assert_eq!(read(dev, big, 1 << 20), vec![3u8; 1 << 20]);
         let program = dev.load_program(&kernels).unwrap();
         let quit = program.kernel("quit").unwrap();
         let peek = program.kernel("peek").unwrap();
@@ -1468,7 +1473,8 @@ fn metrics_health_and_refusal_logs() {
     let text = loop {
         let text = scrape();
         if value(&text, "offload_worker_crashes_total") == 1
-            && value(&text, "offload_bytes_to_device_total") >= 4096
+            && value(&text, "offload_bytes_to_device_total") >= 4096 + (1 << 20)
+            && value(&text, "offload_bytes_from_device_total") >= 1 << 20
         {
             break text;
         }

@@ -50,12 +50,16 @@ impl Counter {
 }
 
 impl Stats {
+    /// Count a copy to the device. The core counts its own copies; a face
+    /// that moves bytes itself (the server's data channel writing straight
+    /// into memory the device shares with the host) counts them here.
     #[inline]
-    pub(crate) fn count_to_device(&self, bytes: usize) {
+    pub fn count_to_device(&self, bytes: usize) {
         self.to_device.add(bytes);
     }
+    /// Count a copy from the device (see [`Stats::count_to_device`]).
     #[inline]
-    pub(crate) fn count_from_device(&self, bytes: usize) {
+    pub fn count_from_device(&self, bytes: usize) {
         self.from_device.add(bytes);
     }
     #[inline]

@@ -279,6 +279,9 @@ fn receive(
         // pinned (not freed) until this copy is done.
         let dst = unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, len as usize) };
         reader.read_exact(dst)?;
+        // Past the core's copies: counted here (the staged path below goes
+        // through `copy_to_device`, which counts).
+        dev.stats().count_to_device(dst.len());
         return Ok(Ok(()));
     }
     staging.resize(STAGING, 0);
@@ -318,7 +321,9 @@ fn send(
         // pinned (not freed) until this copy is done.
         let src = unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len as usize) };
         let status = status_bytes(Ok(()));
-        return write_all_vectored(writer, &mut [IoSlice::new(&status), IoSlice::new(src)]);
+        write_all_vectored(writer, &mut [IoSlice::new(&status), IoSlice::new(src)])?;
+        dev.stats().count_from_device(src.len());
+        return Ok(());
     }
     // Stage the first piece before committing to success.
     staging.resize(STAGING, 0);
