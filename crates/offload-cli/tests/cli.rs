@@ -752,7 +752,7 @@ fn clang_flags_from_an_installed_prefix() {
     let lib = root.path().canonicalize().unwrap().join("lib/offload");
     let (nv, amd) = (lib.join(NVPTX), lib.join(AMDGCN));
     let sm90 = format!(
-        "--offload-arch=sm_90 --cuda-path={} --libomptarget-nvptx-bc-path={}/empty.bc \
+        "--offload-arch=sm_90 -foffload-lto --cuda-path={} --libomptarget-nvptx-bc-path={}/empty.bc \
          -Xoffload-linker-{NVPTX} -L{}",
         cuda.display(),
         nv.display(),
@@ -775,14 +775,17 @@ fn clang_flags_from_an_installed_prefix() {
         Some(empty.path()),
         &["--offload-arch=gfx90a"],
     ));
-    assert_eq!(out, format!("--offload-arch=gfx90a {gfx90a}\n"));
+    assert_eq!(
+        out,
+        format!("--offload-arch=gfx90a -foffload-lto {gfx90a}\n")
+    );
     // Both kinds in one binary; repeated options add up, repeats go.
     let out = ok(&mut clang_flags(
         &exe,
         Some(&cuda),
         &["--offload-arch=sm_90,gfx90a", "--offload-arch", "sm_90"],
     ));
-    let both = sm90.replace("--offload-arch=sm_90", "--offload-arch=sm_90,gfx90a");
+    let both = sm90.replace("--offload-arch=sm_90 ", "--offload-arch=sm_90,gfx90a ");
     assert_eq!(out, format!("{both} {gfx90a}\n"));
 
     let v = json(&mut clang_flags(
@@ -892,8 +895,9 @@ fn clang_flags_paths_with_blanks() {
         &["--offload-arch=sm_90", "--lines"],
     ));
     let lines: Vec<&str> = lines.lines().collect();
-    assert_eq!(lines.len(), 5, "{lines:?}");
-    assert_eq!(lines[1], format!("--cuda-path={}", cuda.display()));
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert_eq!(lines[1], "-foffload-lto");
+    assert_eq!(lines[2], format!("--cuda-path={}", cuda.display()));
     let null = ok(&mut clang_flags(
         &exe,
         Some(&cuda),
