@@ -72,7 +72,10 @@
 #      distribute parallel for` launch + sync <= 1.10x raw_saxpy's driver
 #      launch + sync and <= 1.00x LLVM's libomptarget; STREAM triad over
 #      2^27 doubles >= 0.90x the CUDA C kernel; a 2^27-double sum
-#      reduction >= 0.80x a two-pass CUDA reduction;
+#      reduction >= 0.80x a two-pass CUDA reduction; then, as diagnostics
+#      in omp-profile.txt (GPU_PROFILE=0: not), nsys per-kernel GPU times
+#      of omp_bench and raw_saxpy and ncu sections of the first triad and
+#      reduction kernels;
 #   8. benchmarks, ${GPU_BENCH_ROUNDS:-5} rounds of ol_saxpy --bench and
 #      raw_saxpy alternating (${GPU_BENCH_ITERS:-20000} launches, 16 copies
 #      of 64 MiB each way), the best round of each kept, against the goals
@@ -588,6 +591,40 @@ if [[ $omp_gpu == 1 ]]; then
     fi
 fi
 
+# Diagnostics of the OpenMP benchmark on the GPU (never fails the run).
+profile_openmp() {
+    local nsys ncu what skip
+    nsys=$(command -v nsys || echo "$cuda/bin/nsys")
+    ncu=$(command -v ncu || echo "$cuda/bin/ncu")
+    if [[ -x $nsys ]]; then
+        echo "== nsys: omp_bench omp 2000 (OMP_BENCH_ELEMS=2^24), per-kernel GPU time"
+        OMP_BENCH_ELEMS=16777216 timeout 120 "$nsys" profile -o omp_prof --force-overwrite true \
+            ./omp_bench omp 2000 2>&1 | tail -n 5 || true
+        timeout 60 "$nsys" stats --report cuda_gpu_kern_sum --format csv omp_prof.nsys-rep 2>&1 \
+            | tail -n 20 || true
+        echo "== nsys: raw_saxpy 2000, per-kernel GPU time"
+        timeout 120 "$nsys" profile -o raw_prof --force-overwrite true ./raw_saxpy kernels.ptx 2000 2>&1 \
+            | tail -n 3 || true
+        timeout 60 "$nsys" stats --report cuda_gpu_kern_sum --format csv raw_prof.nsys-rep 2>&1 \
+            | tail -n 10 || true
+    else
+        echo "== nsys: not found ($nsys)"
+    fi
+    if [[ ! -x $ncu ]]; then
+        echo "== ncu: not found ($ncu)"
+        return 0
+    fi
+    # omp_bench's launches in order: 200 + N empty regions, the
+    # initialisation, 20 triads, 20 reductions (N = 10 here).
+    for what in triad:211 reduction:231; do
+        skip=${what#*:}
+        echo "== ncu: the first ${what%%:*} launch of omp_bench omp 10 (OMP_BENCH_ELEMS=2^24)"
+        OMP_BENCH_ELEMS=16777216 timeout 120 "$ncu" --launch-skip "$skip" --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --section InstructionStats ./omp_bench omp 10 2>&1 | tail -n 120 || true
+    done
+}
+
 # ---------------------------------------------------------------- benchmarks
 # Five rounds: with three, one lucky round of either side moved the
 # launch ratio by ~0.05 on an H200 (BENCHMARKS.md).
@@ -610,6 +647,15 @@ if [[ $omp_gpu == 1 ]]; then
             check "benchmark round $r: CUDA C (cuda_bench)" ./cuda_bench
         fi
     done
+    # Where the time goes (no check; omp-profile.txt, in outputs.tgz):
+    # per-kernel GPU time from nsys for our launches and the bare driver's
+    # (launch cost or run time?), and ncu's view of the first triad and
+    # reduction kernels (occupancy, instructions, bandwidth).
+    # GPU_PROFILE=0 leaves it out.
+    if [[ ${GPU_PROFILE:-1} == 1 ]]; then
+        profile_openmp > omp-profile.txt 2>&1 || true
+        echo "== profile: omp-profile.txt ($(wc -l < omp-profile.txt) lines)" >> "$log"
+    fi
 fi
 # Stream-ordered queue memory against plain allocations (a reference).
 check "benchmark: queue memory vs plain allocations (offload-bench queue-memory)" \
