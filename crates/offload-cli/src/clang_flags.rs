@@ -8,13 +8,13 @@
 //!
 //! The same flags serve compiling (`-c`) and linking. `-foffload-lto`
 //! first: the device runtime is a bitcode archive, and only a device
-//! link-time optimisation inlines it into the kernels (without it, e.g.
-//! with a later `-fno-offload-lto`, programs are right but every runtime
-//! call is a call into the separately compiled runtime). For NVIDIA GPUs
+//! link-time optimisation inlines it into the kernels (`--no-lto` gives
+//! `-fno-offload-lto` instead: programs are right, but every runtime call
+//! is a call into the separately compiled runtime). For NVIDIA GPUs
 //! (`sm_XX`) clang needs a CUDA toolkit's `ptxas`, `nvlink` and libdevice
-//! (`--cuda-path`), a bitcode file where it would link LLVM's device
-//! runtime into each file of a build without LTO
-//! (`--libomptarget-nvptx-bc-path`: our empty one, see [`flags`]) and the
+//! (`--cuda-path`); without LTO also a bitcode file where it would link
+//! LLVM's device runtime into each file (`--libomptarget-nvptx-bc-path`:
+//! our empty one, see [`flags`]); and the
 //! directory holding our `libompdevice.a` for its device link (clang adds
 //! `-lompdevice` itself). For AMD GPUs (`gfxNNN`) it needs no toolkit:
 //! `-Xarch_amdgcn -nogpulib` drops the ROCm device libraries for the AMD
@@ -77,6 +77,22 @@ pub struct Args {
     /// Say on stderr where each piece was found.
     #[arg(short, long)]
     verbose: bool,
+    /// Build without device link-time optimisation: the device runtime is
+    /// then called from the kernels, not inlined into them (slower on the
+    /// GPU; for comparisons and for toolchains whose LTO fails).
+    #[arg(long)]
+    no_lto: bool,
+}
+
+/// How the device code is linked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// `-foffload-lto`: the program and the device runtime optimised
+    /// together; the runtime is inlined into the kernels (the default).
+    Lto,
+    /// `-fno-offload-lto`: each file compiled alone, the runtime linked as
+    /// separately compiled code.
+    NoLto,
 }
 
 /// The GPU vendors clang builds OpenMP images for.
@@ -412,17 +428,23 @@ pub fn flags(
     archs: &[Arch],
     runtimes: &[DeviceRuntime],
     cuda: Option<&CudaTools>,
+    link: Link,
 ) -> anyhow::Result<Vec<String>> {
     let names: Vec<&str> = archs.iter().map(|a| a.name.as_str()).collect();
     // The device runtime is bitcode: only a link-time optimisation over the
     // program and the runtime together inlines it into the kernels. Without
-    // it clang links the runtime clang names with `-mlink-builtin-bitcode`
-    // per file (ours there is empty: one copy of the runtime's team state
+    // it clang links the runtime named by `--libomptarget-nvptx-bc-path`
+    // into each file (ours is empty: one copy of the runtime's team state
     // per file would be wrong across files) and every runtime call is a real
-    // call into the separately compiled archive: right, but slow.
+    // call into the separately compiled archive: right, but slow. With LTO
+    // clang does not use that file (and warns when it is given).
     let mut f = vec![
         format!("--offload-arch={}", names.join(",")),
-        "-foffload-lto".to_string(),
+        match link {
+            Link::Lto => "-foffload-lto",
+            Link::NoLto => "-fno-offload-lto",
+        }
+        .to_string(),
     ];
     let runtime = |vendor: Vendor| runtimes.iter().find(|r| r.triple == vendor.triple());
     if let Some(rt) = runtime(Vendor::Nvidia) {
@@ -430,10 +452,12 @@ pub fn flags(
             bail!("NVIDIA architectures need CUDA tools");
         };
         f.push(format!("--cuda-path={}", utf8(&cuda.path)?));
-        f.push(format!(
-            "--libomptarget-nvptx-bc-path={}",
-            utf8(&rt.path.join("empty.bc"))?
-        ));
+        if link == Link::NoLto {
+            f.push(format!(
+                "--libomptarget-nvptx-bc-path={}",
+                utf8(&rt.path.join("empty.bc"))?
+            ));
+        }
         f.push(format!("-Xoffload-linker-{}", rt.triple));
         f.push(format!("-L{}", utf8(&rt.path)?));
     }
@@ -548,7 +572,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
     }
-    let flags = flags(&archs, &runtimes, cuda.as_ref())?;
+    let link = if args.no_lto { Link::NoLto } else { Link::Lto };
+    let flags = flags(&archs, &runtimes, cuda.as_ref(), link)?;
 
     if args.verbose {
         for a in &archs {
@@ -683,10 +708,32 @@ mod tests {
         let amd = rt(Vendor::Amd, "/rtl/amdgcn-amd-amdhsa");
         let c = cuda("/cuda");
         assert_eq!(
-            flags(&[arch("sm_90")], std::slice::from_ref(&nv), Some(&c)).unwrap(),
+            flags(
+                &[arch("sm_90")],
+                std::slice::from_ref(&nv),
+                Some(&c),
+                Link::Lto
+            )
+            .unwrap(),
             [
                 "--offload-arch=sm_90",
                 "-foffload-lto",
+                "--cuda-path=/cuda",
+                "-Xoffload-linker-nvptx64-nvidia-cuda",
+                "-L/rtl/nvptx64-nvidia-cuda",
+            ]
+        );
+        assert_eq!(
+            flags(
+                &[arch("sm_90")],
+                std::slice::from_ref(&nv),
+                Some(&c),
+                Link::NoLto
+            )
+            .unwrap(),
+            [
+                "--offload-arch=sm_90",
+                "-fno-offload-lto",
                 "--cuda-path=/cuda",
                 "--libomptarget-nvptx-bc-path=/rtl/nvptx64-nvidia-cuda/empty.bc",
                 "-Xoffload-linker-nvptx64-nvidia-cuda",
@@ -694,7 +741,13 @@ mod tests {
             ]
         );
         assert_eq!(
-            flags(&[arch("gfx90a")], std::slice::from_ref(&amd), None).unwrap(),
+            flags(
+                &[arch("gfx90a")],
+                std::slice::from_ref(&amd),
+                None,
+                Link::Lto
+            )
+            .unwrap(),
             [
                 "--offload-arch=gfx90a",
                 "-foffload-lto",
@@ -708,11 +761,12 @@ mod tests {
             &[arch("sm_80"), arch("gfx942"), arch("sm_90")],
             &[nv.clone(), amd],
             Some(&c),
+            Link::Lto,
         )
         .unwrap();
         assert_eq!(both[0], "--offload-arch=sm_80,gfx942,sm_90");
-        assert_eq!(both.len(), 10, "{both:?}");
-        assert!(flags(&[arch("sm_90")], &[nv], None).is_err());
+        assert_eq!(both.len(), 9, "{both:?}");
+        assert!(flags(&[arch("sm_90")], &[nv], None, Link::Lto).is_err());
     }
 
     /// A fake toolkit: the files clang needs (ptxas and nvlink executable).

@@ -752,10 +752,8 @@ fn clang_flags_from_an_installed_prefix() {
     let lib = root.path().canonicalize().unwrap().join("lib/offload");
     let (nv, amd) = (lib.join(NVPTX), lib.join(AMDGCN));
     let sm90 = format!(
-        "--offload-arch=sm_90 -foffload-lto --cuda-path={} --libomptarget-nvptx-bc-path={}/empty.bc \
-         -Xoffload-linker-{NVPTX} -L{}",
+        "--offload-arch=sm_90 -foffload-lto --cuda-path={} -Xoffload-linker-{NVPTX} -L{}",
         cuda.display(),
-        nv.display(),
         nv.display()
     );
     let gfx90a = format!(
@@ -787,6 +785,23 @@ fn clang_flags_from_an_installed_prefix() {
     ));
     let both = sm90.replace("--offload-arch=sm_90 ", "--offload-arch=sm_90,gfx90a ");
     assert_eq!(out, format!("{both} {gfx90a}\n"));
+    // Without device LTO clang also needs a device-runtime bitcode file
+    // for each compiled file (ours: empty).
+    let out = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_90", "--no-lto"],
+    ));
+    assert_eq!(
+        out,
+        format!(
+            "--offload-arch=sm_90 -fno-offload-lto --cuda-path={} \
+             --libomptarget-nvptx-bc-path={}/empty.bc -Xoffload-linker-{NVPTX} -L{}\n",
+            cuda.display(),
+            nv.display(),
+            nv.display()
+        )
+    );
 
     let v = json(&mut clang_flags(
         &exe,
@@ -895,7 +910,7 @@ fn clang_flags_paths_with_blanks() {
         &["--offload-arch=sm_90", "--lines"],
     ));
     let lines: Vec<&str> = lines.lines().collect();
-    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert_eq!(lines.len(), 5, "{lines:?}");
     assert_eq!(lines[1], "-foffload-lto");
     assert_eq!(lines[2], format!("--cuda-path={}", cuda.display()));
     let null = ok(&mut clang_flags(

@@ -372,3 +372,70 @@ fn sm_90_kernels_launch_with_llvms_sizes_on_the_fake_driver() {
     out.stdout.retain(|&b| b != b'\r');
     assert_eq!(String::from_utf8_lossy(&out.stdout), "launched 6 regions\n");
 }
+
+/// The flags' device LTO inlines the device runtime into the kernels: the
+/// linked sm_90 image of a `target teams distribute parallel for` program
+/// keeps no `__kmpc_parallel_60` function, while the same program built
+/// with `offload clang-flags --no-lto` calls it as one (each build linked,
+/// so nvlink accepted both).
+#[test]
+fn device_lto_inlines_the_runtime_and_no_lto_calls_it() {
+    let Some(lto) = clang_flags("sm_90") else {
+        return;
+    };
+    let o = Command::new(OFFLOAD)
+        .args(["clang-flags", "--offload-arch=sm_90", "--no-lto"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let no_lto: Vec<String> = String::from_utf8(o.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let src = root().join("plugins/cuda/tests/gpu/omp_bench.c");
+    let parallel_entries = |flags: &[String], tag: &str| -> usize {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join(format!("omp_bench_{tag}"));
+        // -save-temps keeps the linked device image next to the program.
+        let o = Command::new("clang-22")
+            .current_dir(dir.path())
+            .args(["-fopenmp", "-O2", "-save-temps"])
+            .args(flags)
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{tag} build: {}", text(&o));
+        let image = dir
+            .path()
+            .join(format!("omp_bench_{tag}.nvptx64.sm_90.img"));
+        let o = Command::new("readelf")
+            .arg("-sW")
+            .arg(&image)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "readelf {}: {}",
+            image.display(),
+            text(&o)
+        );
+        let symbols = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            symbols.contains("__omp_offloading_"),
+            "{tag}: no kernels in {}",
+            image.display()
+        );
+        symbols
+            .lines()
+            .filter(|l| l.ends_with(" __kmpc_parallel_60"))
+            .count()
+    };
+    assert_eq!(parallel_entries(&lto, "lto"), 0, "LTO left the call");
+    assert!(
+        parallel_entries(&no_lto, "nolto") > 0,
+        "--no-lto inlined it"
+    );
+}
