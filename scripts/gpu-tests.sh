@@ -72,7 +72,8 @@
 #      distribute parallel for` launch + sync <= 1.10x raw_saxpy's driver
 #      launch + sync and <= 1.00x LLVM's libomptarget; STREAM triad over
 #      2^27 doubles >= 0.90x the CUDA C kernel; a 2^27-double sum
-#      reduction >= 0.80x a two-pass CUDA reduction; then, as diagnostics
+#      reduction >= 0.80x a two-pass CUDA reduction; omp_bench built with
+#      `clang-flags --no-lto` once, as a reference; then, as diagnostics
 #      in omp-profile.txt (GPU_PROFILE=0: not), nsys per-kernel GPU times
 #      of omp_bench and raw_saxpy and ncu sections of the first triad and
 #      reduction kernels;
@@ -136,6 +137,12 @@ build_openmp() { # build_openmp OUT TARGETDIR ROOT
         clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/$p.c" -o "$out/$p" \
             || die "building $p for $arch failed"
     done
+    # The benchmark without device LTO too (the runtime called, not
+    # inlined): how much the inlining is worth on the GPU.
+    flags=$("$t/offload" clang-flags --no-lto --offload-arch="$arch") || die "clang-flags --no-lto failed"
+    # shellcheck disable=SC2086
+    clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_nolto" \
+        || die "building omp_bench without LTO for $arch failed"
     cp "$src/cuda_bench.cu" "$out/cuda_bench.cu"
     echo "$arch" > "$out/OMP-ARCH"
     # The project's OpenMP test programs that make sense on a GPU (the
@@ -226,7 +233,7 @@ build_bundle() { # build_bundle DIR PROFILE
     # Everything must load from the bundle plus Ubuntu's base libraries.
     local f lib where glibc
     local programs=("$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api)
-    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_bench "$out"/omp_progs/*)
+    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_progs/*)
     for f in "${programs[@]}" "$out"/lib/*.so*; do
         while read -r lib where; do
             [[ $lib == /* ]] && lib=${lib##*/}
@@ -647,6 +654,8 @@ if [[ $omp_gpu == 1 ]]; then
             check "benchmark round $r: CUDA C (cuda_bench)" ./cuda_bench
         fi
     done
+    check "benchmark: OpenMP built without device LTO (reference), our libomptarget" \
+        ./omp_bench_nolto omp-nolto "$iters"
     # Where the time goes (no check; omp-profile.txt, in outputs.tgz):
     # per-kernel GPU time from nsys for our launches and the bare driver's
     # (launch cost or run time?), and ncu's view of the first triad and
@@ -728,6 +737,9 @@ if [[ $omp_gpu == 1 ]]; then
             m += row("sum reduction 2^27 doubles, GB/s: ours vs two-pass CUDA", "reduce_GBps", "omp", "cuda", "0.80", 0)
             if (("triad_GBps", "llvm") in best) printf "| STREAM triad, GB/s: LLVM 22 libomptarget (reference) | %s | - | - | - | - |\n", best["triad_GBps", "llvm"]
             if (("reduce_GBps", "llvm") in best) printf "| sum reduction, GB/s: LLVM 22 libomptarget (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "llvm"]
+            if (("omp_launch_sync_us", "omp-nolto") in best) printf "| empty region launch + sync, us: built without device LTO (reference) | %s | - | - | - | - |\n", best["omp_launch_sync_us", "omp-nolto"]
+            if (("triad_GBps", "omp-nolto") in best) printf "| STREAM triad, GB/s: built without device LTO (reference) | %s | - | - | - | - |\n", best["triad_GBps", "omp-nolto"]
+            if (("reduce_GBps", "omp-nolto") in best) printf "| sum reduction, GB/s: built without device LTO (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "omp-nolto"]
             exit m ? 3 : 0
         }' bench.txt) || omp_verdict=$?
     [[ $omp_verdict == 0 ]] || verdict=3
