@@ -240,13 +240,13 @@ fn lookup_byte(d: &DevState, p: u64) -> Option<u64> {
             &format!(
                 "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
                 msg::P(p),
-                msg::P(tgt),
+                msg::P(tgt.0),
                 msg::rc_str(e.dyn_rc),
                 msg::rc_str(e.hold_rc)
             ),
         );
     }
-    Some(tgt)
+    Some(tgt.0)
 }
 
 pub fn is_present(p: *const c_void, dev: i64) -> i32 {

@@ -61,12 +61,12 @@ impl DevState {
         self.kernels.get(region)
     }
 
-    pub fn alloc(&self, size: u64) -> Option<u64> {
+    pub fn alloc(&self, size: u64) -> Option<DevicePtr> {
         match self
             .dev
             .alloc(size as usize, offload_core::AllocKind::Device)
         {
-            Ok(p) => Some(p.0),
+            Ok(p) => Some(p),
             Err(e) => {
                 crate::msg::plugin_error("Failure to allocate device memory", &e);
                 None
@@ -79,9 +79,9 @@ impl DevState {
     /// front, live ranges of the core's index). Free with
     /// [`Self::free_block`] and the same size.
     #[inline]
-    pub fn alloc_block(&self, size: u64) -> Option<u64> {
+    pub fn alloc_block(&self, size: u64) -> Option<DevicePtr> {
         match self.dev.alloc_owned_block(size as usize) {
-            Ok(p) => Some(p.0),
+            Ok(p) => Some(p),
             Err(e) => {
                 report("Failure to allocate device memory", e);
                 None
@@ -92,18 +92,15 @@ impl DevState {
     /// Release a block from [`Self::alloc_block`] of `size` bytes (each is
     /// freed once: the mapping table entry or the launch that made it owns it).
     #[inline]
-    pub fn free_block(&self, p: u64, size: u64) -> bool {
+    pub fn free_block(&self, p: DevicePtr, size: u64) -> bool {
         reported(
-            self.dev.free_owned_block(DevicePtr(p), size as usize),
+            self.dev.free_owned_block(p, size as usize),
             "Failure to deallocate device memory",
         )
     }
 
-    pub fn free(&self, p: u64) -> bool {
-        reported(
-            self.dev.free(DevicePtr(p)),
-            "Failure to deallocate device memory",
-        )
+    pub fn free(&self, p: DevicePtr) -> bool {
+        reported(self.dev.free(p), "Failure to deallocate device memory")
     }
 
     /// Copy `size` bytes from host address `hst` into the owned block
@@ -114,7 +111,7 @@ impl DevState {
     /// lies inside device memory of a live mapping-table entry (a block
     /// from [`Self::alloc_block`] or a global of a loaded image).
     #[inline]
-    pub unsafe fn h2d(&self, tgt: u64, hst: u64, size: u64) -> bool {
+    pub unsafe fn h2d(&self, tgt: DevicePtr, hst: u64, size: u64) -> bool {
         size == 0
             || reported(
                 // SAFETY: the caller guarantees the host range is readable
@@ -122,7 +119,7 @@ impl DevState {
                 // face allocated or loaded (range checked in debug builds).
                 unsafe {
                     self.dev
-                        .copy_to_owned_block(DevicePtr(tgt), hst as *const u8, size as usize)
+                        .copy_to_owned_block(tgt, hst as *const u8, size as usize)
                 },
                 "Failure to copy data from host to device",
             )
@@ -135,7 +132,7 @@ impl DevState {
     /// lies inside device memory of a live mapping-table entry (a block
     /// from [`Self::alloc_block`] or a global of a loaded image).
     #[inline]
-    pub unsafe fn d2h(&self, hst: u64, tgt: u64, size: u64) -> bool {
+    pub unsafe fn d2h(&self, hst: u64, tgt: DevicePtr, size: u64) -> bool {
         size == 0
             || reported(
                 // SAFETY: the caller guarantees the host range is writable
@@ -143,7 +140,7 @@ impl DevState {
                 // face allocated or loaded.
                 unsafe {
                     self.dev
-                        .copy_from_owned_block(hst as *mut u8, DevicePtr(tgt), size as usize)
+                        .copy_from_owned_block(hst as *mut u8, tgt, size as usize)
                 },
                 "Failure to copy data from device to host",
             )

@@ -15,7 +15,7 @@ use crate::shards::View;
 use crate::transfer::{copy_h2d, reapply_shadows};
 
 pub struct MapResult {
-    pub tgt: u64,
+    pub tgt: DevicePtr,
     pub key: Option<u64>,
     pub is_new: bool,
     /// Host memory used directly (unified shared memory, no entry).
@@ -54,7 +54,7 @@ impl MapReq {
 
 impl MapResult {
     const NONE: MapResult = MapResult {
-        tgt: 0,
+        tgt: DevicePtr::NULL,
         key: None,
         is_new: false,
         host: false,
@@ -111,7 +111,7 @@ fn map_present(
                 "Mapping exists{} with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}, Name={}",
                 if r.implicit() { " (implicit)" } else { "" },
                 P(hp),
-                P(tgt),
+                P(tgt.0),
                 msg::name_of(r.name)
             ),
         );
@@ -168,7 +168,7 @@ fn map_usm(d: &DevState, r: &MapReq) -> MapResult {
         );
     }
     MapResult {
-        tgt: r.hp,
+        tgt: DevicePtr(r.hp),
         key: None,
         is_new: false,
         host: true,
@@ -182,13 +182,13 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
     let Some(alloc) = d.alloc_block(size + padding) else {
         return Err(Fail::Other);
     };
-    let tgt = alloc + padding;
+    let tgt = alloc.offset(padding);
     let e = Entry {
         hst_base: r.hb,
         hst_begin: hp,
         hst_end: hp + size,
-        tgt_alloc: DevicePtr(alloc),
-        tgt_begin: DevicePtr(tgt),
+        tgt_alloc: alloc,
+        tgt_begin: tgt,
         dyn_rc: if hold { 0 } else { 1 },
         hold_rc: if hold { 1 } else { 0 },
         name,
@@ -203,8 +203,8 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
                 "Creating new map entry with HstPtrBase={}, HstPtrBegin={}, TgtAllocBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={}, HoldRefCount={}, Name={}",
                 P(r.hb),
                 P(hp),
-                P(alloc),
-                P(tgt),
+                P(alloc.0),
+                P(tgt.0),
                 e.dyn_rc,
                 e.hold_rc,
                 msg::name_of(name)
@@ -239,10 +239,12 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
 
 /// Write the device address of the pointee into the device copy of the
 /// pointer at host address `ptr_addr`, and record a shadow pointer.
-pub(crate) fn attach(d: &DevState, ptr_addr: u64, pointee_begin: u64, pointee_tgt: u64) {
+pub(crate) fn attach(d: &DevState, ptr_addr: u64, pointee_begin: u64, pointee_tgt: DevicePtr) {
     // SAFETY: `ptr_addr` is the host pointer variable being mapped.
     let host_value = unsafe { std::ptr::read_unaligned(ptr_addr as *const u64) };
-    let tgt_value = pointee_tgt.wrapping_sub(pointee_begin.wrapping_sub(host_value));
+    let tgt_value = pointee_tgt
+        .0
+        .wrapping_sub(pointee_begin.wrapping_sub(host_value));
     let mut tbl = d.table(ptr_addr, 8);
     let Some((k, Found::Contained)) = tbl.lookup(ptr_addr, 8) else {
         return;
@@ -291,7 +293,7 @@ fn struct_padding(a: &Args, i: usize) -> u64 {
 /// the host base of a PTR_AND_OBJ entry is the pointer stored at its base.
 /// For a reference member of a class clang names `this` as that base, so
 /// LLVM 22 (and we, to match it) load the object's first word there.
-fn return_param_base(hp: u64, hb: u64, pao: bool, tgt: u64) -> u64 {
+fn return_param_base(hp: u64, hb: u64, pao: bool, tgt: DevicePtr) -> u64 {
     let base = if pao {
         // SAFETY: a PTR_AND_OBJ entry's base is the host address of a
         // pointer-sized object the program's map clause names (LLVM reads
@@ -300,7 +302,7 @@ fn return_param_base(hp: u64, hb: u64, pao: bool, tgt: u64) -> u64 {
     } else {
         hb
     };
-    tgt.wrapping_sub(hp.wrapping_sub(base))
+    tgt.0.wrapping_sub(hp.wrapping_sub(base))
 }
 
 pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> Result<(), Fail> {
@@ -399,12 +401,12 @@ fn begin_one(
         force_copy: member && !pao && member_force_copy(d, a, t, from_mapper, ctx),
     };
     let r = map_one(d, ctx, &req)?;
-    if r.tgt == 0 && (size > 0) {
+    if r.tgt == DevicePtr::NULL && size > 0 {
         return Err(Fail::Other);
     }
     if !from_mapper && (r.key.is_some() || r.host) {
         if let Some(slot) = ctx.arg_tgt.get_mut(i) {
-            *slot = r.tgt;
+            *slot = r.tgt.0;
         }
     }
     if let Some(pr) = ptr_res {
@@ -484,7 +486,7 @@ pub fn process_attaches(d: &DevState, ctx: &mut Ctx) {
                 &format!(
                     "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
                     P(hp),
-                    P(e.tgt_of(hp))
+                    P(e.tgt_of(hp).0)
                 ),
             );
         };

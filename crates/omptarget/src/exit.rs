@@ -33,7 +33,7 @@ pub fn data_end(
             );
         }
         if e.owned {
-            d.free_block(e.tgt_alloc.0, e.tgt_begin.0 - e.tgt_alloc.0 + e.size);
+            d.free_block(e.tgt_alloc, e.tgt_begin.0 - e.tgt_alloc.0 + e.size);
         }
     }
     r
@@ -167,7 +167,7 @@ fn release_ref(d: &DevState, e: &mut Entry, hp: u64, size: u64, t: i64, update_r
             &format!(
                 "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
                 P(hp),
-                P(e.tgt_of(hp))
+                P(e.tgt_of(hp).0)
             ),
         );
     }

@@ -47,9 +47,11 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
     }
     let hp_val = a.begin(i);
     let size = a.size(i).max(0) as u64;
-    let tgt_ptr_begin = last_param
-        .1
-        .wrapping_add(a.base(i).wrapping_sub(a.begin(parent)));
+    let tgt_ptr_begin = DevicePtr(
+        last_param
+            .1
+            .wrapping_add(a.base(i).wrapping_sub(a.begin(parent))),
+    );
     let (value, name) = {
         let tbl = d.table(hp_val, size);
         let Some((k, _)) = tbl.lookup(hp_val, size) else {
@@ -64,11 +66,11 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
                 &format!(
                     "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
                     P(hp_val),
-                    P(tgt)
+                    P(tgt.0)
                 ),
             );
         }
-        (tgt, e.name)
+        (tgt.0, e.name)
     };
     // SAFETY: the source is the local `value`; the destination is the
     // capture's slot inside the lambda's private device copy (its word).
@@ -147,7 +149,7 @@ struct Packed {
 #[derive(Default)]
 struct Privates {
     /// (device block, size).
-    blocks: Vec<(u64, u64)>,
+    blocks: Vec<(DevicePtr, u64)>,
     /// Small firstprivates copied in one transfer after the argument loop.
     packed: Vec<Packed>,
 }
@@ -215,7 +217,7 @@ fn pack_firstprivates(d: &DevState, info: u32, privates: &mut Privates, words: &
     };
     // SAFETY: `buf` holds `total` bytes; `block` is a block of `total` bytes.
     unsafe { copy_h2d(d, name, bp, block, total) };
-    let mut tp = block;
+    let mut tp = block.0;
     for p in packed {
         tp += p.padding;
         words.set(p.word, tp.wrapping_add(p.off));
@@ -421,7 +423,7 @@ fn private_word(
         // its new block.
         unsafe { copy_h2d(d, name, a.begin(i), p, size) };
     }
-    Some(p.wrapping_add(off))
+    Some(p.0.wrapping_add(off))
 }
 
 /// The word of mapped argument `i`: its device address from
@@ -450,11 +452,11 @@ fn mapped_word(d: &DevState, a: &Args, i: usize, info: u32, ctx: &Ctx) -> u64 {
                     &format!(
                         "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
                         P(hp),
-                        P(tgt)
+                        P(tgt.0)
                     ),
                 );
             }
-            tgt
+            tgt.0
         }
         // Not mapped: the kernel sees the host address (OpenMP 5.2).
         _ => hp,
@@ -544,7 +546,7 @@ fn read_back_ranges(d: &DevState, a: &Args) -> SmallVec<[(DevicePtr, usize); 4]>
             _ => None,
         };
         if let Some(e) = key.and_then(|k| tbl.get(k)).filter(|e| !e.host_ptr) {
-            back.push((DevicePtr(e.tgt_of(hp)), size as usize));
+            back.push((e.tgt_of(hp), size as usize));
             total += size;
         }
     }

@@ -19,7 +19,7 @@ pub struct Shadow {
     /// The value the host pointer had (restored after FROM copies).
     pub host_value: u64,
     /// Device address of the device copy of the pointer.
-    pub tgt_ptr_addr: u64,
+    pub tgt_ptr_addr: DevicePtr,
     /// The value written into the device pointer.
     pub tgt_value: u64,
 }
@@ -73,10 +73,12 @@ impl Entry {
     }
     /// Device address for host address `hp` (may lie before the entry for
     /// implicit partial overlaps).
-    pub fn tgt_of(&self, hp: u64) -> u64 {
-        self.tgt_begin
-            .0
-            .wrapping_add(hp.wrapping_sub(self.hst_begin))
+    pub fn tgt_of(&self, hp: u64) -> DevicePtr {
+        DevicePtr(
+            self.tgt_begin
+                .0
+                .wrapping_add(hp.wrapping_sub(self.hst_begin)),
+        )
     }
     pub fn inc(&mut self, hold: bool) {
         let c = if hold {

@@ -1,6 +1,8 @@
 //! Copies between a host range and its device copy, with their INFO lines,
 //! and the attached-pointer shadows a copy re-applies or restores.
 
+use offload_core::plugin::DevicePtr;
+
 use crate::device::DevState;
 use crate::mapping::Shadow;
 use crate::msg::{self, P};
@@ -10,14 +12,20 @@ use crate::msg::{self, P};
 /// # Safety
 /// As [`DevState::h2d`]: the host range is readable, the device range lies
 /// in live device memory of a mapping-table entry or owned block.
-pub(crate) unsafe fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
+pub(crate) unsafe fn copy_h2d(
+    d: &DevState,
+    e_name: usize,
+    hp: u64,
+    tgt: DevicePtr,
+    size: u64,
+) -> bool {
     if msg::info_on(msg::INFO_DATA_TRANSFER) {
         msg::dev_info(
             d.id,
             &format!(
                 "Copying data from host to device, HstPtr={}, TgtPtr={}, Size={size}, Name={}",
                 P(hp),
-                P(tgt),
+                P(tgt.0),
                 msg::name_of(e_name)
             ),
         );
@@ -31,13 +39,19 @@ pub(crate) unsafe fn copy_h2d(d: &DevState, e_name: usize, hp: u64, tgt: u64, si
 /// # Safety
 /// As [`DevState::d2h`]: the host range is writable, the device range lies
 /// in live device memory of a mapping-table entry.
-pub(crate) unsafe fn copy_d2h(d: &DevState, e_name: usize, hp: u64, tgt: u64, size: u64) -> bool {
+pub(crate) unsafe fn copy_d2h(
+    d: &DevState,
+    e_name: usize,
+    hp: u64,
+    tgt: DevicePtr,
+    size: u64,
+) -> bool {
     if msg::info_on(msg::INFO_DATA_TRANSFER) {
         msg::dev_info(
             d.id,
             &format!(
                 "Copying data from device to host, TgtPtr={}, HstPtr={}, Size={size}, Name={}",
-                P(tgt),
+                P(tgt.0),
                 P(hp),
                 msg::name_of(e_name)
             ),

@@ -83,7 +83,7 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
                         &format!(
                             "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
                             P(hp),
-                            P(tgt)
+                            P(tgt.0)
                         ),
                     );
                 }
