@@ -151,6 +151,54 @@ typedef struct offload_host_item {
   const uint32_t name##_offload_barrier = 1;                                   \
   OFFLOAD_HOST_KERNEL_ITEM(name)
 
+/* Declares the group form of barrier kernel `name` (optional): one call per
+ * work group, with `group` the item of local id 0, doing what the group's
+ * items would do, as loops over the items split at the barriers (what PoCL's
+ * compiler makes of an OpenCL kernel; here the kernel's author, or the tool
+ * generating the C, writes it):
+ *
+ *   OFFLOAD_HOST_KERNEL_GROUP(name) {
+ *     ...                                  (once per group)
+ *     OFFLOAD_GROUP_FOR_ITEMS(group, it) { what each item does up to the
+ *                                          first barrier, for item `it` }
+ *     OFFLOAD_GROUP_FOR_ITEMS(group, it) { ... up to the next barrier }
+ *     ...
+ *   }
+ *
+ * When a barrier kernel exports it (any argument size), the runtime calls it
+ * instead of running the group's items as coroutines: no stacks, no switch,
+ * and loops the compiler can vectorise. It must not call
+ * offload_group_barrier (the launch fails with an error saying so). A value
+ * an item keeps across a barrier lives in an array indexed by the item's
+ * offload_local_linear_id (at most OFFLOAD_HOST_MAX_GROUP_SIZE entries) or
+ * in group memory; items of one loop may run in any order (they are
+ * independent between barriers). The per-item function `name` stays the
+ * reference, and what a runtime without group forms (ABI v2 before them)
+ * runs. */
+#define OFFLOAD_HOST_KERNEL_GROUP(name)                                        \
+  OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
+      name##_offload_group(const void *args, const offload_host_item_t *group)
+
+/* Most work items in one group on the host device. */
+#define OFFLOAD_HOST_MAX_GROUP_SIZE 1024
+
+/* Runs the statement after it once per work item of `group`'s work group
+ * (x fastest), with `it` a `offload_host_item_t *` to that item (its
+ * local_id set, the rest as in `group`). `break` leaves the x loop only:
+ * use `continue` to skip an item. */
+#define OFFLOAD_GROUP_FOR_ITEMS(group, it)                                     \
+  for (offload_host_item_t it##_item_ = *(group), *it = &it##_item_; it;       \
+       it = NULL)                                                              \
+    for (it##_item_.local_id[2] = 0;                                           \
+         it##_item_.local_id[2] < it##_item_.group_size[2];                    \
+         it##_item_.local_id[2]++)                                             \
+      for (it##_item_.local_id[1] = 0;                                         \
+           it##_item_.local_id[1] < it##_item_.group_size[1];                  \
+           it##_item_.local_id[1]++)                                           \
+        for (it##_item_.local_id[0] = 0;                                       \
+             it##_item_.local_id[0] < it##_item_.group_size[0];                \
+             it##_item_.local_id[0]++)
+
 /* Reserves sizeof(type) bytes of static group memory for kernel `name`. */
 #define OFFLOAD_HOST_GROUP_STATIC(name, type)                                  \
   OFFLOAD_HOST_EXTERN __attribute__((visibility("default"), used))            \
@@ -164,6 +212,12 @@ typedef struct offload_host_item {
  * before it are seen by every item of the group after it. */
 static inline void offload_group_barrier(const offload_host_item_t *item) {
   item->barrier(item);
+}
+
+/* The item's index in its group, x fastest: 0 .. items per group - 1. */
+static inline uint32_t offload_local_linear_id(const offload_host_item_t *item) {
+  return item->local_id[0] +
+         item->group_size[0] * (item->local_id[1] + item->group_size[1] * item->local_id[2]);
 }
 
 static inline size_t offload_global_id(const offload_host_item_t *item, int dim) {

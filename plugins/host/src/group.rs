@@ -167,33 +167,80 @@ thread_local! {
 type ItemCoroutine = Coroutine<(), (), (), DefaultStack>;
 
 impl GroupLaunch<'_> {
-    /// Run group `g` (linear index, x fastest) to completion; a message on
-    /// misuse of the barrier.
-    pub fn run(&self, g: u64) -> Result<(), String> {
-        let [nx, ny, _] = self.num_groups.map(|n| n as u64);
-        self.run_at([
-            (g % nx) as u32,
-            ((g / nx) % ny) as u32,
-            (g / (nx * ny)) as u32,
-        ])
-    }
-
-    /// Run the group with ids `gid`.
-    pub fn run_at(&self, gid: [u32; 3]) -> Result<(), String> {
-        if !self.uses_barrier && self.dyn_group_memory == 0 && self.static_group_memory == 0 {
+    /// Run groups `start..end` (linear indices, x fastest) to completion,
+    /// in that order, on this thread; a message on misuse of the barrier.
+    ///
+    /// The item, the thread's state and the group memory are set up once
+    /// for the whole range; the group ids advance without a division.
+    pub fn run_range(&self, start: u64, end: u64) -> Result<(), String> {
+        if start >= end {
+            return Ok(());
+        }
+        let gid = self.group_ids(start);
+        if !self.needs_state() {
             // No per-thread state needed (the common plain kernel).
             let none = std::ptr::null_mut();
-            return self.run_direct(gid, none, none, Mode::Direct);
+            return self.run_direct(gid, end - start, none, none, Mode::Direct);
         }
         // A kernel launching from inside a kernel on this thread (never
         // done by the faces) gets fresh state instead of a borrow panic.
         STATE.with(|s| match s.try_borrow_mut() {
-            Ok(mut st) => self.run_in(gid, &mut st),
-            Err(_) => self.run_in(gid, &mut ThreadState::default()),
+            Ok(mut st) => self.run_in(gid, end - start, &mut st),
+            Err(_) => self.run_in(gid, end - start, &mut ThreadState::default()),
         })
     }
 
-    fn run_in(&self, gid: [u32; 3], st: &mut ThreadState) -> Result<(), String> {
+    /// Run the group with ids `gid` (the launch's only group, say).
+    pub fn run_at(&self, gid: [u32; 3]) -> Result<(), String> {
+        if !self.needs_state() {
+            let none = std::ptr::null_mut();
+            return self.run_direct(gid, 1, none, none, Mode::Direct);
+        }
+        STATE.with(|s| match s.try_borrow_mut() {
+            Ok(mut st) => self.run_in(gid, 1, &mut st),
+            Err(_) => self.run_in(gid, 1, &mut ThreadState::default()),
+        })
+    }
+
+    /// Group ids of linear group index `g`.
+    fn group_ids(&self, g: u64) -> [u32; 3] {
+        let [nx, ny, _] = self.num_groups.map(|n| n as u64);
+        [
+            (g % nx) as u32,
+            ((g / nx) % ny) as u32,
+            (g / (nx * ny)) as u32,
+        ]
+    }
+
+    /// Step `gid` to the next group (x fastest).
+    #[inline(always)]
+    fn next_group(&self, gid: &mut [u32; 3]) {
+        gid[0] += 1;
+        if gid[0] == self.num_groups[0] {
+            gid[0] = 0;
+            gid[1] += 1;
+            if gid[1] == self.num_groups[1] {
+                gid[1] = 0;
+                gid[2] += 1;
+            }
+        }
+    }
+
+    /// Whether a group needs the thread's state (group memory or stacks).
+    #[inline(always)]
+    fn needs_state(&self) -> bool {
+        self.dyn_group_memory != 0 || self.static_group_memory != 0 || self.cooperative()
+    }
+
+    /// Whether the groups run as coroutines: a barrier kernel without a
+    /// group entry of its own.
+    #[inline(always)]
+    fn cooperative(&self) -> bool {
+        self.uses_barrier && self.group_entry.is_none()
+    }
+
+    /// `count` groups from `gid` on, with the thread's state.
+    fn run_in(&self, mut gid: [u32; 3], count: u64, st: &mut ThreadState) -> Result<(), String> {
         // Static group memory first, then the dynamic part, each 64-byte aligned.
         let static_chunks = self.static_group_memory.div_ceil(64);
         let chunks = static_chunks + self.dyn_group_memory.div_ceil(64);
@@ -214,7 +261,7 @@ impl GroupLaunch<'_> {
             .iter()
             .map(|&n| n as usize)
             .product::<usize>();
-        let mode = match (self.uses_barrier, items) {
+        let mode = match (self.cooperative(), items) {
             (false, _) => Mode::Direct,
             (true, 1) => Mode::Solo,
             (true, _) => Mode::Cooperative,
@@ -224,10 +271,14 @@ impl GroupLaunch<'_> {
             ptr_at(static_chunks, self.dyn_group_memory),
         );
         if mode != Mode::Cooperative {
-            return self.run_direct(gid, group_static, group_memory, mode);
+            return self.run_direct(gid, count, group_static, group_memory, mode);
         }
-        let proto = self.item(gid, group_static, group_memory, std::ptr::null());
-        self.run_cooperative(proto, items, st)
+        for _ in 0..count {
+            let proto = self.item(gid, group_static, group_memory, std::ptr::null());
+            self.run_cooperative(proto, items, st)?;
+            self.next_group(&mut gid);
+        }
+        Ok(())
     }
 
     /// The item of local id 0 of group `gid`.
@@ -255,11 +306,13 @@ impl GroupLaunch<'_> {
         }
     }
 
-    /// The items one after another, as plain calls.
+    /// `count` groups from `gid` on, each as one call of the group entry
+    /// or as its items one after another (plain calls).
     #[inline]
     fn run_direct(
         &self,
-        gid: [u32; 3],
+        mut gid: [u32; 3],
+        count: u64,
         group_static: *mut c_void,
         group_memory: *mut c_void,
         mode: Mode,
@@ -267,13 +320,23 @@ impl GroupLaunch<'_> {
         let rt = ItemRuntime::new(mode);
         let mut item = self.item(gid, group_static, group_memory, &rt);
         if let Some(group_entry) = self.group_entry {
-            // SAFETY: as below; the loop gives each item its local id.
-            unsafe { group_entry(self.args, &item) };
+            for _ in 0..count {
+                item.group_id = gid;
+                // SAFETY: the entry has the packed signature; the caller
+                // keeps the argument buffer alive; the loop gives each item
+                // its local id (from its own copy of `item`).
+                unsafe { group_entry(self.args, &item) };
+                self.next_group(&mut gid);
+            }
         } else {
-            self.run_items(&mut item);
+            for _ in 0..count {
+                item.group_id = gid;
+                self.run_items(&mut item);
+                self.next_group(&mut gid);
+            }
         }
         if rt.misused.get() {
-            return Err(self.undeclared_barrier());
+            return Err(self.misused_barrier());
         }
         Ok(())
     }
@@ -294,7 +357,14 @@ impl GroupLaunch<'_> {
     }
 
     #[cold]
-    fn undeclared_barrier(&self) -> String {
+    fn misused_barrier(&self) -> String {
+        if self.uses_barrier {
+            return format!(
+                "kernel '{}': its group entry ({}_offload_group) called offload_group_barrier; \
+                 a group entry runs the whole group and must not call the barrier",
+                self.kernel, self.kernel
+            );
+        }
         format!(
             "kernel '{}' called offload_group_barrier but is not declared with \
              OFFLOAD_HOST_KERNEL_BARRIER({}): its work items run one after another, \

@@ -96,8 +96,13 @@ fn tiled_matrix_multiply() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
-    let k = prog.kernel("matmul_tiled").unwrap();
-    let n = 64usize;
+    check_matmul(dev, &prog, "matmul_tiled", 64);
+}
+
+/// C = A x B of `n` x `n` (a multiple of 16) by kernel `name`, in 16 x 16
+/// groups, checked against the host's sums; C is returned.
+fn check_matmul(dev: &Device, prog: &Arc<offload_core::Program>, name: &str, n: usize) -> Vec<f32> {
+    let k = prog.kernel(name).unwrap();
     let a = buffer(dev, n * n, 0f32);
     let b = buffer(dev, n * n, 0f32);
     let c = buffer(dev, n * n, -1f32);
@@ -120,9 +125,10 @@ fn tiled_matrix_multiply() {
     for row in 0..n {
         for col in 0..n {
             let want: f32 = (0..n).map(|k| a[row * n + k] * b[k * n + col]).sum();
-            assert_eq!(c[row * n + col], want, "c[{row}][{col}]");
+            assert_eq!(c[row * n + col], want, "{name}: c[{row}][{col}]");
         }
     }
+    c.to_vec()
 }
 
 #[test]
@@ -166,8 +172,18 @@ fn three_dimensional_groups_share_memory() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
+    check_neighbour_3d(dev, &prog, [2, 3, 2], [4, 3, 5]);
+}
+
+/// `neighbour_3d` over `groups` of `size`: every item read its neighbour's
+/// local id from group memory after the barrier.
+fn check_neighbour_3d(
+    dev: &Device,
+    prog: &Arc<offload_core::Program>,
+    groups: [u32; 3],
+    size: [u32; 3],
+) {
     let k = prog.kernel("neighbour_3d").unwrap();
-    let (groups, size) = ([2u32, 3, 2], [4u32, 3, 5]);
     let items: u32 = size.iter().product();
     let [w, h, d] = [0, 1, 2].map(|i| (groups[i] * size[i]) as usize);
     let out = buffer(dev, w * h * d, u32::MAX);
@@ -193,8 +209,18 @@ fn group_loops_cover_every_item_of_3d_grids() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
+    check_write_ids_3d(dev, &prog, [3, 2, 2], [5, 3, 2]);
+}
+
+/// `write_ids_3d` over `groups` of `size`: every item wrote its linear
+/// global id, plus 1 for seeing its own group's memory.
+fn check_write_ids_3d(
+    dev: &Device,
+    prog: &Arc<offload_core::Program>,
+    groups: [u32; 3],
+    size: [u32; 3],
+) {
     let k = prog.kernel("write_ids_3d").unwrap();
-    let (groups, size) = ([3u32, 2, 2], [5u32, 3, 2]);
     let n: u32 = (0..3).map(|i| groups[i] * size[i]).product();
     let out = buffer(dev, n as usize, u32::MAX);
     dev.launch(
@@ -235,6 +261,94 @@ fn a_kernels_group_loop_is_called_once_per_group() {
             "{name} with {arg_bytes} argument bytes: (item calls, group calls)"
         );
     }
+}
+
+/// A barrier kernel's group form (OFFLOAD_HOST_KERNEL_GROUP: the group as
+/// loops split at the barriers) gives what its items give as coroutines,
+/// over grids of many groups (several pieces per worker thread).
+#[test]
+fn group_forms_of_barrier_kernels_match_their_items() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    for size in [64u32, 128, 256] {
+        let groups = 1000usize;
+        let mut got = Vec::new();
+        for name in ["reduce_dynamic", "reduce_loops"] {
+            let k = prog.kernel(name).unwrap();
+            let out = buffer(dev, groups, 0u32);
+            dev.launch(
+                &k,
+                KernelArgs::Packed(&ptr_arg(out)),
+                &config([groups as u32, 1, 1], [size, 1, 1], size * 4),
+            )
+            .unwrap_or_else(|e| panic!("{name} x {size}: {e}"));
+            assert!(
+                out.iter().all(|&v| v == 2 * size),
+                "{name} x {size}: {out:?}"
+            );
+            got.push(out.to_vec());
+        }
+        assert_eq!(got[0], got[1]);
+    }
+    assert_eq!(
+        check_matmul(dev, &prog, "matmul_tiled", 96),
+        check_matmul(dev, &prog, "matmul_loops", 96)
+    );
+}
+
+/// The runtime runs a barrier kernel's group form, not its items, once per
+/// group, whatever the argument size; a group form that calls the barrier
+/// fails the launch with an error naming it.
+#[test]
+fn barrier_kernels_with_a_group_form_run_it_once_per_group() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("count_barrier_group_calls").unwrap();
+    for (groups, size, arg_bytes) in [
+        ([5u32, 3, 1], [8u32, 2, 1], 16usize),
+        ([2, 2, 3], [4, 3, 2], 8192),
+        ([1, 1, 1], [1, 1, 1], 16),
+    ] {
+        let counts = buffer(dev, 2, 0u32);
+        let mut args = ptr_arg(&counts[..1]);
+        args.extend(ptr_arg(&counts[1..]));
+        args.resize(arg_bytes, 0);
+        dev.launch(&k, KernelArgs::Packed(&args), &config(groups, size, 64))
+            .unwrap();
+        let want = groups.iter().product::<u32>();
+        assert_eq!(
+            (counts[0], counts[1]),
+            (0, want),
+            "{groups:?} x {size:?}, {arg_bytes} argument bytes: (item calls, group calls)"
+        );
+    }
+    let k = prog.kernel("group_form_barrier").unwrap();
+    let e = dev
+        .launch(
+            &k,
+            KernelArgs::Packed(&[]),
+            &config([3, 1, 1], [8, 1, 1], 0),
+        )
+        .unwrap_err();
+    assert!(
+        e.message().contains("group_form_barrier_offload_group")
+            && e.message().contains("must not call the barrier"),
+        "{e}"
+    );
+}
+
+/// Grids of many groups are run in pieces of consecutive groups: every
+/// item of a large 3-D grid gets its ids and its group's memory, across the
+/// pieces' boundaries, through the group loop and as coroutines.
+#[test]
+fn large_grids_run_in_pieces_keep_every_group_id() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    check_write_ids_3d(dev, &prog, [37, 11, 5], [4, 2, 1]);
+    check_neighbour_3d(dev, &prog, [19, 7, 3], [2, 3, 2]);
 }
 
 #[test]

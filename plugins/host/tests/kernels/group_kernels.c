@@ -62,6 +62,66 @@ OFFLOAD_HOST_KERNEL_BARRIER(matmul_tiled) {
   p->c[row * p->n + col] = acc;
 }
 
+/* The same two kernels with a group form (OFFLOAD_HOST_KERNEL_GROUP): the
+ * per-item function is the reference, the group form what the runtime runs
+ * (the work group as loops split at the barriers). */
+OFFLOAD_HOST_KERNEL_BARRIER(reduce_loops) {
+  reduce(item, item->group_memory, *(uint32_t *const *)args);
+}
+OFFLOAD_HOST_KERNEL_GROUP(reduce_loops) {
+  uint32_t *mem = group->group_memory, *out = *(uint32_t *const *)args;
+  uint32_t n = group->group_size[0];
+  OFFLOAD_GROUP_FOR_ITEMS(group, it) mem[it->local_id[0]] = 2;
+  for (uint32_t i = n / 2; i > 0; i >>= 1)
+    OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+      uint32_t l = it->local_id[0];
+      if (l < i) mem[l] += mem[l + i];
+    }
+  out[group->group_id[0]] = mem[0]; /* item 0's part after the last barrier */
+}
+
+OFFLOAD_HOST_GROUP_STATIC(matmul_loops, struct matmul_tiles);
+OFFLOAD_HOST_KERNEL_BARRIER(matmul_loops) { matmul_tiled(args, item); }
+OFFLOAD_HOST_KERNEL_GROUP(matmul_loops) {
+  const struct {
+    const float *a, *b;
+    float *c;
+    uint32_t n;
+  } *p = args;
+  struct matmul_tiles *t = OFFLOAD_GROUP_STATIC(group, struct matmul_tiles);
+  /* Each item's `acc`, kept across the barriers. */
+  float acc[TILE][TILE] = {{0}};
+  uint32_t col0 = group->group_id[0] * TILE, row0 = group->group_id[1] * TILE;
+  for (uint32_t k0 = 0; k0 < p->n; k0 += TILE) {
+    OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+      uint32_t tx = it->local_id[0], ty = it->local_id[1];
+      t->a[ty][tx] = p->a[(row0 + ty) * p->n + k0 + tx];
+      t->b[ty][tx] = p->b[(k0 + ty) * p->n + col0 + tx];
+    }
+    /* The items' k loops interleaved (they are independent until the
+     * next barrier): k outermost, so the x loop vectorises. */
+    for (uint32_t k = 0; k < TILE; k++)
+      OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+        uint32_t tx = it->local_id[0], ty = it->local_id[1];
+        acc[ty][tx] += t->a[ty][k] * t->b[k][tx];
+      }
+  }
+  OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+    uint32_t tx = it->local_id[0], ty = it->local_id[1];
+    p->c[(row0 + ty) * p->n + col0 + tx] = acc[ty][tx];
+  }
+}
+
+/* A group form that calls the barrier (it must not): the launch fails. */
+OFFLOAD_HOST_KERNEL_BARRIER(group_form_barrier) {
+  (void)args;
+  offload_group_barrier(item);
+}
+OFFLOAD_HOST_KERNEL_GROUP(group_form_barrier) {
+  (void)args;
+  offload_group_barrier(group);
+}
+
 /* Inclusive prefix sum of each group's slice of `in` (Hillis-Steele in
  * dynamic group memory of 2 x group size words, double-buffered: one
  * barrier per step). */
@@ -215,5 +275,26 @@ count_group_calls_offload_group(const void *args, const offload_host_item_t *fir
   const struct call_counts *p = args;
   uint32_t bad = first->local_id[0] | first->local_id[1] | first->local_id[2];
   bad |= first->args_size < sizeof *p || first->args_size > OFFLOAD_HOST_GROUP_ARGS_MAX;
+  __atomic_fetch_add(p->group_calls, bad ? 1u << 20 : 1u, __ATOMIC_RELAXED);
+}
+
+/* A barrier kernel with a group form: the runtime must call the group form
+ * once per group (with the item of local id 0 and its group memory, any
+ * argument size) and never run the items. */
+OFFLOAD_HOST_KERNEL_BARRIER(count_barrier_group_calls) {
+  const struct call_counts *p = args;
+  __atomic_fetch_add(p->item_calls, 1, __ATOMIC_RELAXED);
+  offload_group_barrier(item);
+}
+OFFLOAD_HOST_KERNEL_GROUP(count_barrier_group_calls) {
+  const struct call_counts *p = args;
+  uint32_t bad = group->local_id[0] | group->local_id[1] | group->local_id[2];
+  bad |= group->group_memory == NULL || group->args_size < sizeof *p;
+  uint32_t items = 0;
+  OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+    bad |= offload_local_linear_id(it) != items;
+    items++;
+  }
+  bad |= items != group->group_size[0] * group->group_size[1] * group->group_size[2];
   __atomic_fetch_add(p->group_calls, bad ? 1u << 20 : 1u, __ATOMIC_RELAXED);
 }
