@@ -319,26 +319,29 @@ impl GroupLaunch<'_> {
     ) -> Result<(), String> {
         let rt = ItemRuntime::new(mode);
         let mut item = self.item(gid, group_static, group_memory, &rt);
-        if let Some(group_entry) = self.group_entry {
-            for _ in 0..count {
-                item.group_id = gid;
-                // SAFETY: the entry has the packed signature; the caller
-                // keeps the argument buffer alive; the loop gives each item
-                // its local id (from its own copy of `item`).
-                unsafe { group_entry(self.args, &item) };
-                self.next_group(&mut gid);
-            }
-        } else {
-            for _ in 0..count {
-                item.group_id = gid;
-                self.run_items(&mut item);
-                self.next_group(&mut gid);
-            }
+        self.run_group(&mut item);
+        for _ in 1..count {
+            self.next_group(&mut gid);
+            item.group_id = gid;
+            self.run_group(&mut item);
         }
         if rt.misused.get() {
             return Err(self.misused_barrier());
         }
         Ok(())
+    }
+
+    /// The group of `item` (local id 0): one call of the group entry, or
+    /// the items one after another.
+    #[inline(always)]
+    fn run_group(&self, item: &mut HostItem) {
+        match self.group_entry {
+            // SAFETY: the entry has the packed signature; the caller keeps
+            // the argument buffer alive; the loop gives each item its local
+            // id (in its own copy of `item`).
+            Some(group_entry) => unsafe { group_entry(self.args, item) },
+            None => self.run_items(item),
+        }
     }
 
     /// The items of `item`'s group, one call each.
