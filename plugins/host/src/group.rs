@@ -2,13 +2,16 @@
 //!
 //! Two modes, chosen per kernel when it is looked up:
 //!
-//! * **Direct** (kernels without `OFFLOAD_HOST_KERNEL_BARRIER`): the group's
-//!   work items are plain calls, one after another on the worker thread, in
-//!   x-fastest order; or one call of the kernel's own loop over them
-//!   (`<kernel>_offload_group`, which `OFFLOAD_HOST_KERNEL` exports) with
-//!   the item of local id 0. No context switch, no extra stack. A barrier call here
+//! * **Direct** (kernels without `OFFLOAD_HOST_KERNEL_BARRIER`, and barrier
+//!   kernels that export their group form): the group's work items are
+//!   plain calls, one after another on the worker thread, in x-fastest
+//!   order; or one call of the kernel's own group entry
+//!   (`<kernel>_offload_group`: the loop over the items that
+//!   `OFFLOAD_HOST_KERNEL` exports, or a barrier kernel's group form from
+//!   `OFFLOAD_HOST_KERNEL_GROUP`, loops split at its barriers) with the item
+//!   of local id 0. No context switch, no extra stack. A barrier call here
 //!   cannot wait for anyone: it is recorded and the launch fails with an
-//!   error naming the missing declaration.
+//!   error naming the missing declaration (or the group form that made it).
 //! * **Cooperative** (kernels declared with `OFFLOAD_HOST_KERNEL_BARRIER`):
 //!   every work item of the group is a stackful coroutine (`corosensei`) on
 //!   the worker thread. The worker resumes the items in x-fastest order; an
@@ -19,6 +22,10 @@
 //!   others of the group have returned can never be passed: the waiting
 //!   items are abandoned (their stacks reset, nothing on them runs again)
 //!   and the launch fails with an error naming the group and the barrier.
+//!
+//! A worker runs a piece of consecutive groups ([`GroupLaunch::run_range`])
+//! with one set-up: the item, the thread's state and group memory, the
+//! group ids stepped from one group to the next.
 //!
 //! Stacks come from a per-thread pool, reused across groups and launches:
 //! [`item_stack_size`] bytes each (`OFFLOAD_HOST_ITEM_STACK`, default
