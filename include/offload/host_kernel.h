@@ -119,6 +119,40 @@ typedef struct offload_host_item {
   OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void name(        \
       const void *args, const offload_host_item_t *item)
 
+/* The group loop of OFFLOAD_HOST_KERNEL is compiled three times, for
+ * x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the build's baseline, and
+ * each call takes the best one the CPU has (__builtin_cpu_supports: x86-64
+ * with clang or GCC; no ifunc, so nothing runs at load time), so a plain
+ * `-O2` build gets the host's vector width and masked stores. Define
+ * OFFLOAD_HOST_NO_CLONES before including this header to build just one. */
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__)) &&      \
+    !defined(OFFLOAD_HOST_NO_CLONES)
+#define OFFLOAD_HOST_GROUP_ENTRY_(name)                                        \
+  static __attribute__((target("arch=x86-64-v4"), noinline)) void             \
+      name##_offload_group_v4_(const void *args, const offload_host_item_t *first) { \
+    name##_offload_group_loop_(args, first);                                   \
+  }                                                                            \
+  static __attribute__((target("arch=x86-64-v3"), noinline)) void             \
+      name##_offload_group_v3_(const void *args, const offload_host_item_t *first) { \
+    name##_offload_group_loop_(args, first);                                   \
+  }                                                                            \
+  OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
+      name##_offload_group(const void *args, const offload_host_item_t *first) { \
+    if (__builtin_cpu_supports("x86-64-v4"))                                   \
+      name##_offload_group_v4_(args, first);                                   \
+    else if (__builtin_cpu_supports("x86-64-v3"))                              \
+      name##_offload_group_v3_(args, first);                                   \
+    else                                                                       \
+      name##_offload_group_loop_(args, first);                                 \
+  }
+#else
+#define OFFLOAD_HOST_GROUP_ENTRY_(name)                                        \
+  OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
+      name##_offload_group(const void *args, const offload_host_item_t *first) { \
+    name##_offload_group_loop_(args, first);                                   \
+  }
+#endif
+
 /* Declares a kernel: the body below becomes an inline function of the work
  * item, exported twice: as `name` (one call per item, as in ABI v1) and as
  * `name_offload_group`, a loop over the items of one group that the runtime
@@ -127,15 +161,14 @@ typedef struct offload_host_item {
  * The loop works on a copy of the arguments in a local buffer, so the
  * compiler may load them once, ahead of any branch: with the body inlined,
  * the item in registers and the bounds check of `if (i < n)` masked, it
- * vectorises over x (build with -O2, and -mavx2 or -march=native for the
- * host's wider vectors and masked stores). A runtime that knows only ABI
- * v1 calls `name` per item. */
+ * vectorises over x (with -O2; see OFFLOAD_HOST_NO_CLONES above for the
+ * vector width). A runtime that knows only ABI v1 calls `name` per item. */
 #define OFFLOAD_HOST_KERNEL(name)                                              \
   static inline __attribute__((always_inline)) void name##_offload_item_(      \
       const void *args, const offload_host_item_t *item);                      \
   OFFLOAD_HOST_KERNEL_ITEM(name) { name##_offload_item_(args, item); }         \
-  OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
-      name##_offload_group(const void *args, const offload_host_item_t *first) { \
+  static inline __attribute__((always_inline)) void name##_offload_group_loop_( \
+      const void *args, const offload_host_item_t *first) {                    \
     unsigned char args_copy_[OFFLOAD_HOST_GROUP_ARGS_MAX]                      \
         __attribute__((aligned(64)));                                          \
     __builtin_memcpy(args_copy_, args, first->args_size);                      \
@@ -152,6 +185,7 @@ typedef struct offload_host_item {
           name##_offload_item_(args, &it);                                     \
         }                                                                      \
   }                                                                            \
+  OFFLOAD_HOST_GROUP_ENTRY_(name)                                              \
   static inline __attribute__((always_inline)) void name##_offload_item_(      \
       const void *args, const offload_host_item_t *item)
 

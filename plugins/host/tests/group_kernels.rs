@@ -22,11 +22,18 @@ fn runtime() -> Runtime {
 }
 
 fn kernels() -> Vec<u8> {
+    kernels_with(&[])
+}
+
+/// group_kernels.c built with `flags` added.
+fn kernels_with(flags: &[&str]) -> Vec<u8> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("group_kernels.so");
     let status = Command::new("clang-22")
-        .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-I"])
+        .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror"])
+        .args(flags)
+        .arg("-I")
         .arg(root.join("../../include"))
         .arg(root.join("tests/kernels/group_kernels.c"))
         .arg("-o")
@@ -349,6 +356,43 @@ fn large_grids_run_in_pieces_keep_every_group_id() {
     let prog = dev.load_program(&kernels()).unwrap();
     check_write_ids_3d(dev, &prog, [37, 11, 5], [4, 2, 1]);
     check_neighbour_3d(dev, &prog, [19, 7, 3], [2, 3, 2]);
+}
+
+/// The group loops of OFFLOAD_HOST_KERNEL, built once per x86-64 level
+/// and picked per call (the default), or built just once
+/// (OFFLOAD_HOST_NO_CLONES), and with -march=native: the same results.
+#[test]
+fn group_loops_for_each_vector_width_agree() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let n = 5000usize; // not a multiple of the group size: the bounds check
+    let x = buffer(dev, n, 0f32);
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = i as f32 * 0.25;
+    }
+    for flags in [&[][..], &["-DOFFLOAD_HOST_NO_CLONES"], &["-march=native"]] {
+        let prog = dev.load_program(&kernels_with(flags)).unwrap();
+        check_write_ids_3d(dev, &prog, [7, 3, 2], [16, 2, 3]);
+        let k = prog.kernel("saxpy").unwrap();
+        let y = buffer(dev, n + 64, -1f32);
+        y[..n].fill(1.0);
+        let mut args = 2f32.to_ne_bytes().to_vec();
+        args.extend_from_slice(&[0; 4]);
+        args.extend(ptr_arg(x));
+        args.extend(ptr_arg(y));
+        args.extend_from_slice(&(n as u64).to_ne_bytes()); // u32 n + padding
+        let groups = n.div_ceil(256) as u32;
+        dev.launch(
+            &k,
+            KernelArgs::Packed(&args),
+            &config([groups, 1, 1], [256, 1, 1], 0),
+        )
+        .unwrap();
+        for i in 0..n {
+            assert_eq!(y[i], 2.0 * x[i] + 1.0, "{flags:?}: y[{i}]");
+        }
+        assert!(y[n..].iter().all(|&v| v == -1.0), "{flags:?}: past n");
+    }
 }
 
 #[test]
