@@ -119,7 +119,8 @@ typedef struct offload_host_item {
   OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void name(        \
       const void *args, const offload_host_item_t *item)
 
-/* The group loop of OFFLOAD_HOST_KERNEL is compiled three times, for
+/* The group loop of OFFLOAD_HOST_KERNEL (and a barrier kernel's group form,
+ * OFFLOAD_HOST_KERNEL_GROUP) is compiled three times, for
  * x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the build's baseline, and
  * each call takes the best one the CPU has (__builtin_cpu_supports: x86-64
  * with clang or GCC; no ifunc, so nothing runs at load time), so a plain
@@ -212,7 +213,8 @@ typedef struct offload_host_item {
  *
  * When a barrier kernel exports it (any argument size), the runtime calls it
  * instead of running the group's items as coroutines: no stacks, no switch,
- * and loops the compiler can vectorise. It must not call
+ * and loops the compiler can vectorise (built per x86-64 level, as the
+ * group loop of OFFLOAD_HOST_KERNEL). It must not call
  * offload_group_barrier (the launch fails with an error saying so). A value
  * an item keeps across a barrier lives in an array indexed by the item's
  * offload_local_linear_id (at most OFFLOAD_HOST_MAX_GROUP_SIZE entries) or
@@ -221,8 +223,11 @@ typedef struct offload_host_item {
  * reference, and what a runtime without group forms (ABI v2 before them)
  * runs. */
 #define OFFLOAD_HOST_KERNEL_GROUP(name)                                        \
-  OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
-      name##_offload_group(const void *args, const offload_host_item_t *group)
+  static inline __attribute__((always_inline)) void name##_offload_group_loop_( \
+      const void *args, const offload_host_item_t *group);                     \
+  OFFLOAD_HOST_GROUP_ENTRY_(name)                                              \
+  static inline __attribute__((always_inline)) void name##_offload_group_loop_( \
+      const void *args, const offload_host_item_t *group)
 
 /* Most work items in one group on the host device. */
 #define OFFLOAD_HOST_MAX_GROUP_SIZE 1024
