@@ -128,12 +128,17 @@ typedef struct offload_host_item {
  * OFFLOAD_HOST_NO_CLONES before including this header to build just one. */
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__)) &&      \
     !defined(OFFLOAD_HOST_NO_CLONES)
+/* Features added to the build's (not an `arch=`, which would replace them:
+ * with -march=native the kernel's inline helpers would then have features
+ * the copy lacks, and stay calls). */
+#define OFFLOAD_HOST_V3_ "avx2,fma,bmi,bmi2,lzcnt,movbe,f16c"
 #define OFFLOAD_HOST_GROUP_ENTRY_(name)                                        \
-  static __attribute__((target("arch=x86-64-v4"), noinline)) void             \
+  static __attribute__((target(OFFLOAD_HOST_V3_ ",avx512f,avx512vl,avx512bw," \
+                                "avx512dq,avx512cd"), noinline)) void          \
       name##_offload_group_v4_(const void *args, const offload_host_item_t *first) { \
     name##_offload_group_loop_(args, first);                                   \
   }                                                                            \
-  static __attribute__((target("arch=x86-64-v3"), noinline)) void             \
+  static __attribute__((target(OFFLOAD_HOST_V3_), noinline)) void             \
       name##_offload_group_v3_(const void *args, const offload_host_item_t *first) { \
     name##_offload_group_loop_(args, first);                                   \
   }                                                                            \
