@@ -124,10 +124,12 @@ typedef struct offload_host_item {
  * x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the build's baseline, and
  * each call takes the best one the CPU has (__builtin_cpu_supports: x86-64
  * with clang or GCC; no ifunc, so nothing runs at load time), so a plain
- * `-O2` build gets the host's vector width and masked stores. Define
- * OFFLOAD_HOST_NO_CLONES before including this header to build just one. */
+ * `-O2` build gets the host's vector width and masked stores. A build that
+ * already targets AVX-512 (-march=native on such a host) builds just one,
+ * with its own tuning, and so does one that defines OFFLOAD_HOST_NO_CLONES
+ * before including this header. */
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__)) &&      \
-    !defined(OFFLOAD_HOST_NO_CLONES)
+    !defined(__AVX512F__) && !defined(OFFLOAD_HOST_NO_CLONES)
 /* Features added to the build's (not an `arch=`, which would replace them:
  * with -march=native the kernel's inline helpers would then have features
  * the copy lacks, and stay calls). The AVX-512 copy is tuned as for

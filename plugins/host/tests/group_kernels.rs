@@ -395,6 +395,67 @@ fn group_loops_for_each_vector_width_agree() {
     }
 }
 
+/// The group loops are what makes plain kernels fast: whatever the target
+/// flags, the copies the header builds per x86-64 level must have the work
+/// item inlined (a copy whose features are not a superset of the build's
+/// kept the kernel's inline helpers as calls, one per item: 5x slower).
+#[test]
+fn group_loops_inline_the_item_for_every_target() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    for flags in [
+        &[][..],
+        &["-mavx2"],
+        &["-march=skylake"],
+        &["-march=x86-64-v4"],
+        &["-march=znver4"],
+        &["-DOFFLOAD_HOST_NO_CLONES"],
+    ] {
+        let out = dir.path().join("k.so");
+        let status = Command::new("clang-22")
+            .args(["-O2", "-fPIC", "-shared", "-I"])
+            .arg(root.join("../../include"))
+            .args(flags)
+            .arg(root.join("tests/kernels/group_kernels.c"))
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .expect("clang-22 must be installed (see scripts/setup.sh)");
+        assert!(status.success(), "clang-22 {flags:?}");
+        let dis = Command::new("llvm-objdump-22")
+            .args(["-d", "--no-show-raw-insn"])
+            .arg(&out)
+            .output()
+            .expect("llvm-objdump-22 must be installed (llvm-22, see scripts/setup.sh)");
+        assert!(dis.status.success());
+        let text = String::from_utf8_lossy(&dis.stdout);
+        let mut loops = 0;
+        let mut current = String::new();
+        for line in text.lines() {
+            if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split('<').nth(1)) {
+                current = name.to_string();
+                if ["saxpy", "write_global_id"]
+                    .iter()
+                    .any(|k| current.starts_with(&format!("{k}_offload_group")))
+                {
+                    loops += 1;
+                }
+                continue;
+            }
+            let in_loop = ["saxpy", "write_global_id"]
+                .iter()
+                .any(|k| current.starts_with(&format!("{k}_offload_group")));
+            if in_loop && line.contains("call") {
+                assert!(
+                    !line.contains("<offload_") && !line.contains("_offload_item_"),
+                    "{flags:?}: {current} calls a helper per item: {line}"
+                );
+            }
+        }
+        assert!(loops >= 2, "{flags:?}: no group loops found");
+    }
+}
+
 #[test]
 fn many_barriers_in_loops() {
     let rt = runtime();
