@@ -55,7 +55,9 @@
  *   - A launch's groups are cut into pieces of consecutive groups (linear
  *     order, x fastest; about 16 pieces per worker thread, at most 4096
  *     groups each); a worker runs a piece's groups in order, one after
- *     another.
+ *     another, with one call of `<kernel>_offload_groups` when the kernel
+ *     exports it (group memory is the worker's: the groups of a piece see
+ *     the same buffer, one after another).
  *
  * Static group memory: a kernel declares a struct of per-group arrays with
  * OFFLOAD_HOST_GROUP_STATIC(kernel, type); OFFLOAD_GROUP_STATIC(item, type)
@@ -72,7 +74,8 @@
  * Declarations are exported symbols the runtime reads when it looks the
  * kernel up (`<kernel>_offload_barrier`, `<kernel>_offload_group_static_size`,
  * `<kernel>_offload_group`: the group loop of OFFLOAD_HOST_KERNEL or the
- * group form of OFFLOAD_HOST_KERNEL_GROUP);
+ * group form of OFFLOAD_HOST_KERNEL_GROUP, `<kernel>_offload_groups`: the
+ * same over a run of consecutive groups);
  * kernels stay plain `clang -O2 -fPIC -shared` objects with no link-time
  * dependency on the runtime (the barrier is a function pointer in the item).
  * Launch limits: 1024 items per group, 1 MiB of group memory (dynamic plus
@@ -140,35 +143,63 @@ typedef struct offload_host_item {
   static __attribute__((target(OFFLOAD_HOST_V3_ ",avx512f,avx512vl,avx512bw," \
                                 "avx512dq,avx512cd,tune=skylake-avx512"),     \
                          noinline)) void                                       \
-      name##_offload_group_v4_(const void *args, const offload_host_item_t *first) { \
-    name##_offload_group_loop_(args, first);                                   \
+      name##_offload_groups_v4_(const void *args,                              \
+                                const offload_host_item_t *first, uint64_t n) { \
+    name##_offload_groups_loop_(args, first, n);                               \
   }                                                                            \
   static __attribute__((target(OFFLOAD_HOST_V3_), noinline)) void             \
-      name##_offload_group_v3_(const void *args, const offload_host_item_t *first) { \
-    name##_offload_group_loop_(args, first);                                   \
+      name##_offload_groups_v3_(const void *args,                              \
+                                const offload_host_item_t *first, uint64_t n) { \
+    name##_offload_groups_loop_(args, first, n);                               \
   }                                                                            \
   OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
-      name##_offload_group(const void *args, const offload_host_item_t *first) { \
+      name##_offload_groups(const void *args, const offload_host_item_t *first, \
+                            uint64_t n) {                                      \
     if (__builtin_cpu_supports("x86-64-v4"))                                   \
-      name##_offload_group_v4_(args, first);                                   \
+      name##_offload_groups_v4_(args, first, n);                               \
     else if (__builtin_cpu_supports("x86-64-v3"))                              \
-      name##_offload_group_v3_(args, first);                                   \
+      name##_offload_groups_v3_(args, first, n);                               \
     else                                                                       \
-      name##_offload_group_loop_(args, first);                                 \
-  }
+      name##_offload_groups_loop_(args, first, n);                             \
+  }                                                                            \
+  OFFLOAD_HOST_GROUP_ONE_(name)
 #else
 #define OFFLOAD_HOST_GROUP_ENTRY_(name)                                        \
   OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
-      name##_offload_group(const void *args, const offload_host_item_t *first) { \
-    name##_offload_group_loop_(args, first);                                   \
-  }
+      name##_offload_groups(const void *args, const offload_host_item_t *first, \
+                            uint64_t n) {                                      \
+    name##_offload_groups_loop_(args, first, n);                               \
+  }                                                                            \
+  OFFLOAD_HOST_GROUP_ONE_(name)
 #endif
+/* `<kernel>_offload_group`: one group, through `<kernel>_offload_groups`. */
+#define OFFLOAD_HOST_GROUP_ONE_(name)                                          \
+  OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
+      name##_offload_group(const void *args, const offload_host_item_t *first) { \
+    name##_offload_groups(args, first, 1);                                     \
+  }
+
+/* Steps a group loop's item to the next group (x fastest). */
+static inline __attribute__((always_inline)) void offload_host_next_group_(
+    offload_host_item_t *it) {
+  if (++it->group_id[0] == it->num_groups[0]) {
+    it->group_id[0] = 0;
+    if (++it->group_id[1] == it->num_groups[1]) {
+      it->group_id[1] = 0;
+      it->group_id[2]++;
+    }
+  }
+}
 
 /* Declares a kernel: the body below becomes an inline function of the work
- * item, exported twice: as `name` (one call per item, as in ABI v1) and as
- * `name_offload_group`, a loop over the items of one group that the runtime
- * calls once per group (it is given the item of local id 0, and does so
- * only for argument buffers of at most OFFLOAD_HOST_GROUP_ARGS_MAX bytes).
+ * item, exported as `name` (one call per item, as in ABI v1), as
+ * `name_offload_group`, a loop over the items of one group (given the item
+ * of local id 0), and as `name_offload_groups(args, first, count)`, the same
+ * over `count` consecutive groups (x fastest) from `first`'s group on. The
+ * runtime calls `name_offload_groups` once per run of groups a worker takes
+ * (`name_offload_group` when a kernel exports no `_offload_groups`), and
+ * either only for argument buffers of at most OFFLOAD_HOST_GROUP_ARGS_MAX
+ * bytes.
  * The loop works on a copy of the arguments in a local buffer, so the
  * compiler may load them once, ahead of any branch: with the body inlined,
  * the item in registers and the bounds check of `if (i < n)` masked, it
@@ -178,8 +209,8 @@ typedef struct offload_host_item {
   static inline __attribute__((always_inline)) void name##_offload_item_(      \
       const void *args, const offload_host_item_t *item);                      \
   OFFLOAD_HOST_KERNEL_ITEM(name) { name##_offload_item_(args, item); }         \
-  static inline __attribute__((always_inline)) void name##_offload_group_loop_( \
-      const void *args, const offload_host_item_t *first) {                    \
+  static inline __attribute__((always_inline)) void name##_offload_groups_loop_( \
+      const void *args, const offload_host_item_t *first, uint64_t n) {        \
     unsigned char args_copy_[OFFLOAD_HOST_GROUP_ARGS_MAX]                      \
         __attribute__((aligned(64)));                                          \
     __builtin_memcpy(args_copy_, args, first->args_size);                      \
@@ -187,14 +218,15 @@ typedef struct offload_host_item {
     offload_host_item_t it = *first;                                           \
     const uint32_t nx = it.group_size[0], ny = it.group_size[1],               \
                    nz = it.group_size[2];                                      \
-    for (uint32_t z = 0; z < nz; z++)                                          \
-      for (uint32_t y = 0; y < ny; y++)                                        \
-        for (uint32_t x = 0; x < nx; x++) {                                    \
-          it.local_id[0] = x;                                                  \
-          it.local_id[1] = y;                                                  \
-          it.local_id[2] = z;                                                  \
-          name##_offload_item_(args, &it);                                     \
-        }                                                                      \
+    for (uint64_t g = 0; g < n; g++, offload_host_next_group_(&it))            \
+      for (uint32_t z = 0; z < nz; z++)                                        \
+        for (uint32_t y = 0; y < ny; y++)                                      \
+          for (uint32_t x = 0; x < nx; x++) {                                  \
+            it.local_id[0] = x;                                                \
+            it.local_id[1] = y;                                                \
+            it.local_id[2] = z;                                                \
+            name##_offload_item_(args, &it);                                   \
+          }                                                                    \
   }                                                                            \
   OFFLOAD_HOST_GROUP_ENTRY_(name)                                              \
   static inline __attribute__((always_inline)) void name##_offload_item_(      \
@@ -233,10 +265,16 @@ typedef struct offload_host_item {
  * reference, and what a runtime without group forms (ABI v2 before them)
  * runs. */
 #define OFFLOAD_HOST_KERNEL_GROUP(name)                                        \
-  static inline __attribute__((always_inline)) void name##_offload_group_loop_( \
+  static inline __attribute__((always_inline)) void name##_offload_group_body_( \
       const void *args, const offload_host_item_t *group);                     \
+  static inline __attribute__((always_inline)) void name##_offload_groups_loop_( \
+      const void *args, const offload_host_item_t *first, uint64_t n) {        \
+    offload_host_item_t g_ = *first;                                           \
+    for (uint64_t i_ = 0; i_ < n; i_++, offload_host_next_group_(&g_))         \
+      name##_offload_group_body_(args, &g_);                                   \
+  }                                                                            \
   OFFLOAD_HOST_GROUP_ENTRY_(name)                                              \
-  static inline __attribute__((always_inline)) void name##_offload_group_loop_( \
+  static inline __attribute__((always_inline)) void name##_offload_group_body_( \
       const void *args, const offload_host_item_t *group)
 
 /* Most work items in one group on the host device. */

@@ -25,7 +25,8 @@
 //!
 //! A worker runs a piece of consecutive groups ([`GroupLaunch::run_range`])
 //! with one set-up: the item, the thread's state and group memory, the
-//! group ids stepped from one group to the next.
+//! group ids stepped from one group to the next; with one call of
+//! `<kernel>_offload_groups` when the kernel exports it (it steps the ids).
 //!
 //! Stacks come from a per-thread pool, reused across groups and launches:
 //! [`item_stack_size`] bytes each (`OFFLOAD_HOST_ITEM_STACK`, default
@@ -41,7 +42,7 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 #[cfg(doc)]
 use crate::kernel::GROUP_ARGS_MAX;
-use crate::kernel::{HostItem, PackedKernelFn, HOST_ITEM_ABI_VERSION};
+use crate::kernel::{GroupsFn, HostItem, PackedKernelFn, HOST_ITEM_ABI_VERSION};
 
 /// Default stack of one work item in cooperative mode.
 pub const DEFAULT_ITEM_STACK: usize = 64 << 10;
@@ -144,6 +145,8 @@ pub struct GroupLaunch<'a> {
     pub entry: PackedKernelFn,
     /// The kernel's loop over a group's items, when it exports one.
     pub group_entry: Option<PackedKernelFn>,
+    /// The group entry over a run of groups, when the kernel exports one.
+    pub groups_entry: Option<GroupsFn>,
     pub args: *const c_void,
     /// Bytes at `args` (at most [`GROUP_ARGS_MAX`] when `group_entry` is set).
     pub args_size: u32,
@@ -326,6 +329,15 @@ impl GroupLaunch<'_> {
     ) -> Result<(), String> {
         let rt = ItemRuntime::new(mode);
         let mut item = self.item(gid, group_static, group_memory, &rt);
+        if let Some(groups_entry) = self.groups_entry {
+            // SAFETY: as in `run_group`; the entry steps the group ids
+            // itself, `count` groups from `gid` on, all inside the grid.
+            unsafe { groups_entry(self.args, &item, count) };
+            return match rt.misused.get() {
+                true => Err(self.misused_barrier()),
+                false => Ok(()),
+            };
+        }
         self.run_group(&mut item);
         for _ in 1..count {
             self.next_group(&mut gid);

@@ -231,10 +231,14 @@ impl plugin::Program for HostProgram {
         // as loops split at the barriers (OFFLOAD_HOST_KERNEL_GROUP), run
         // instead of the items as coroutines.
         let group_entry = self.image.symbol(&format!("{name}_offload_group")).ok();
+        // The same over a run of groups (only with a group entry).
+        let groups_entry =
+            group_entry.and_then(|_| self.image.symbol(&format!("{name}_offload_groups")).ok());
         Ok(Arc::new(HostKernel {
             name: name.to_string(),
             entry,
             group_entry,
+            groups_entry,
             _program: self.image.clone(),
             uses_barrier,
             group_static_size,

@@ -13,7 +13,7 @@ use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
 use offload_core::{Error, ErrorCode, Result};
 
 use crate::group::GroupLaunch;
-use crate::kernel::{call_words, HostKernel, PackedKernelFn, GROUP_ARGS_MAX};
+use crate::kernel::{call_words, GroupsFn, HostKernel, PackedKernelFn, GROUP_ARGS_MAX};
 use crate::memory;
 
 /// Largest group size and dynamic group memory a host launch accepts.
@@ -117,20 +117,23 @@ fn bad_memory(k: &HostKernel, config: &LaunchConfig) -> Error {
 
 fn launch_packed(k: &HostKernel, args: &[u8], config: &LaunchConfig) -> Result<()> {
     validate(k, config)?;
+    // A plain kernel's group loop (OFFLOAD_HOST_KERNEL's) copies the
+    // arguments into a local buffer: only buffers that fit; a barrier
+    // kernel's group form takes any.
+    let loops_take_args = k.uses_barrier || args.len() <= GROUP_ARGS_MAX;
     let group = GroupLaunch {
         kernel: &k.name,
         // SAFETY: packed host kernels have this signature (host_kernel.h).
         entry: unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(k.entry) },
-        // A plain kernel's group loop (OFFLOAD_HOST_KERNEL's) copies the
-        // arguments into a local buffer: only buffers that fit; a barrier
-        // kernel's group entry is written by hand and takes any.
-        group_entry: k
-            .group_entry
-            .filter(|_| k.uses_barrier || args.len() <= GROUP_ARGS_MAX)
-            .map(|e| {
-                // SAFETY: as above (OFFLOAD_HOST_KERNEL defines both alike).
-                unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(e) }
-            }),
+        group_entry: k.group_entry.filter(|_| loops_take_args).map(|e| {
+            // SAFETY: as above (OFFLOAD_HOST_KERNEL defines both alike).
+            unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(e) }
+        }),
+        groups_entry: k.groups_entry.filter(|_| loops_take_args).map(|e| {
+            // SAFETY: `<kernel>_offload_groups` has this signature
+            // (host_kernel.h's macros define it).
+            unsafe { std::mem::transmute::<*const c_void, GroupsFn>(e) }
+        }),
         args: args.as_ptr().cast(),
         args_size: u32::try_from(args.len()).unwrap_or(u32::MAX),
         num_groups: config.num_groups,

@@ -456,6 +456,35 @@ fn group_loops_inline_the_item_for_every_target() {
     }
 }
 
+/// A kernel exporting `<kernel>_offload_groups` is called once per run of
+/// consecutive groups (each group exactly once, far fewer calls than
+/// groups), a launch of one group included, never through its
+/// `_offload_group` or per item.
+#[test]
+fn runs_of_groups_go_to_the_groups_entry() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("count_piece_calls").unwrap();
+    for groups in [[37u32, 11, 5], [1, 1, 1], [2, 1, 1], [1000, 1, 1]] {
+        let n = groups.iter().product::<u32>() as usize;
+        let seen = buffer(dev, n, 0u32);
+        let counts = buffer(dev, 3, 0u32);
+        let mut args = ptr_arg(seen);
+        args.extend(ptr_arg(counts));
+        dev.launch(&k, KernelArgs::Packed(&args), &config(groups, [4, 2, 1], 0))
+            .unwrap();
+        assert!(seen.iter().all(|&v| v == 1), "{groups:?}: {seen:?}");
+        let (runs, single, items) = (counts[0], counts[1], counts[2]);
+        assert_eq!(items, 0, "{groups:?}: per-item calls");
+        assert_eq!(single, 0, "{groups:?}: single-group calls");
+        assert!(
+            runs >= 1 && (n < 64 || (runs as usize) < n / 4),
+            "{groups:?}: {runs} runs"
+        );
+    }
+}
+
 #[test]
 fn many_barriers_in_loops() {
     let rt = runtime();

@@ -298,3 +298,34 @@ OFFLOAD_HOST_KERNEL_GROUP(count_barrier_group_calls) {
   bad |= items != group->group_size[0] * group->group_size[1] * group->group_size[2];
   __atomic_fetch_add(p->group_calls, bad ? 1u << 20 : 1u, __ATOMIC_RELAXED);
 }
+
+/* Hand-written group entries of a plain kernel: the runtime must call
+ * `_offload_groups` once per run of consecutive groups (every group exactly
+ * once: seen[linear group id]), and neither `_offload_group` nor the
+ * per-item export. */
+struct piece_counts {
+  uint32_t *seen;   /* per group */
+  uint32_t *counts; /* [0]: runs, [1]: single groups, [2]: item calls */
+};
+OFFLOAD_HOST_KERNEL_ITEM(count_piece_calls) {
+  const struct piece_counts *p = args;
+  (void)item;
+  __atomic_fetch_add(&p->counts[2], 1, __ATOMIC_RELAXED);
+}
+OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void
+count_piece_calls_offload_group(const void *args, const offload_host_item_t *first) {
+  const struct piece_counts *p = args;
+  (void)first;
+  __atomic_fetch_add(&p->counts[1], 1, __ATOMIC_RELAXED);
+}
+OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void
+count_piece_calls_offload_groups(const void *args, const offload_host_item_t *first,
+                                 uint64_t n) {
+  const struct piece_counts *p = args;
+  offload_host_item_t g = *first;
+  for (uint64_t i = 0; i < n; i++, offload_host_next_group_(&g)) {
+    uint32_t lin = g.group_id[0] + g.num_groups[0] * (g.group_id[1] + g.num_groups[1] * g.group_id[2]);
+    __atomic_fetch_add(&p->seen[lin], 1, __ATOMIC_RELAXED);
+  }
+  __atomic_fetch_add(&p->counts[0], 1, __ATOMIC_RELAXED);
+}
