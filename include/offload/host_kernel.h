@@ -152,6 +152,11 @@ typedef struct offload_host_item {
                                 const offload_host_item_t *first, uint64_t n) { \
     name##_offload_groups_loop_(args, first, n);                               \
   }                                                                            \
+  static __attribute__((noinline)) void name##_offload_groups_v1_(            \
+      const void *args, const offload_host_item_t *first, uint64_t n) {        \
+    name##_offload_groups_loop_(args, first, n);                               \
+  }                                                                            \
+  /* Tail calls only: no frame of its own. */                                  \
   OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void              \
       name##_offload_groups(const void *args, const offload_host_item_t *first, \
                             uint64_t n) {                                      \
@@ -160,7 +165,7 @@ typedef struct offload_host_item {
     else if (__builtin_cpu_supports("x86-64-v3"))                              \
       name##_offload_groups_v3_(args, first, n);                               \
     else                                                                       \
-      name##_offload_groups_loop_(args, first, n);                             \
+      name##_offload_groups_v1_(args, first, n);                               \
   }                                                                            \
   OFFLOAD_HOST_GROUP_ONE_(name)
 #else
