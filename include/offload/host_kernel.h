@@ -42,10 +42,10 @@
  *         with an error naming the group and the barrier; it never hangs.
  *         Items that reach *different* barrier calls the same number of times
  *         are not detected: they pass each other's barriers.
- *       * Cost: two stack switches per item per barrier (30-60 ns on a
- *         2-core VM, mostly mispredicted returns: 50-100x what a work-group
- *         compiled into loops pays); the first launch maps the stacks,
- *         later groups and launches reuse them.
+ *       * Cost: two stack switches per item per barrier (50-120 ns on the
+ *         project's 2-core VM, mostly mispredicted returns; the group forms
+ *         of its benchmark kernels ran 35-300x faster); the first launch
+ *         maps the stacks, later groups and launches reuse them.
  *       * For speed, a barrier kernel may also export its group form
  *         (OFFLOAD_HOST_KERNEL_GROUP below: the group as loops over its
  *         items, split at the barriers); the runtime then calls that once
