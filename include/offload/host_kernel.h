@@ -126,8 +126,10 @@ typedef struct offload_host_item {
  * OFFLOAD_HOST_KERNEL_GROUP) is compiled three times, for
  * x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the build's baseline, and
  * each call takes the best one the CPU has (__builtin_cpu_supports: x86-64
- * with clang or GCC; no ifunc, so nothing runs at load time), so a plain
- * `-O2` build gets the host's vector width and masked stores. A build that
+ * with clang or GCC; not an ifunc, whose resolver a relocation would call at
+ * load time; the compiler's runtime library adds the constructor that reads
+ * CPUID), so a plain `-O2` build gets the host's vector width and masked
+ * stores. A build that
  * already targets AVX-512 (-march=native on such a host) builds just one,
  * with its own tuning, and so does one that defines OFFLOAD_HOST_NO_CLONES
  * before including this header. */
@@ -258,8 +260,11 @@ static inline __attribute__((always_inline)) void offload_host_next_group_(
  *     ...
  *   }
  *
- * When a barrier kernel exports it (any argument size), the runtime calls it
- * instead of running the group's items as coroutines: no stacks, no switch,
+ * The macro exports it as `name_offload_group` and, over a run of
+ * consecutive groups, `name_offload_groups` (the groups of a run share the
+ * worker's group memory, one after another). When a barrier kernel exports
+ * it (any argument size), the runtime calls it instead of running the
+ * group's items as coroutines: no stacks, no switch,
  * and loops the compiler can vectorise (built per x86-64 level, as the
  * group loop of OFFLOAD_HOST_KERNEL). It must not call
  * offload_group_barrier (the launch fails with an error saying so). A value
