@@ -3,13 +3,17 @@
  * pocl-opencl-icd; build with ocl-icd-opencl-dev: cc -O2 cl_group_kernels.c
  * -lOpenCL). Same sizes, same measures (best of ROUNDS, each an enqueue +
  * clFinish), so the two print side by side.
- * Usage: cl_group_kernels [ROUNDS] */
+ * Usage: cl_group_kernels [ROUNDS [ONLY]] (ONLY: as for ol_group_kernels) */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+static const char *only;
+static int want(const char *name) { return !only || strstr(name, only); }
 
 static const char *SRC =
     "kernel void write_global_id(global uint *out) { out[get_global_id(0)] = get_global_id(0); }\n"
@@ -64,6 +68,7 @@ static double best(int rounds, cl_kernel k, cl_uint dims, const size_t *global, 
 
 int main(int argc, char **argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 5;
+  only = argc > 2 ? argv[2] : NULL;
   cl_platform_id plats[8];
   cl_uint np = 0;
   CHK(clGetPlatformIDs(8, plats, &np));
@@ -101,9 +106,12 @@ int main(int argc, char **argv) {
   CHK(clSetKernelArg(mm, 2, sizeof c, &c));
   CHK(clSetKernelArg(mm, 3, sizeof n, &n));
   size_t mg[2] = {N, N}, ml[2] = {16, 16};
-  best(1, mm, 2, mg, ml); /* first run compiles the work-group function */
-  double t = best(rounds, mm, 2, mg, ml);
-  printf("matmul_tiled 1024^2: %.1f ms, %.2f GFLOP/s\n", t, 2.0 * N * N * N / t / 1e6);
+  double t;
+  if (want("matmul_tiled")) {
+    best(1, mm, 2, mg, ml); /* first run compiles the work-group function */
+    t = best(rounds, mm, 2, mg, ml);
+    printf("matmul_tiled 1024^2: %.1f ms, %.2f GFLOP/s\n", t, 2.0 * N * N * N / t / 1e6);
+  }
 
   uint32_t groups = 1 << 14;
   cl_mem out = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)groups * 256 * 4, NULL, &e);
@@ -111,17 +119,21 @@ int main(int argc, char **argv) {
   CHK(clSetKernelArg(red, 0, sizeof out, &out));
   CHK(clSetKernelArg(red, 1, 256 * 4, NULL));
   size_t rg = (size_t)groups * 256, rl = 256;
-  best(1, red, 1, &rg, &rl);
-  t = best(rounds, red, 1, &rg, &rl);
-  printf("reduce_dynamic 2^14 x 256: %.1f ms, %.1f M items/s\n", t, groups * 256.0 / t / 1e3);
-  uint32_t first = 0;
-  CHK(clEnqueueReadBuffer(q, out, CL_TRUE, 0, 4, &first, 0, NULL, NULL));
-  if (first != 512) printf("WRONG reduction: %u\n", first);
+  if (want("reduce_dynamic")) {
+    best(1, red, 1, &rg, &rl);
+    t = best(rounds, red, 1, &rg, &rl);
+    printf("reduce_dynamic 2^14 x 256: %.1f ms, %.1f M items/s\n", t, groups * 256.0 / t / 1e3);
+    uint32_t first = 0;
+    CHK(clEnqueueReadBuffer(q, out, CL_TRUE, 0, 4, &first, 0, NULL, NULL));
+    if (first != 512) printf("WRONG reduction: %u\n", first);
+  }
 
   CHK(clSetKernelArg(plain, 0, sizeof out, &out));
-  best(1, plain, 1, &rg, &rl);
-  t = best(rounds, plain, 1, &rg, &rl);
-  printf("write_global_id 2^22 (no barrier): %.1f ms, %.1f M items/s\n", t, groups * 256.0 / t / 1e3);
+  if (want("write_global_id")) {
+    best(1, plain, 1, &rg, &rl);
+    t = best(rounds, plain, 1, &rg, &rl);
+    printf("write_global_id 2^22 (no barrier): %.1f ms, %.1f M items/s\n", t, groups * 256.0 / t / 1e3);
+  }
 
   uint32_t ns = 1u << 24;
   cl_mem x = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)ns * 4, NULL, &e),
@@ -135,14 +147,16 @@ int main(int argc, char **argv) {
   CHK(clSetKernelArg(sx, 2, sizeof y, &y));
   CHK(clSetKernelArg(sx, 3, sizeof ns, &ns));
   size_t sg = ns, sl = 256;
-  best(1, sx, 1, &sg, &sl);
-  t = best(rounds, sx, 1, &sg, &sl);
-  printf("saxpy 2^24: %.2f ms, %.2f GB/s\n", t, 12.0 * ns / t / 1e6);
+  if (want("saxpy")) {
+    best(1, sx, 1, &sg, &sl);
+    t = best(rounds, sx, 1, &sg, &sl);
+    printf("saxpy 2^24: %.2f ms, %.2f GB/s\n", t, 12.0 * ns / t / 1e6);
+  }
 
   size_t g1 = 1, l1 = 1;
   best(1, plain, 1, &g1, &l1);
   double lat = 1e30;
-  for (int r = 0; r < 20; r++) {
+  for (int r = 0; r < 20 && want("launch"); r++) {
     double t0 = now_us();
     for (int i = 0; i < 2000; i++) {
       CHK(clEnqueueNDRangeKernel(q, plain, 1, NULL, &g1, &l1, 0, NULL, NULL));
@@ -151,6 +165,6 @@ int main(int argc, char **argv) {
     double d = (now_us() - t0) / 2000;
     if (d < lat) lat = d;
   }
-  printf("launch + wait (1 item): %.3f us\n", lat);
+  if (want("launch")) printf("launch + wait (1 item): %.3f us\n", lat);
   return 0;
 }

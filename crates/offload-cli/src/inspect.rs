@@ -669,11 +669,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// What include/offload/host_kernel.h's macros export beside a kernel `k`
 /// that is not a kernel or global of its own: `k_offload_group` (the loop
-/// over a group's items), `k_offload_barrier` and
-/// `k_offload_group_static_size` (declarations the runtime reads).
+/// over a group's items), `k_offload_groups` (the same over a run of
+/// groups), `k_offload_barrier` and `k_offload_group_static_size`
+/// (declarations the runtime reads).
 fn host_kernel_companion(name: &str, functions: &[&str]) -> bool {
     [
         "_offload_group",
+        "_offload_groups",
         "_offload_barrier",
         "_offload_group_static_size",
     ]

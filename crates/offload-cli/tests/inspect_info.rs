@@ -241,6 +241,7 @@ OFFLOAD_HOST_KERNEL(fill) {
 OFFLOAD_HOST_KERNEL(bump) { (void)args; (void)item; __atomic_fetch_add(&table[0], 1, 0); }
 OFFLOAD_HOST_GROUP_STATIC(sync, int);
 OFFLOAD_HOST_KERNEL_BARRIER(sync) { (void)args; offload_group_barrier(item); }
+OFFLOAD_HOST_KERNEL_GROUP(sync) { (void)args; (void)group; }
 "#,
     )
     .unwrap();
@@ -256,8 +257,9 @@ OFFLOAD_HOST_KERNEL_BARRIER(sync) { (void)args; offload_group_barrier(item); }
     assert_eq!(img["kernel_source"], "exported symbols");
     let mut kernels = names(&img["kernels"]);
     kernels.sort();
-    // The macros' companions (`fill_offload_group`, `sync_offload_barrier`,
-    // `sync_offload_group_static_size`) are neither kernels nor globals.
+    // The macros' companions (`fill_offload_group`, `fill_offload_groups`,
+    // `sync_offload_barrier`, `sync_offload_group_static_size`, the group
+    // form's `sync_offload_group(s)`) are neither kernels nor globals.
     assert_eq!(kernels, ["bump", "fill", "sync"], "{v}");
     assert_eq!(names(&img["globals"]), ["table"], "{v}");
     assert_eq!(img["globals"][0]["size"], 32);

@@ -2,13 +2,16 @@
 //!
 //! Two modes, chosen per kernel when it is looked up:
 //!
-//! * **Direct** (kernels without `OFFLOAD_HOST_KERNEL_BARRIER`): the group's
-//!   work items are plain calls, one after another on the worker thread, in
-//!   x-fastest order; or one call of the kernel's own loop over them
-//!   (`<kernel>_offload_group`, which `OFFLOAD_HOST_KERNEL` exports) with
-//!   the item of local id 0. No context switch, no extra stack. A barrier call here
+//! * **Direct** (kernels without `OFFLOAD_HOST_KERNEL_BARRIER`, and barrier
+//!   kernels that export their group form): the group's work items are
+//!   plain calls, one after another on the worker thread, in x-fastest
+//!   order; or one call of the kernel's own group entry
+//!   (`<kernel>_offload_group`: the loop over the items that
+//!   `OFFLOAD_HOST_KERNEL` exports, or a barrier kernel's group form from
+//!   `OFFLOAD_HOST_KERNEL_GROUP`, loops split at its barriers) with the item
+//!   of local id 0. No context switch, no extra stack. A barrier call here
 //!   cannot wait for anyone: it is recorded and the launch fails with an
-//!   error naming the missing declaration.
+//!   error naming the missing declaration (or the group form that made it).
 //! * **Cooperative** (kernels declared with `OFFLOAD_HOST_KERNEL_BARRIER`):
 //!   every work item of the group is a stackful coroutine (`corosensei`) on
 //!   the worker thread. The worker resumes the items in x-fastest order; an
@@ -19,6 +22,11 @@
 //!   others of the group have returned can never be passed: the waiting
 //!   items are abandoned (their stacks reset, nothing on them runs again)
 //!   and the launch fails with an error naming the group and the barrier.
+//!
+//! A worker runs a piece of consecutive groups ([`GroupLaunch::run_range`])
+//! with one set-up: the item, the thread's state and group memory, the
+//! group ids stepped from one group to the next; with one call of
+//! `<kernel>_offload_groups` when the kernel exports it (it steps the ids).
 //!
 //! Stacks come from a per-thread pool, reused across groups and launches:
 //! [`item_stack_size`] bytes each (`OFFLOAD_HOST_ITEM_STACK`, default
@@ -34,7 +42,7 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 #[cfg(doc)]
 use crate::kernel::GROUP_ARGS_MAX;
-use crate::kernel::{HostItem, PackedKernelFn, HOST_ITEM_ABI_VERSION};
+use crate::kernel::{GroupsFn, HostItem, PackedKernelFn, HOST_ITEM_ABI_VERSION};
 
 /// Default stack of one work item in cooperative mode.
 pub const DEFAULT_ITEM_STACK: usize = 64 << 10;
@@ -137,6 +145,8 @@ pub struct GroupLaunch<'a> {
     pub entry: PackedKernelFn,
     /// The kernel's loop over a group's items, when it exports one.
     pub group_entry: Option<PackedKernelFn>,
+    /// The group entry over a run of groups, when the kernel exports one.
+    pub groups_entry: Option<GroupsFn>,
     pub args: *const c_void,
     /// Bytes at `args` (at most [`GROUP_ARGS_MAX`] when `group_entry` is set).
     pub args_size: u32,
@@ -167,33 +177,80 @@ thread_local! {
 type ItemCoroutine = Coroutine<(), (), (), DefaultStack>;
 
 impl GroupLaunch<'_> {
-    /// Run group `g` (linear index, x fastest) to completion; a message on
-    /// misuse of the barrier.
-    pub fn run(&self, g: u64) -> Result<(), String> {
-        let [nx, ny, _] = self.num_groups.map(|n| n as u64);
-        self.run_at([
-            (g % nx) as u32,
-            ((g / nx) % ny) as u32,
-            (g / (nx * ny)) as u32,
-        ])
-    }
-
-    /// Run the group with ids `gid`.
-    pub fn run_at(&self, gid: [u32; 3]) -> Result<(), String> {
-        if !self.uses_barrier && self.dyn_group_memory == 0 && self.static_group_memory == 0 {
+    /// Run groups `start..end` (linear indices, x fastest) to completion,
+    /// in that order, on this thread; a message on misuse of the barrier.
+    ///
+    /// The item, the thread's state and the group memory are set up once
+    /// for the whole range; the group ids advance without a division.
+    pub fn run_range(&self, start: u64, end: u64) -> Result<(), String> {
+        if start >= end {
+            return Ok(());
+        }
+        let gid = self.group_ids(start);
+        if !self.needs_state() {
             // No per-thread state needed (the common plain kernel).
             let none = std::ptr::null_mut();
-            return self.run_direct(gid, none, none, Mode::Direct);
+            return self.run_direct(gid, end - start, none, none, Mode::Direct);
         }
         // A kernel launching from inside a kernel on this thread (never
         // done by the faces) gets fresh state instead of a borrow panic.
         STATE.with(|s| match s.try_borrow_mut() {
-            Ok(mut st) => self.run_in(gid, &mut st),
-            Err(_) => self.run_in(gid, &mut ThreadState::default()),
+            Ok(mut st) => self.run_in(gid, end - start, &mut st),
+            Err(_) => self.run_in(gid, end - start, &mut ThreadState::default()),
         })
     }
 
-    fn run_in(&self, gid: [u32; 3], st: &mut ThreadState) -> Result<(), String> {
+    /// Run the group with ids `gid` (the launch's only group, say).
+    pub fn run_at(&self, gid: [u32; 3]) -> Result<(), String> {
+        if !self.needs_state() {
+            let none = std::ptr::null_mut();
+            return self.run_direct(gid, 1, none, none, Mode::Direct);
+        }
+        STATE.with(|s| match s.try_borrow_mut() {
+            Ok(mut st) => self.run_in(gid, 1, &mut st),
+            Err(_) => self.run_in(gid, 1, &mut ThreadState::default()),
+        })
+    }
+
+    /// Group ids of linear group index `g`.
+    fn group_ids(&self, g: u64) -> [u32; 3] {
+        let [nx, ny, _] = self.num_groups.map(|n| n as u64);
+        [
+            (g % nx) as u32,
+            ((g / nx) % ny) as u32,
+            (g / (nx * ny)) as u32,
+        ]
+    }
+
+    /// Step `gid` to the next group (x fastest).
+    #[inline(always)]
+    fn next_group(&self, gid: &mut [u32; 3]) {
+        gid[0] += 1;
+        if gid[0] == self.num_groups[0] {
+            gid[0] = 0;
+            gid[1] += 1;
+            if gid[1] == self.num_groups[1] {
+                gid[1] = 0;
+                gid[2] += 1;
+            }
+        }
+    }
+
+    /// Whether a group needs the thread's state (group memory or stacks).
+    #[inline(always)]
+    fn needs_state(&self) -> bool {
+        self.dyn_group_memory != 0 || self.static_group_memory != 0 || self.cooperative()
+    }
+
+    /// Whether the groups run as coroutines: a barrier kernel without a
+    /// group entry of its own.
+    #[inline(always)]
+    fn cooperative(&self) -> bool {
+        self.uses_barrier && self.group_entry.is_none()
+    }
+
+    /// `count` groups from `gid` on, with the thread's state.
+    fn run_in(&self, mut gid: [u32; 3], count: u64, st: &mut ThreadState) -> Result<(), String> {
         // Static group memory first, then the dynamic part, each 64-byte aligned.
         let static_chunks = self.static_group_memory.div_ceil(64);
         let chunks = static_chunks + self.dyn_group_memory.div_ceil(64);
@@ -214,7 +271,7 @@ impl GroupLaunch<'_> {
             .iter()
             .map(|&n| n as usize)
             .product::<usize>();
-        let mode = match (self.uses_barrier, items) {
+        let mode = match (self.cooperative(), items) {
             (false, _) => Mode::Direct,
             (true, 1) => Mode::Solo,
             (true, _) => Mode::Cooperative,
@@ -224,10 +281,14 @@ impl GroupLaunch<'_> {
             ptr_at(static_chunks, self.dyn_group_memory),
         );
         if mode != Mode::Cooperative {
-            return self.run_direct(gid, group_static, group_memory, mode);
+            return self.run_direct(gid, count, group_static, group_memory, mode);
         }
-        let proto = self.item(gid, group_static, group_memory, std::ptr::null());
-        self.run_cooperative(proto, items, st)
+        for _ in 0..count {
+            let proto = self.item(gid, group_static, group_memory, std::ptr::null());
+            self.run_cooperative(proto, items, st)?;
+            self.next_group(&mut gid);
+        }
+        Ok(())
     }
 
     /// The item of local id 0 of group `gid`.
@@ -255,27 +316,51 @@ impl GroupLaunch<'_> {
         }
     }
 
-    /// The items one after another, as plain calls.
+    /// `count` groups from `gid` on, each as one call of the group entry
+    /// or as its items one after another (plain calls).
     #[inline]
     fn run_direct(
         &self,
-        gid: [u32; 3],
+        mut gid: [u32; 3],
+        count: u64,
         group_static: *mut c_void,
         group_memory: *mut c_void,
         mode: Mode,
     ) -> Result<(), String> {
         let rt = ItemRuntime::new(mode);
         let mut item = self.item(gid, group_static, group_memory, &rt);
-        if let Some(group_entry) = self.group_entry {
-            // SAFETY: as below; the loop gives each item its local id.
-            unsafe { group_entry(self.args, &item) };
-        } else {
-            self.run_items(&mut item);
+        if let Some(groups_entry) = self.groups_entry {
+            // SAFETY: as in `run_group`; the entry steps the group ids
+            // itself, `count` groups from `gid` on, all inside the grid.
+            unsafe { groups_entry(self.args, &item, count) };
+            return match rt.misused.get() {
+                true => Err(self.misused_barrier()),
+                false => Ok(()),
+            };
+        }
+        self.run_group(&mut item);
+        for _ in 1..count {
+            self.next_group(&mut gid);
+            item.group_id = gid;
+            self.run_group(&mut item);
         }
         if rt.misused.get() {
-            return Err(self.undeclared_barrier());
+            return Err(self.misused_barrier());
         }
         Ok(())
+    }
+
+    /// The group of `item` (local id 0): one call of the group entry, or
+    /// the items one after another.
+    #[inline(always)]
+    fn run_group(&self, item: &mut HostItem) {
+        match self.group_entry {
+            // SAFETY: the entry has the packed signature; the caller keeps
+            // the argument buffer alive; the loop gives each item its local
+            // id (in its own copy of `item`).
+            Some(group_entry) => unsafe { group_entry(self.args, item) },
+            None => self.run_items(item),
+        }
     }
 
     /// The items of `item`'s group, one call each.
@@ -294,7 +379,14 @@ impl GroupLaunch<'_> {
     }
 
     #[cold]
-    fn undeclared_barrier(&self) -> String {
+    fn misused_barrier(&self) -> String {
+        if self.uses_barrier {
+            return format!(
+                "kernel '{}': its group entry ({}_offload_group) called offload_group_barrier; \
+                 a group entry runs the whole group and must not call the barrier",
+                self.kernel, self.kernel
+            );
+        }
         format!(
             "kernel '{}' called offload_group_barrier but is not declared with \
              OFFLOAD_HOST_KERNEL_BARRIER({}): its work items run one after another, \

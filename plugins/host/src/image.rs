@@ -226,16 +226,19 @@ impl plugin::Program for HostProgram {
                 crate::queue::MAX_GROUP_MEMORY
             )));
         }
-        // The per-group loop OFFLOAD_HOST_KERNEL exports; a barrier kernel's
-        // items must be coroutines, so it is never used for one.
-        let group_entry = match uses_barrier {
-            true => None,
-            false => self.image.symbol(&format!("{name}_offload_group")).ok(),
-        };
+        // The group entry: for a plain kernel the loop over a group's items
+        // that OFFLOAD_HOST_KERNEL exports; for a barrier kernel its form
+        // as loops split at the barriers (OFFLOAD_HOST_KERNEL_GROUP), run
+        // instead of the items as coroutines.
+        let group_entry = self.image.symbol(&format!("{name}_offload_group")).ok();
+        // The same over a run of groups (only with a group entry).
+        let groups_entry =
+            group_entry.and_then(|_| self.image.symbol(&format!("{name}_offload_groups")).ok());
         Ok(Arc::new(HostKernel {
             name: name.to_string(),
             entry,
             group_entry,
+            groups_entry,
             _program: self.image.clone(),
             uses_barrier,
             group_static_size,

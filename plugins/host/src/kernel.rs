@@ -12,7 +12,8 @@
 //! * **Packed** (liboffload and the Rust API): `void k(const void *args,
 //!   const offload_host_item_t *item)` once per work item, as described in
 //!   `include/offload/host_kernel.h`, or its `k_offload_group` (same
-//!   signature) once per group when the image exports one.
+//!   signature) once per group when the image exports one, or its
+//!   `k_offload_groups` (a count added) once per run of groups.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -31,6 +32,10 @@ pub struct HostKernel {
     /// one group's items, called once per group with the item of local id 0
     /// instead of `entry` once per item. Same signature as `entry`.
     pub(crate) group_entry: Option<*const c_void>,
+    /// `<name>_offload_groups` (OFFLOAD_HOST_KERNEL and
+    /// OFFLOAD_HOST_KERNEL_GROUP export it): the group entry over a run of
+    /// consecutive groups, called once per piece of a launch.
+    pub(crate) groups_entry: Option<*const c_void>,
     /// Keeps the image mapped while the kernel is alive.
     pub(crate) _program: Arc<crate::image::LoadedImage>,
     /// Declared with `OFFLOAD_HOST_KERNEL_BARRIER` (exports
@@ -101,6 +106,10 @@ pub const HOST_ITEM_ABI_VERSION: u32 = 2;
 pub const GROUP_ARGS_MAX: usize = 4096;
 
 pub type PackedKernelFn = unsafe extern "C" fn(*const c_void, *const HostItem);
+
+/// `<kernel>_offload_groups(args, first, count)`: `count` consecutive
+/// groups (x fastest) from `first`'s, each as `<kernel>_offload_group`.
+pub type GroupsFn = unsafe extern "C" fn(*const c_void, *const HostItem, u64);
 
 macro_rules! call_with {
     ($f:expr, $a:expr; $($i:literal)*) => {{

@@ -13,7 +13,7 @@ use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
 use offload_core::{Error, ErrorCode, Result};
 
 use crate::group::GroupLaunch;
-use crate::kernel::{call_words, HostKernel, PackedKernelFn, GROUP_ARGS_MAX};
+use crate::kernel::{call_words, GroupsFn, HostKernel, PackedKernelFn, GROUP_ARGS_MAX};
 use crate::memory;
 
 /// Largest group size and dynamic group memory a host launch accepts.
@@ -117,18 +117,23 @@ fn bad_memory(k: &HostKernel, config: &LaunchConfig) -> Error {
 
 fn launch_packed(k: &HostKernel, args: &[u8], config: &LaunchConfig) -> Result<()> {
     validate(k, config)?;
+    // A plain kernel's group loop (OFFLOAD_HOST_KERNEL's) copies the
+    // arguments into a local buffer: only buffers that fit; a barrier
+    // kernel's group form takes any.
+    let loops_take_args = k.uses_barrier || args.len() <= GROUP_ARGS_MAX;
     let group = GroupLaunch {
         kernel: &k.name,
         // SAFETY: packed host kernels have this signature (host_kernel.h).
         entry: unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(k.entry) },
-        // Only buffers the group loop's local copy holds.
-        group_entry: k
-            .group_entry
-            .filter(|_| args.len() <= GROUP_ARGS_MAX)
-            .map(|e| {
-                // SAFETY: as above (OFFLOAD_HOST_KERNEL defines both alike).
-                unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(e) }
-            }),
+        group_entry: k.group_entry.filter(|_| loops_take_args).map(|e| {
+            // SAFETY: as above (OFFLOAD_HOST_KERNEL defines both alike).
+            unsafe { std::mem::transmute::<*const c_void, PackedKernelFn>(e) }
+        }),
+        groups_entry: k.groups_entry.filter(|_| loops_take_args).map(|e| {
+            // SAFETY: `<kernel>_offload_groups` has this signature
+            // (host_kernel.h's macros define it).
+            unsafe { std::mem::transmute::<*const c_void, GroupsFn>(e) }
+        }),
         args: args.as_ptr().cast(),
         args_size: u32::try_from(args.len()).unwrap_or(u32::MAX),
         num_groups: config.num_groups,
@@ -143,13 +148,26 @@ fn launch_packed(k: &HostKernel, args: &[u8], config: &LaunchConfig) -> Result<(
         return group.run_at([0; 3]).map_err(failed);
     }
     use rayon::prelude::*;
+    let pool = worker_pool();
+    let chunk = chunk_len(groups, pool.current_num_threads());
     let shared = SharedLaunch(&group);
-    worker_pool().install(|| {
-        (0..groups)
+    pool.install(|| {
+        (0..groups.div_ceil(chunk))
             .into_par_iter()
-            .try_for_each(|g| shared.run(g))
+            .try_for_each(|c| shared.run(c * chunk, groups.min((c + 1) * chunk)))
             .map_err(failed)
     })
+}
+
+/// Groups per piece of work a worker takes (consecutive groups, run by one
+/// call): about 16 pieces per worker thread, so that a thread slowed down
+/// by others' work on the machine leaves its share to the rest, while the
+/// set-up per piece and the pool's bookkeeping stay small against the
+/// groups' work. At most 4096 groups, so a piece is never more than a small
+/// fraction of a large launch.
+pub(crate) fn chunk_len(groups: u64, threads: usize) -> u64 {
+    let pieces = (threads.max(1) as u64) * 16;
+    groups.div_ceil(pieces).clamp(1, 4096)
 }
 
 /// A launch's groups shared by the worker threads.
@@ -161,8 +179,8 @@ struct SharedLaunch<'a>(&'a GroupLaunch<'a>);
 unsafe impl Sync for SharedLaunch<'_> {}
 
 impl SharedLaunch<'_> {
-    fn run(&self, g: u64) -> std::result::Result<(), String> {
-        self.0.run(g)
+    fn run(&self, start: u64, end: u64) -> std::result::Result<(), String> {
+        self.0.run_range(start, end)
     }
 }
 
@@ -247,5 +265,26 @@ impl plugin::Queue for HostQueue {
     }
     fn completes_inline(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_len;
+
+    #[test]
+    fn pieces_of_a_grid() {
+        // About 16 pieces per thread, at least one group, at most 4096.
+        assert_eq!(chunk_len(2, 2), 1);
+        assert_eq!(chunk_len(1 << 16, 2), 2048);
+        assert_eq!(chunk_len(1 << 30, 2), 4096);
+        assert_eq!(chunk_len(100, 0), 7);
+        for (groups, threads) in [(1u64, 1usize), (33, 2), (1 << 16, 16), (12345, 3)] {
+            let c = chunk_len(groups, threads);
+            assert!(
+                groups.div_ceil(c) <= threads as u64 * 16,
+                "{groups} on {threads}"
+            );
+        }
     }
 }

@@ -22,11 +22,18 @@ fn runtime() -> Runtime {
 }
 
 fn kernels() -> Vec<u8> {
+    kernels_with(&[])
+}
+
+/// group_kernels.c built with `flags` added.
+fn kernels_with(flags: &[&str]) -> Vec<u8> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("group_kernels.so");
     let status = Command::new("clang-22")
-        .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-I"])
+        .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror"])
+        .args(flags)
+        .arg("-I")
         .arg(root.join("../../include"))
         .arg(root.join("tests/kernels/group_kernels.c"))
         .arg("-o")
@@ -96,8 +103,13 @@ fn tiled_matrix_multiply() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
-    let k = prog.kernel("matmul_tiled").unwrap();
-    let n = 64usize;
+    check_matmul(dev, &prog, "matmul_tiled", 64);
+}
+
+/// C = A x B of `n` x `n` (a multiple of 16) by kernel `name`, in 16 x 16
+/// groups, checked against the host's sums; C is returned.
+fn check_matmul(dev: &Device, prog: &Arc<offload_core::Program>, name: &str, n: usize) -> Vec<f32> {
+    let k = prog.kernel(name).unwrap();
     let a = buffer(dev, n * n, 0f32);
     let b = buffer(dev, n * n, 0f32);
     let c = buffer(dev, n * n, -1f32);
@@ -120,9 +132,10 @@ fn tiled_matrix_multiply() {
     for row in 0..n {
         for col in 0..n {
             let want: f32 = (0..n).map(|k| a[row * n + k] * b[k * n + col]).sum();
-            assert_eq!(c[row * n + col], want, "c[{row}][{col}]");
+            assert_eq!(c[row * n + col], want, "{name}: c[{row}][{col}]");
         }
     }
+    c.to_vec()
 }
 
 #[test]
@@ -166,8 +179,18 @@ fn three_dimensional_groups_share_memory() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
+    check_neighbour_3d(dev, &prog, [2, 3, 2], [4, 3, 5]);
+}
+
+/// `neighbour_3d` over `groups` of `size`: every item read its neighbour's
+/// local id from group memory after the barrier.
+fn check_neighbour_3d(
+    dev: &Device,
+    prog: &Arc<offload_core::Program>,
+    groups: [u32; 3],
+    size: [u32; 3],
+) {
     let k = prog.kernel("neighbour_3d").unwrap();
-    let (groups, size) = ([2u32, 3, 2], [4u32, 3, 5]);
     let items: u32 = size.iter().product();
     let [w, h, d] = [0, 1, 2].map(|i| (groups[i] * size[i]) as usize);
     let out = buffer(dev, w * h * d, u32::MAX);
@@ -193,8 +216,18 @@ fn group_loops_cover_every_item_of_3d_grids() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
+    check_write_ids_3d(dev, &prog, [3, 2, 2], [5, 3, 2]);
+}
+
+/// `write_ids_3d` over `groups` of `size`: every item wrote its linear
+/// global id, plus 1 for seeing its own group's memory.
+fn check_write_ids_3d(
+    dev: &Device,
+    prog: &Arc<offload_core::Program>,
+    groups: [u32; 3],
+    size: [u32; 3],
+) {
     let k = prog.kernel("write_ids_3d").unwrap();
-    let (groups, size) = ([3u32, 2, 2], [5u32, 3, 2]);
     let n: u32 = (0..3).map(|i| groups[i] * size[i]).product();
     let out = buffer(dev, n as usize, u32::MAX);
     dev.launch(
@@ -233,6 +266,221 @@ fn a_kernels_group_loop_is_called_once_per_group() {
             (counts[0], counts[1]),
             (want_items, want_groups),
             "{name} with {arg_bytes} argument bytes: (item calls, group calls)"
+        );
+    }
+}
+
+/// A barrier kernel's group form (OFFLOAD_HOST_KERNEL_GROUP: the group as
+/// loops split at the barriers) gives what its items give as coroutines,
+/// over grids of many groups (several pieces per worker thread).
+#[test]
+fn group_forms_of_barrier_kernels_match_their_items() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    for size in [64u32, 128, 256] {
+        let groups = 1000usize;
+        let mut got = Vec::new();
+        for name in ["reduce_dynamic", "reduce_loops"] {
+            let k = prog.kernel(name).unwrap();
+            let out = buffer(dev, groups, 0u32);
+            dev.launch(
+                &k,
+                KernelArgs::Packed(&ptr_arg(out)),
+                &config([groups as u32, 1, 1], [size, 1, 1], size * 4),
+            )
+            .unwrap_or_else(|e| panic!("{name} x {size}: {e}"));
+            assert!(
+                out.iter().all(|&v| v == 2 * size),
+                "{name} x {size}: {out:?}"
+            );
+            got.push(out.to_vec());
+        }
+        assert_eq!(got[0], got[1]);
+    }
+    assert_eq!(
+        check_matmul(dev, &prog, "matmul_tiled", 96),
+        check_matmul(dev, &prog, "matmul_loops", 96)
+    );
+}
+
+/// The runtime runs a barrier kernel's group form, not its items, once per
+/// group, whatever the argument size; a group form that calls the barrier
+/// fails the launch with an error naming it.
+#[test]
+fn barrier_kernels_with_a_group_form_run_it_once_per_group() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("count_barrier_group_calls").unwrap();
+    for (groups, size, arg_bytes) in [
+        ([5u32, 3, 1], [8u32, 2, 1], 16usize),
+        ([2, 2, 3], [4, 3, 2], 8192),
+        ([1, 1, 1], [1, 1, 1], 16),
+    ] {
+        let counts = buffer(dev, 2, 0u32);
+        let mut args = ptr_arg(&counts[..1]);
+        args.extend(ptr_arg(&counts[1..]));
+        args.resize(arg_bytes, 0);
+        dev.launch(&k, KernelArgs::Packed(&args), &config(groups, size, 64))
+            .unwrap();
+        let want = groups.iter().product::<u32>();
+        assert_eq!(
+            (counts[0], counts[1]),
+            (0, want),
+            "{groups:?} x {size:?}, {arg_bytes} argument bytes: (item calls, group calls)"
+        );
+    }
+    let k = prog.kernel("group_form_barrier").unwrap();
+    let e = dev
+        .launch(
+            &k,
+            KernelArgs::Packed(&[]),
+            &config([3, 1, 1], [8, 1, 1], 0),
+        )
+        .unwrap_err();
+    assert!(
+        e.message().contains("group_form_barrier_offload_group")
+            && e.message().contains("must not call the barrier"),
+        "{e}"
+    );
+}
+
+/// Grids of many groups are run in pieces of consecutive groups: every
+/// item of a large 3-D grid gets its ids and its group's memory, across the
+/// pieces' boundaries, through the group loop and as coroutines.
+#[test]
+fn large_grids_run_in_pieces_keep_every_group_id() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    check_write_ids_3d(dev, &prog, [37, 11, 5], [4, 2, 1]);
+    check_neighbour_3d(dev, &prog, [19, 7, 3], [2, 3, 2]);
+}
+
+/// The group loops of OFFLOAD_HOST_KERNEL, built once per x86-64 level
+/// and picked per call (the default), or built just once
+/// (OFFLOAD_HOST_NO_CLONES), and with -march=native: the same results.
+#[test]
+fn group_loops_for_each_vector_width_agree() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let n = 5000usize; // not a multiple of the group size: the bounds check
+    let x = buffer(dev, n, 0f32);
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = i as f32 * 0.25;
+    }
+    for flags in [&[][..], &["-DOFFLOAD_HOST_NO_CLONES"], &["-march=native"]] {
+        let prog = dev.load_program(&kernels_with(flags)).unwrap();
+        check_write_ids_3d(dev, &prog, [7, 3, 2], [16, 2, 3]);
+        let k = prog.kernel("saxpy").unwrap();
+        let y = buffer(dev, n + 64, -1f32);
+        y[..n].fill(1.0);
+        let mut args = 2f32.to_ne_bytes().to_vec();
+        args.extend_from_slice(&[0; 4]);
+        args.extend(ptr_arg(x));
+        args.extend(ptr_arg(y));
+        args.extend_from_slice(&(n as u64).to_ne_bytes()); // u32 n + padding
+        let groups = n.div_ceil(256) as u32;
+        dev.launch(
+            &k,
+            KernelArgs::Packed(&args),
+            &config([groups, 1, 1], [256, 1, 1], 0),
+        )
+        .unwrap();
+        for i in 0..n {
+            assert_eq!(y[i], 2.0 * x[i] + 1.0, "{flags:?}: y[{i}]");
+        }
+        assert!(y[n..].iter().all(|&v| v == -1.0), "{flags:?}: past n");
+    }
+}
+
+/// The group loops are what makes plain kernels fast: whatever the target
+/// flags, the copies the header builds per x86-64 level must have the work
+/// item inlined (a copy whose features are not a superset of the build's
+/// kept the kernel's inline helpers as calls, one per item: 5x slower).
+#[test]
+fn group_loops_inline_the_item_for_every_target() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    for flags in [
+        &[][..],
+        &["-mavx2"],
+        &["-march=skylake"],
+        &["-march=x86-64-v4"],
+        &["-march=znver4"],
+        &["-DOFFLOAD_HOST_NO_CLONES"],
+    ] {
+        let out = dir.path().join("k.so");
+        let status = Command::new("clang-22")
+            .args(["-O2", "-fPIC", "-shared", "-I"])
+            .arg(root.join("../../include"))
+            .args(flags)
+            .arg(root.join("tests/kernels/group_kernels.c"))
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .expect("clang-22 must be installed (see scripts/setup.sh)");
+        assert!(status.success(), "clang-22 {flags:?}");
+        let dis = Command::new("llvm-objdump-22")
+            .args(["-d", "--no-show-raw-insn"])
+            .arg(&out)
+            .output()
+            .expect("llvm-objdump-22 must be installed (llvm-22, see scripts/setup.sh)");
+        assert!(dis.status.success());
+        let text = String::from_utf8_lossy(&dis.stdout);
+        let mut loops = 0;
+        let mut current = String::new();
+        for line in text.lines() {
+            if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split('<').nth(1)) {
+                current = name.to_string();
+                if ["saxpy", "write_global_id"]
+                    .iter()
+                    .any(|k| current.starts_with(&format!("{k}_offload_group")))
+                {
+                    loops += 1;
+                }
+                continue;
+            }
+            let in_loop = ["saxpy", "write_global_id"]
+                .iter()
+                .any(|k| current.starts_with(&format!("{k}_offload_group")));
+            if in_loop && line.contains("call") {
+                assert!(
+                    !line.contains("<offload_") && !line.contains("_offload_item_"),
+                    "{flags:?}: {current} calls a helper per item: {line}"
+                );
+            }
+        }
+        assert!(loops >= 2, "{flags:?}: no group loops found");
+    }
+}
+
+/// A kernel exporting `<kernel>_offload_groups` is called once per run of
+/// consecutive groups (each group exactly once, far fewer calls than
+/// groups), a launch of one group included, never through its
+/// `_offload_group` or per item.
+#[test]
+fn runs_of_groups_go_to_the_groups_entry() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&kernels()).unwrap();
+    let k = prog.kernel("count_piece_calls").unwrap();
+    for groups in [[37u32, 11, 5], [1, 1, 1], [2, 1, 1], [1000, 1, 1]] {
+        let n = groups.iter().product::<u32>() as usize;
+        let seen = buffer(dev, n, 0u32);
+        let counts = buffer(dev, 3, 0u32);
+        let mut args = ptr_arg(seen);
+        args.extend(ptr_arg(counts));
+        dev.launch(&k, KernelArgs::Packed(&args), &config(groups, [4, 2, 1], 0))
+            .unwrap();
+        assert!(seen.iter().all(|&v| v == 1), "{groups:?}: {seen:?}");
+        let (runs, single, items) = (counts[0], counts[1], counts[2]);
+        assert_eq!(items, 0, "{groups:?}: per-item calls");
+        assert_eq!(single, 0, "{groups:?}: single-group calls");
+        assert!(
+            runs >= 1 && (n < 64 || (runs as usize) < n / 4),
+            "{groups:?}: {runs} runs"
         );
     }
 }

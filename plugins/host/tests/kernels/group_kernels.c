@@ -62,6 +62,66 @@ OFFLOAD_HOST_KERNEL_BARRIER(matmul_tiled) {
   p->c[row * p->n + col] = acc;
 }
 
+/* The same two kernels with a group form (OFFLOAD_HOST_KERNEL_GROUP): the
+ * per-item function is the reference, the group form what the runtime runs
+ * (the work group as loops split at the barriers). */
+OFFLOAD_HOST_KERNEL_BARRIER(reduce_loops) {
+  reduce(item, item->group_memory, *(uint32_t *const *)args);
+}
+OFFLOAD_HOST_KERNEL_GROUP(reduce_loops) {
+  uint32_t *mem = group->group_memory, *out = *(uint32_t *const *)args;
+  uint32_t n = group->group_size[0];
+  OFFLOAD_GROUP_FOR_ITEMS(group, it) mem[it->local_id[0]] = 2;
+  for (uint32_t i = n / 2; i > 0; i >>= 1)
+    OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+      uint32_t l = it->local_id[0];
+      if (l < i) mem[l] += mem[l + i];
+    }
+  out[group->group_id[0]] = mem[0]; /* item 0's part after the last barrier */
+}
+
+OFFLOAD_HOST_GROUP_STATIC(matmul_loops, struct matmul_tiles);
+OFFLOAD_HOST_KERNEL_BARRIER(matmul_loops) { matmul_tiled(args, item); }
+OFFLOAD_HOST_KERNEL_GROUP(matmul_loops) {
+  const struct {
+    const float *a, *b;
+    float *c;
+    uint32_t n;
+  } *p = args;
+  struct matmul_tiles *t = OFFLOAD_GROUP_STATIC(group, struct matmul_tiles);
+  /* Each item's `acc`, kept across the barriers. */
+  float acc[TILE][TILE] = {{0}};
+  uint32_t col0 = group->group_id[0] * TILE, row0 = group->group_id[1] * TILE;
+  for (uint32_t k0 = 0; k0 < p->n; k0 += TILE) {
+    OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+      uint32_t tx = it->local_id[0], ty = it->local_id[1];
+      t->a[ty][tx] = p->a[(row0 + ty) * p->n + k0 + tx];
+      t->b[ty][tx] = p->b[(k0 + ty) * p->n + col0 + tx];
+    }
+    /* The items' k loops interleaved (they are independent until the
+     * next barrier): k outermost, so the x loop vectorises; over the
+     * kernel's fixed 16 x 16 items, a trip count the compiler knows. */
+    for (uint32_t k = 0; k < TILE; k++)
+      for (uint32_t ty = 0; ty < TILE; ty++)
+        for (uint32_t tx = 0; tx < TILE; tx++)
+          acc[ty][tx] += t->a[ty][k] * t->b[k][tx];
+  }
+  OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+    uint32_t tx = it->local_id[0], ty = it->local_id[1];
+    p->c[(row0 + ty) * p->n + col0 + tx] = acc[ty][tx];
+  }
+}
+
+/* A group form that calls the barrier (it must not): the launch fails. */
+OFFLOAD_HOST_KERNEL_BARRIER(group_form_barrier) {
+  (void)args;
+  offload_group_barrier(item);
+}
+OFFLOAD_HOST_KERNEL_GROUP(group_form_barrier) {
+  (void)args;
+  offload_group_barrier(group);
+}
+
 /* Inclusive prefix sum of each group's slice of `in` (Hillis-Steele in
  * dynamic group memory of 2 x group size words, double-buffered: one
  * barrier per step). */
@@ -216,4 +276,56 @@ count_group_calls_offload_group(const void *args, const offload_host_item_t *fir
   uint32_t bad = first->local_id[0] | first->local_id[1] | first->local_id[2];
   bad |= first->args_size < sizeof *p || first->args_size > OFFLOAD_HOST_GROUP_ARGS_MAX;
   __atomic_fetch_add(p->group_calls, bad ? 1u << 20 : 1u, __ATOMIC_RELAXED);
+}
+
+/* A barrier kernel with a group form: the runtime must call the group form
+ * once per group (with the item of local id 0 and its group memory, any
+ * argument size) and never run the items. */
+OFFLOAD_HOST_KERNEL_BARRIER(count_barrier_group_calls) {
+  const struct call_counts *p = args;
+  __atomic_fetch_add(p->item_calls, 1, __ATOMIC_RELAXED);
+  offload_group_barrier(item);
+}
+OFFLOAD_HOST_KERNEL_GROUP(count_barrier_group_calls) {
+  const struct call_counts *p = args;
+  uint32_t bad = group->local_id[0] | group->local_id[1] | group->local_id[2];
+  bad |= group->group_memory == NULL || group->args_size < sizeof *p;
+  uint32_t items = 0;
+  OFFLOAD_GROUP_FOR_ITEMS(group, it) {
+    bad |= offload_local_linear_id(it) != items;
+    items++;
+  }
+  bad |= items != group->group_size[0] * group->group_size[1] * group->group_size[2];
+  __atomic_fetch_add(p->group_calls, bad ? 1u << 20 : 1u, __ATOMIC_RELAXED);
+}
+
+/* Hand-written group entries of a plain kernel: the runtime must call
+ * `_offload_groups` once per run of consecutive groups (every group exactly
+ * once: seen[linear group id]), and neither `_offload_group` nor the
+ * per-item export. */
+struct piece_counts {
+  uint32_t *seen;   /* per group */
+  uint32_t *counts; /* [0]: runs, [1]: single groups, [2]: item calls */
+};
+OFFLOAD_HOST_KERNEL_ITEM(count_piece_calls) {
+  const struct piece_counts *p = args;
+  (void)item;
+  __atomic_fetch_add(&p->counts[2], 1, __ATOMIC_RELAXED);
+}
+OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void
+count_piece_calls_offload_group(const void *args, const offload_host_item_t *first) {
+  const struct piece_counts *p = args;
+  (void)first;
+  __atomic_fetch_add(&p->counts[1], 1, __ATOMIC_RELAXED);
+}
+OFFLOAD_HOST_EXTERN __attribute__((visibility("default"))) void
+count_piece_calls_offload_groups(const void *args, const offload_host_item_t *first,
+                                 uint64_t n) {
+  const struct piece_counts *p = args;
+  offload_host_item_t g = *first;
+  for (uint64_t i = 0; i < n; i++, offload_host_next_group_(&g)) {
+    uint32_t lin = g.group_id[0] + g.num_groups[0] * (g.group_id[1] + g.num_groups[1] * g.group_id[2]);
+    __atomic_fetch_add(&p->seen[lin], 1, __ATOMIC_RELAXED);
+  }
+  __atomic_fetch_add(&p->counts[0], 1, __ATOMIC_RELAXED);
 }
