@@ -68,6 +68,11 @@ pub struct Args {
     /// before the sessions end.
     #[arg(long, default_value_t = 30)]
     drain_timeout: u64,
+    /// Session workers kept started ahead of the next clients (sandboxed,
+    /// devices open: a new session only hands one its credentials); each
+    /// serves one session and is replaced. 0: each session starts its own.
+    #[arg(long, default_value_t = offload_server::DEFAULT_SPARE_WORKERS as u64, value_parser = clap::value_parser!(u64).range(0..=16))]
+    spare_workers: u64,
 }
 
 fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
@@ -134,6 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         session_idle_timeout: Some(std::time::Duration::from_secs(args.session_idle_timeout)),
         drain_timeout: Some(std::time::Duration::from_secs(args.drain_timeout)),
         in_process: args.sessions_in_process,
+        spare_workers: Some(args.spare_workers as usize),
     };
     offload_server::validate(&options, args.listen).map_err(anyhow::Error::msg)?;
     let sessions = if args.sessions_in_process {

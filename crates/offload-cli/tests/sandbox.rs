@@ -456,3 +456,86 @@ fn measure_sandbox_cost() {
         );
     }
 }
+
+/// Set in a child copy of this test binary: what it does (see
+/// [`a_dying_kernels_last_output_reaches_the_client`]).
+const CHILD: &str = "OFFLOAD_SANDBOX_TEST_CHILD";
+
+/// A kernel that writes to stdout and stderr and then calls `exit()` or
+/// crashes: what it wrote (more than a pipe holds, so most of it had left
+/// the pipes for the worker's memory) still comes out on the client, on
+/// the right stream, before the client's error; none of it in the
+/// server's log. The client is a child copy of this test (its stdout is
+/// the one to read).
+#[test]
+fn a_dying_kernels_last_output_reaches_the_client() {
+    if let Ok(spec) = std::env::var(CHILD) {
+        // Child: ADDR MODE IMAGE.
+        let mut it = spec.splitn(3, ' ');
+        let (addr, mode, image) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+        let mode: i64 = mode.parse().unwrap();
+        let rt = client(addr);
+        let dev = rt.devices()[0].clone();
+        let image = std::fs::read(image).unwrap();
+        let e = run(&dev, &image, "last_words", &mode).unwrap_err();
+        println!("client: the launch failed: {e}");
+        std::process::exit(0);
+    }
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let image_path = dir.path().join("hostile.so");
+    std::fs::write(&image_path, &image).unwrap();
+    let server = serve(&[]);
+    for (mode, how) in [
+        (0, "exited with status 7"),
+        (1, "killed by signal 11 (SIGSEGV)"),
+    ] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_dying_kernels_last_output_reaches_the_client",
+                "--nocapture",
+            ])
+            .env(
+                CHILD,
+                format!("{} {mode} {}", server.addr, image_path.display()),
+            )
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let all = format!(
+            "mode {mode}: {}\nserver log:\n{}",
+            common::text(&out),
+            server.log()
+        );
+        assert!(out.status.success(), "{all}");
+        assert!(stdout.contains(how), "{all}");
+        assert!(stdout.contains("last words on stdout\n"), "{all}");
+        for i in [0, 1000, 1999] {
+            assert!(
+                stdout.contains(&format!("bulk line {i} of the last words\n")),
+                "line {i} lost: {all}"
+            );
+        }
+        assert_eq!(
+            stdout.matches(" of the last words\n").count(),
+            2000,
+            "{all}"
+        );
+        // exit() flushes C's stdout; a crash loses its unfinished line,
+        // as it would in a local process.
+        if mode == 0 {
+            assert!(stdout.contains("a line without its end"), "{all}");
+        }
+        // Before the error that reports the end.
+        let last = stdout.find("bulk line 1999 of").unwrap();
+        let error = stdout.find("client: the launch failed").unwrap();
+        assert!(last < error, "the output came after the error: {all}");
+        assert!(stderr.contains("last words on stderr\n"), "{all}");
+        assert!(!server.log().contains("last words"), "{all}");
+    }
+}

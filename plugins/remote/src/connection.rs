@@ -233,7 +233,12 @@ impl Connection {
             tokio::spawn(async move {
                 let end = loop {
                     match stream.message().await {
-                        Ok(Some(_)) => continue,
+                        // After a worker died: what its device code wrote
+                        // last, before the status that says so.
+                        Ok(Some(event)) => {
+                            crate::output::emit(event.output.as_ref());
+                            continue;
+                        }
                         Ok(None) => break "the server closed the session".to_string(),
                         Err(e) => {
                             let sig = e
