@@ -637,3 +637,102 @@ fn sessions_leave_no_zombies() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Session start, side by side (run by hand, release build):
+/// `cargo test -p offload-cli --test sandbox --release -- --ignored --nocapture measure_session_start`.
+/// Four servers per round, the order reversed every other round:
+/// unsandboxed without a spare (the start before the sandbox existed),
+/// sandboxed without a spare (each Hello starts and sandboxes a worker),
+/// sandboxed with the default spare, unsandboxed with a spare. Each server
+/// gets 9 sessions one after another, either bare (`light`: open, list
+/// the devices, close) or after real work (`heavy`: a kernel and 3 x 64
+/// MiB each way, so the previous worker's teardown overlaps the next
+/// start). Printed: the server's `start_us` (Hello to greeting) of
+/// sessions 2-9, sorted, and the client's whole open (connect, Hello,
+/// session connection) median. `ROUNDS` (3), `GAP_MS` (pause between two
+/// sessions, 50) and `KINDS` (`light,heavy`) change the run.
+#[test]
+#[ignore]
+fn measure_session_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(default)
+    };
+    let rounds = env("ROUNDS", 3) as usize;
+    // Pause between two sessions (GAP_MS=0: back to back).
+    let gap = Duration::from_millis(env("GAP_MS", 50));
+    let kinds: Vec<String> = std::env::var("KINDS")
+        .unwrap_or_else(|_| "light,heavy".into())
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let modes: [(&str, &[&str]); 4] = [
+        (
+            "unsandboxed, no spare",
+            &["--insecure-no-sandbox", "--spare-workers", "0"],
+        ),
+        ("sandbox, no spare", &["--spare-workers", "0"]),
+        ("sandbox, spare", &[]),
+        ("unsandboxed, spare", &["--insecure-no-sandbox"]),
+    ];
+    for kind in kinds.iter().map(String::as_str) {
+        for round in 0..rounds {
+            let order: Vec<usize> = if round % 2 == 0 {
+                (0..modes.len()).collect()
+            } else {
+                (0..modes.len()).rev().collect()
+            };
+            for m in order {
+                let (name, flags) = modes[m];
+                let server = serve(flags);
+                let mut opens = Vec::new();
+                for _ in 0..9 {
+                    // Let the previous session end (and a spare start)
+                    // as a client would between two runs.
+                    std::thread::sleep(gap);
+                    let t = Instant::now();
+                    let rt = client(&server.addr);
+                    let dev = rt.devices()[0].clone();
+                    opens.push(t.elapsed().as_secs_f64() * 1e3);
+                    if kind == "heavy" {
+                        let out = dev.alloc(8, AllocKind::Device).unwrap();
+                        let args = Counted { out: out.0, n: 0 };
+                        run(&dev, &image, "bomb", &args).unwrap();
+                        let n = 64 << 20;
+                        let buf = vec![7u8; n];
+                        let mut back = vec![0u8; n];
+                        let d = dev.alloc(n, AllocKind::Device).unwrap();
+                        for _ in 0..3 {
+                            write(&dev, d, &buf).unwrap();
+                            read_into(&dev, d, &mut back).unwrap();
+                        }
+                    }
+                }
+                // The server logs the last session's start a moment later.
+                std::thread::sleep(Duration::from_millis(100));
+                let mut starts: Vec<f64> = server
+                    .log()
+                    .lines()
+                    .filter(|l| l.contains("session opened"))
+                    .filter_map(|l| l.split("start_us=").nth(1))
+                    .filter_map(|v| v.trim().parse::<f64>().ok())
+                    .map(|us| us / 1000.0)
+                    .skip(1)
+                    .collect();
+                starts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                opens.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                let list: Vec<String> = starts.iter().map(|s| format!("{s:.2}")).collect();
+                println!(
+                    "{kind} round {round} {name:<22} start_ms median {:6.2} [{}]  client open median {:6.2} ms",
+                    starts.get(starts.len() / 2).copied().unwrap_or(f64::NAN),
+                    list.join(" "),
+                    opens[opens.len() / 2],
+                );
+            }
+        }
+    }
+}
