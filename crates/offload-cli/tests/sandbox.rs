@@ -595,26 +595,13 @@ fn sessions_leave_no_zombies() {
     let server = serve(&[]);
     let server_pid = server.child.id() as i64;
     for round in 0..6 {
-        let rt = client(&server.addr);
-        let dev = rt.devices()[0].clone();
-        let out = dev.alloc(16, AllocKind::Device).unwrap();
-        match round % 3 {
-            0 => {
-                let args = Counted { out: out.0, n: 8 };
-                run(&dev, &image, "orphans", &args).unwrap();
-                let w = read_words(&dev, out, 2);
-                assert_eq!(w[0], 0, "zombies in a running session: {w:?}");
-                assert!(w[1] >= 1, "{w:?}");
-            }
-            1 => {
-                let mode: i64 = 1;
-                assert!(run(&dev, &image, "last_words", &mode).is_err());
-            }
-            _ => {
-                let tag = (std::process::id() as i64 * 10 + round) % 100_000_000;
-                run(&dev, &image, "survivor", &tag).unwrap();
-            }
-        }
+        // Each session in a thread of its own: a thread's default queue
+        // holds its session's connection until the thread ends; the
+        // session ends with the client's last reference to it.
+        let (addr, image) = (server.addr.clone(), image.clone());
+        std::thread::spawn(move || session_round(&addr, &image, round))
+            .join()
+            .unwrap();
     }
     // The sessions are over: their processes go, nothing stays a zombie.
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -733,6 +720,91 @@ fn measure_session_start() {
                     opens[opens.len() / 2],
                 );
             }
+        }
+    }
+}
+
+/// The spare worker waits as long as it takes (here past the 10 s after
+/// which the runtime ends idle blocking threads: a worker dies with the
+/// thread that started it) and the next session is its; a spare killed
+/// while it waits is replaced without a Hello.
+#[test]
+fn a_spare_worker_waits_for_the_next_session() {
+    let server = serve(&[]);
+    let server_pid = server.child.id() as i64;
+    let children = || -> Vec<i64> {
+        processes()
+            .iter()
+            .filter(|(_, ppid, state)| *ppid == server_pid && *state != 'Z')
+            .map(|(pid, _, _)| *pid)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while children().len() != 1 {
+        assert!(Instant::now() < deadline, "no spare: {:?}", children());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let spare = children()[0];
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(children(), [spare], "the spare is gone: {}", server.log());
+    {
+        let rt = client(&server.addr);
+        rt.devices()[0].alloc(64, AllocKind::Device).unwrap();
+        assert_eq!(server.worker_pids(), [spare], "{}", server.log());
+    }
+    // Its replacement, killed while it waits, is replaced in turn.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let replacement = loop {
+        let now: Vec<i64> = children().into_iter().filter(|&p| p != spare).collect();
+        if now.len() == 1 {
+            break now[0];
+        }
+        assert!(Instant::now() < deadline, "no replacement: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SAFETY: kill(2) of a process this test's server started.
+    assert_eq!(unsafe { libc::kill(replacement as i32, libc::SIGKILL) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now: Vec<i64> = children()
+            .into_iter()
+            .filter(|&p| p != spare && p != replacement)
+            .collect();
+        if now.len() == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the killed spare was not replaced: {now:?}\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rt = client(&server.addr);
+    rt.devices()[0].alloc(64, AllocKind::Device).unwrap();
+}
+
+/// One session of [`sessions_leave_no_zombies`]: orphans, a crash, or a
+/// setsid grandchild.
+fn session_round(addr: &str, image: &[u8], round: i64) {
+    let rt = client(addr);
+    let dev = rt.devices()[0].clone();
+    let out = dev.alloc(16, AllocKind::Device).unwrap();
+    match round % 3 {
+        0 => {
+            let args = Counted { out: out.0, n: 8 };
+            run(&dev, image, "orphans", &args).unwrap();
+            let w = read_words(&dev, out, 2);
+            assert_eq!(w[0], 0, "zombies in a running session: {w:?}");
+            assert!(w[1] >= 1, "{w:?}");
+        }
+        1 => {
+            let mode: i64 = 1;
+            assert!(run(&dev, image, "last_words", &mode).is_err());
+        }
+        _ => {
+            let tag = (std::process::id() as i64 * 10 + round) % 100_000_000;
+            run(&dev, image, "survivor", &tag).unwrap();
         }
     }
 }

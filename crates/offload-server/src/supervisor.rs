@@ -93,6 +93,9 @@ struct Process {
     /// Sent or dropped: the process is killed.
     kill: tokio::sync::oneshot::Sender<()>,
     closing: Arc<std::sync::atomic::AtomicBool>,
+    /// Set once it is given a session (until then it is a spare or about
+    /// to be given one).
+    assigned: Arc<std::sync::atomic::AtomicBool>,
     output: Arc<Mutex<Option<OutputHandles>>>,
     /// The `--max-session-memory` its sandbox was planned for.
     quota: Option<u64>,
@@ -347,14 +350,19 @@ impl Workers {
     }
 
     /// Start spares until there are `--spare-workers` (in the background:
-    /// the fork and exec never delay a session's start).
+    /// the fork and exec never delay a session's start). On a thread of
+    /// the runtime, never of its blocking pool: a worker dies with the
+    /// thread that started it (`PR_SET_PDEATHSIG` follows the parent
+    /// *thread*), and the pool ends threads idle for 10 s.
     pub fn refill_spares(self: &Arc<Self>) {
         if self.spare_count == 0 || self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
         let workers = self.clone();
-        tokio::task::spawn_blocking(move || {
+        tokio::spawn(async move {
             let mut spares = workers.spares.lock().unwrap_or_else(|e| e.into_inner());
+            // Those that died waiting (reaped already) are replaced.
+            spares.retain(|p| p.ended.borrow().is_none());
             while spares.len() < workers.spare_count
                 && !workers.stopping.load(std::sync::atomic::Ordering::SeqCst)
             {
@@ -509,9 +517,11 @@ impl Workers {
         let (ended_tx, ended_rx) = tokio::sync::watch::channel(None);
         let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
         let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let assigned = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let output: Arc<Mutex<Option<OutputHandles>>> = Arc::default();
-        let (watched, found, metrics, workers) = (
+        let (watched, given, found, metrics, workers) = (
             closing.clone(),
+            assigned.clone(),
             output.clone(),
             self.metrics.clone(),
             self.clone(),
@@ -545,6 +555,17 @@ impl Workers {
                 _ => None,
             };
             let _ = ended_tx.send(Some(Ended::of(status, output)));
+            // A spare that died waiting (killed, out of memory) is
+            // replaced, a second later (one that cannot start at all is
+            // not restarted in a loop), not only at the next Hello.
+            if !closing && !given.load(std::sync::atomic::Ordering::SeqCst) {
+                tracing::warn!(
+                    pid,
+                    "a spare session worker ended before its session; starting another in 1 s"
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                workers.refill_spares();
+            }
         });
         Ok(Process {
             pid,
@@ -552,6 +573,7 @@ impl Workers {
             ended: ended_rx,
             kill: kill_tx,
             closing,
+            assigned,
             output,
             quota,
         })
@@ -571,9 +593,11 @@ impl Workers {
             mut ended,
             kill,
             closing,
+            assigned,
             output,
             ..
         } = process;
+        assigned.store(true, std::sync::atomic::Ordering::SeqCst);
         let (id, secret, data_secret) = (random_hex(8), random_hex(16), random_hex(32));
         let (secret_hash, data_hash) = (Hashed::new(&secret), Hashed::new(&data_secret));
         let credential = format!("{id}.{secret}");
