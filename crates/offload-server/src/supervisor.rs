@@ -207,6 +207,8 @@ pub(crate) struct Workers {
     spare_quota: Option<u64>,
     /// The server stops: no more spares.
     stopping: std::sync::atomic::AtomicBool,
+    /// Asks the thread that starts spares for more.
+    spare_starter: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<()>>>,
 }
 
 /// Settings of the supervisor's workers.
@@ -312,6 +314,7 @@ impl Workers {
             spare_count: settings.spare_workers,
             spare_quota: settings.quota,
             stopping: Default::default(),
+            spare_starter: Default::default(),
         }
     }
 
@@ -349,32 +352,55 @@ impl Workers {
         }
     }
 
-    /// Start spares until there are `--spare-workers` (in the background:
-    /// the fork and exec never delay a session's start). On a thread of
-    /// the runtime, never of its blocking pool: a worker dies with the
-    /// thread that started it (`PR_SET_PDEATHSIG` follows the parent
-    /// *thread*), and the pool ends threads idle for 10 s.
+    /// Start spares until there are `--spare-workers`, in the background
+    /// (the fork and exec never delay a session's start, nor take one of
+    /// the runtime's threads). On one thread that lives as long as the
+    /// server: a worker dies with the thread that started it
+    /// (`PR_SET_PDEATHSIG` follows the parent *thread*), so never on
+    /// tokio's blocking pool, which ends threads idle for 10 s.
     pub fn refill_spares(self: &Arc<Self>) {
         if self.spare_count == 0 || self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let workers = self.clone();
-        tokio::spawn(async move {
-            let mut spares = workers.spares.lock().unwrap_or_else(|e| e.into_inner());
-            // Those that died waiting (reaped already) are replaced.
-            spares.retain(|p| p.ended.borrow().is_none());
-            while spares.len() < workers.spare_count
-                && !workers.stopping.load(std::sync::atomic::Ordering::SeqCst)
-            {
-                match workers.spawn(workers.spare_quota) {
-                    Ok(p) => spares.push(p),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "no spare session worker");
-                        break;
+        let starter = self.spare_starter.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let (workers, rt) = (Arc::downgrade(self), tokio::runtime::Handle::current());
+            let started = std::thread::Builder::new()
+                .name("offload-spares".into())
+                .spawn(move || {
+                    let _in_runtime = rt.enter();
+                    // Ends when the supervisor is dropped (its sender with it).
+                    while rx.recv().is_ok() {
+                        match workers.upgrade() {
+                            Some(w) => w.start_spares(),
+                            None => return,
+                        }
                     }
+                });
+            if let Err(e) = started {
+                tracing::warn!(error = %e, "no thread for spare session workers");
+            }
+            Mutex::new(tx)
+        });
+        let _ = starter.lock().unwrap_or_else(|e| e.into_inner()).send(());
+    }
+
+    /// [`Workers::refill_spares`]'s work, on its thread.
+    fn start_spares(self: &Arc<Self>) {
+        let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
+        // Those that died waiting (reaped already) are replaced.
+        spares.retain(|p| p.ended.borrow().is_none());
+        while spares.len() < self.spare_count
+            && !self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            match self.spawn(self.spare_quota) {
+                Ok(p) => spares.push(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no spare session worker");
+                    break;
                 }
             }
-        });
+        }
     }
 
     /// A spare planned for `quota` that is still alive, if there is one.
