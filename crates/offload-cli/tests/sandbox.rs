@@ -627,10 +627,11 @@ fn sessions_leave_no_zombies() {
 
 /// Session start, side by side (run by hand, release build):
 /// `cargo test -p offload-cli --test sandbox --release -- --ignored --nocapture measure_session_start`.
-/// Four servers per round, the order reversed every other round:
+/// Five servers per round, the order reversed every other round:
 /// unsandboxed without a spare (the start before the sandbox existed),
 /// sandboxed without a spare (each Hello starts and sandboxes a worker),
-/// sandboxed with the default spare, unsandboxed with a spare. Each server
+/// sandboxed with the default spare, unsandboxed with a spare, sandboxed
+/// with two spares. Each server
 /// gets 9 sessions one after another, either bare (`light`: open, list
 /// the devices, close) or after real work (`heavy`: a kernel and 3 x 64
 /// MiB each way, so the previous worker's teardown overlaps the next
@@ -657,7 +658,7 @@ fn measure_session_start() {
         .split(',')
         .map(str::to_string)
         .collect();
-    let modes: [(&str, &[&str]); 4] = [
+    let modes: [(&str, &[&str]); 5] = [
         (
             "unsandboxed, no spare",
             &["--insecure-no-sandbox", "--spare-workers", "0"],
@@ -665,6 +666,7 @@ fn measure_session_start() {
         ("sandbox, no spare", &["--spare-workers", "0"]),
         ("sandbox, spare", &[]),
         ("unsandboxed, spare", &["--insecure-no-sandbox"]),
+        ("sandbox, 2 spares", &["--spare-workers", "2"]),
     ];
     for kind in kinds.iter().map(String::as_str) {
         for round in 0..rounds {
@@ -681,23 +683,33 @@ fn measure_session_start() {
                     // Let the previous session end (and a spare start)
                     // as a client would between two runs.
                     std::thread::sleep(gap);
-                    let t = Instant::now();
-                    let rt = client(&server.addr);
-                    let dev = rt.devices()[0].clone();
-                    opens.push(t.elapsed().as_secs_f64() * 1e3);
-                    if kind == "heavy" {
-                        let out = dev.alloc(8, AllocKind::Device).unwrap();
-                        let args = Counted { out: out.0, n: 0 };
-                        run(&dev, &image, "bomb", &args).unwrap();
-                        let n = 64 << 20;
-                        let buf = vec![7u8; n];
-                        let mut back = vec![0u8; n];
-                        let d = dev.alloc(n, AllocKind::Device).unwrap();
-                        for _ in 0..3 {
-                            write(&dev, d, &buf).unwrap();
-                            read_into(&dev, d, &mut back).unwrap();
+                    // In a thread of its own: the session ends with it (a
+                    // thread's default queue holds its connection).
+                    let (addr, image, heavy) =
+                        (server.addr.clone(), image.clone(), kind == "heavy");
+                    let open = std::thread::spawn(move || {
+                        let t = Instant::now();
+                        let rt = client(&addr);
+                        let dev = rt.devices()[0].clone();
+                        let open = t.elapsed().as_secs_f64() * 1e3;
+                        if heavy {
+                            let out = dev.alloc(8, AllocKind::Device).unwrap();
+                            let args = Counted { out: out.0, n: 0 };
+                            run(&dev, &image, "bomb", &args).unwrap();
+                            let n = 64 << 20;
+                            let buf = vec![7u8; n];
+                            let mut back = vec![0u8; n];
+                            let d = dev.alloc(n, AllocKind::Device).unwrap();
+                            for _ in 0..3 {
+                                write(&dev, d, &buf).unwrap();
+                                read_into(&dev, d, &mut back).unwrap();
+                            }
                         }
-                    }
+                        open
+                    })
+                    .join()
+                    .unwrap();
+                    opens.push(open);
                 }
                 // The server logs the last session's start a moment later.
                 std::thread::sleep(Duration::from_millis(100));
