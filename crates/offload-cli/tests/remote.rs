@@ -663,11 +663,12 @@ int main(void) {
     // The region ran in the session's worker process: neither the client
     // nor the supervisor.
     assert_ne!(pid, server.child.id(), "the region ran in the supervisor");
-    // (In the session sandbox the worker is pid 1 of its PID namespace.)
+    // (In the session sandbox the worker is pid 2 of its PID namespace,
+    // the child of the session's init, and logs that pid.)
     let log = server.log();
     assert!(
         log.contains(&format!("worker_pid={pid}"))
-            || (pid == 1 && log.contains("pid=1 sandboxed=sandbox:")),
+            || log.contains(&format!("pid={pid} sandboxed=sandbox:")),
         "pid {pid} is not a session worker:\n{}",
         server.log()
     );

@@ -462,7 +462,7 @@ fn measure_sandbox_cost() {
 const CHILD: &str = "OFFLOAD_SANDBOX_TEST_CHILD";
 
 /// A kernel that writes to stdout and stderr and then calls `exit()` or
-/// crashes: what it wrote (more than a pipe holds, so most of it had left
+/// crashes (SIGSEGV, SIGILL): what it wrote (more than a pipe holds, so most of it had left
 /// the pipes for the worker's memory) still comes out on the client, on
 /// the right stream, before the client's error; none of it in the
 /// server's log. The client is a child copy of this test (its stdout is
@@ -492,6 +492,8 @@ fn a_dying_kernels_last_output_reaches_the_client() {
     for (mode, how) in [
         (0, "exited with status 7"),
         (1, "killed by signal 11 (SIGSEGV)"),
+        // (The worker's handler must not change the signal it dies of.)
+        (2, "killed by signal 4 (SIGILL)"),
     ] {
         let out = Command::new(std::env::current_exe().unwrap())
             .args([

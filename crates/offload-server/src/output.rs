@@ -159,10 +159,18 @@ struct Capture {
     /// Read ends of the stdout and stderr pipes (non-blocking).
     pipes: [File; 2],
     spool: Spool,
-    /// The spool's lengths; held while moving bytes from a pipe to the
-    /// spool, so that nothing is ever only in a local buffer when another
-    /// thread looks (the exit hook takes it for good).
-    held: Mutex<Lengths>,
+    /// The spool's lengths and the buffer bytes pass through; held while
+    /// moving bytes from a pipe to the spool, so that nothing is ever only
+    /// in that buffer when another thread looks (the exit hook takes it
+    /// for good).
+    held: Mutex<Held>,
+}
+
+/// What [`Capture::held`] guards. The buffer is not on a stack: the
+/// fatal-signal handler drains too, on whatever stack faulted.
+struct Held {
+    lengths: Lengths,
+    buf: Box<[u8]>,
 }
 
 static CAPTURE: OnceLock<Capture> = OnceLock::new();
@@ -237,7 +245,10 @@ pub fn capture() -> Result<(), String> {
         .set(Capture {
             pipes: [out_r, err_r],
             spool: Spool::create()?,
-            held: Mutex::default(),
+            held: Mutex::new(Held {
+                lengths: Lengths::default(),
+                buf: vec![0u8; 16 << 10].into_boxed_slice(),
+            }),
         })
         .is_err()
     {
@@ -291,18 +302,19 @@ fn drain_forever() {
 }
 
 impl Capture {
-    fn lock(&self) -> MutexGuard<'_, Lengths> {
+    fn lock(&self) -> MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Move what the pipes hold into the spool (no allocation).
-    fn drain(&self, held: &mut Lengths) {
-        let mut buf = [0u8; 16 << 10];
+    /// Move what the pipes hold into the spool (no allocation, little
+    /// stack).
+    fn drain(&self, held: &mut Held) {
+        let Held { lengths, buf } = held;
         for (i, mut pipe) in self.pipes.iter().enumerate() {
             loop {
-                match pipe.read(&mut buf) {
+                match pipe.read(buf) {
                     Ok(0) => break,
-                    Ok(n) => self.spool.append(held, i, &buf[..n]),
+                    Ok(n) => self.spool.append(lengths, i, &buf[..n]),
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 }
@@ -388,8 +400,9 @@ fn install_last_words() {
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_fatal as *const () as usize;
-            action.sa_flags =
-                libc::SA_SIGINFO | libc::SA_RESETHAND | libc::SA_NODEFER | libc::SA_ONSTACK;
+            // On the stack that faulted (not an alternate one, which may
+            // be small): a stack overflow cannot run it and simply kills.
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND | libc::SA_NODEFER;
             libc::sigemptyset(&mut action.sa_mask);
             libc::sigaction(sig, &action, std::ptr::null_mut());
         }
@@ -406,7 +419,7 @@ pub fn take() -> Option<Output> {
     }
     let mut held = c.lock();
     c.drain(&mut held);
-    c.spool.take(&mut held)
+    c.spool.take(&mut held.lengths)
 }
 
 /// In the supervisor, once a worker is gone: what its device code wrote

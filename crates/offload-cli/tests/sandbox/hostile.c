@@ -142,8 +142,9 @@ OFFLOAD_HOST_KERNEL(bomb) {
 
 typedef struct { long long mode; } last_words_args;
 /* Writes to stdout and stderr, then ends its worker: mode 0 exit(7),
- * mode 1 a null write (SIGSEGV). Over 64 KiB in all (more than a pipe
- * holds), so most of it has left the pipes before the end. */
+ * mode 1 a null write (SIGSEGV), mode 2 a trap (SIGILL). Over 64 KiB in
+ * all (more than a pipe holds), so most of it has left the pipes before
+ * the end. */
 OFFLOAD_HOST_KERNEL(last_words) {
   const last_words_args *a = args;
   if (offload_global_id_x(item) != 0) return;
@@ -152,6 +153,7 @@ OFFLOAD_HOST_KERNEL(last_words) {
   for (int i = 0; i < 2000; i++) printf("bulk line %d of the last words\n", i);
   printf("a line without its end");
   if (a->mode == 0) exit(7);
+  if (a->mode == 2) __builtin_trap();
   *(volatile int *)(long)(a->mode - 1 + 8) = 1;
 }
 
