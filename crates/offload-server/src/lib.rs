@@ -205,7 +205,7 @@ pub async fn serve(
                 "sessions run in this process"
             );
             offload_core::stats::enable();
-            eprintln!("offload serve: session sandbox OFF (--sessions-in-process): every session shares this process");
+            output::log_line("offload serve: session sandbox OFF (--sessions-in-process): every session shares this process");
             metrics.count_local(runtime.clone());
             (
                 Service::new(runtime, options.token.clone(), data_port),
@@ -219,7 +219,7 @@ pub async fn serve(
                 tracing::warn!(error = %e, "cannot make the server undumpable");
             }
             let mode = sandbox::detect(&options.sandbox);
-            eprintln!("{}", sandbox::describe(mode, &options.sandbox));
+            output::log_line(&sandbox::describe(mode, &options.sandbox));
             let workers = Arc::new(supervisor::Workers::new(
                 supervisor::WorkerSettings {
                     command,

@@ -176,6 +176,8 @@ struct Held {
 static CAPTURE: OnceLock<Capture> = OnceLock::new();
 /// The server's log (the worker's stderr before [`capture`]).
 static LOG: OnceLock<File> = OnceLock::new();
+/// The process's stdout before [`capture`].
+static OUT: OnceLock<File> = OnceLock::new();
 
 /// Writes a log line to the server's log, wherever stderr points now.
 pub struct LogWriter;
@@ -208,21 +210,66 @@ fn pipe() -> Result<(File, OwnedFd), String> {
     Ok((File::from(r), w))
 }
 
-/// Make descriptors 1 and 2 pipes drained for the client; the log keeps
-/// the old stderr. Called once, in the worker, before any device code runs.
-pub fn capture() -> Result<(), String> {
-    // SAFETY: descriptor 2 is this process's stderr; the duplicate is ours.
-    let log = unsafe {
-        let fd = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
-        if fd < 0 {
+/// A duplicate of descriptor `fd` (close-on-exec, numbered 3 or above).
+fn keep(fd: i32, what: &str) -> Result<File, String> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on a standard descriptor of this
+    // process; the new descriptor is ours alone.
+    unsafe {
+        let new = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+        if new < 0 {
             return Err(format!(
-                "keeping the log: {}",
+                "keeping {what}: {}",
                 std::io::Error::last_os_error()
             ));
         }
-        File::from_raw_fd(fd)
+        Ok(File::from_raw_fd(new))
+    }
+}
+
+/// Make descriptors 1 and 2 pipes drained for the client; the log keeps
+/// the old stderr. Called once, in the worker, before any device code runs.
+pub fn capture() -> Result<(), String> {
+    capture_with(true)
+}
+
+/// `offload serve --sessions-in-process`: the server's own descriptors 1
+/// and 2 become the pipes, drained for the sessions' replies as in a
+/// worker. Every session of the process shares them: a reply carries what
+/// device code wrote since the previous reply, whichever session's code
+/// wrote it (the mode has no isolation between sessions at all). The log
+/// and the server's own lines keep the old descriptors ([`log_writer`],
+/// [`log_line`], [`print_line`]). Not done by [`crate::serve`] itself: a
+/// program embedding the server keeps its descriptors.
+pub fn capture_in_process() -> Result<(), String> {
+    capture_with(false)
+}
+
+/// The server's own line on its stdout (the old one, once captured).
+pub fn print_line(line: &str) {
+    let mut text = line.to_string();
+    text.push('\n');
+    let _ = match OUT.get() {
+        Some(mut f) => f.write_all(text.as_bytes()),
+        None => {
+            let mut out = std::io::stdout();
+            out.write_all(text.as_bytes()).and_then(|_| out.flush())
+        }
     };
-    let _ = LOG.set(log);
+}
+
+/// The server's own line on its log (stderr, the old one once captured).
+pub fn log_line(line: &str) {
+    let mut text = line.to_string();
+    text.push('\n');
+    let _ = LogWriter.write_all(text.as_bytes());
+}
+
+fn capture_with(last_words: bool) -> Result<(), String> {
+    let _ = LOG.set(keep(2, "the log")?);
+    if !last_words {
+        // (In a worker its stdout is nothing of its own.)
+        let _ = OUT.set(keep(1, "stdout")?);
+    }
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     for (w, target) in [(&out_w, 1), (&err_w, 2)] {
@@ -254,7 +301,9 @@ pub fn capture() -> Result<(), String> {
     {
         return Err("output captured twice".into());
     }
-    install_last_words();
+    if last_words {
+        install_last_words();
+    }
     std::thread::Builder::new()
         .name("offload-worker-output".into())
         .spawn(drain_forever)
