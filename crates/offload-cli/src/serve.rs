@@ -68,6 +68,11 @@ pub struct Args {
     /// before the sessions end.
     #[arg(long, default_value_t = 30)]
     drain_timeout: u64,
+    /// Session workers kept started ahead of the next clients (sandboxed,
+    /// devices open: a new session only hands one its credentials); each
+    /// serves one session and is replaced. 0: each session starts its own.
+    #[arg(long, default_value_t = offload_server::DEFAULT_SPARE_WORKERS as u64, value_parser = clap::value_parser!(u64).range(0..=16))]
+    spare_workers: u64,
 }
 
 fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
@@ -83,7 +88,9 @@ fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    init_logging();
+    // The log keeps the server's stderr when --sessions-in-process hands
+    // descriptors 1 and 2 to the sessions' device code.
+    init_logging_to(offload_server::output::log_writer);
     if args.mpi {
         let runtime = Arc::new(offload_server::mpi::serving_runtime());
         return offload_server::mpi::serve(runtime).map_err(|e| anyhow::anyhow!("{e}"));
@@ -134,9 +141,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         session_idle_timeout: Some(std::time::Duration::from_secs(args.session_idle_timeout)),
         drain_timeout: Some(std::time::Duration::from_secs(args.drain_timeout)),
         in_process: args.sessions_in_process,
+        spare_workers: Some(args.spare_workers as usize),
     };
     offload_server::validate(&options, args.listen).map_err(anyhow::Error::msg)?;
     let sessions = if args.sessions_in_process {
+        // What device code prints goes to the clients, as with workers.
+        offload_server::output::capture_in_process().map_err(anyhow::Error::msg)?;
         offload_server::Sessions::InProcess(Arc::new(offload_server::local_runtime()))
     } else {
         offload_server::Sessions::Workers(offload_server::WorkerCommand {
@@ -173,9 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             sessions,
             |addr| {
                 // Machine-readable line (tests parse it when using port 0).
-                println!("offload serve: listening on {addr}");
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
+                offload_server::output::print_line(&format!("offload serve: listening on {addr}"));
             },
             shutdown,
         )
@@ -192,10 +200,6 @@ pub fn run_worker() -> anyhow::Result<()> {
     init_logging_to(offload_server::output::log_writer);
     let control = offload_server::worker::control_socket_from_env().map_err(anyhow::Error::msg)?;
     offload_server::worker::run(control).map_err(anyhow::Error::msg)
-}
-
-fn init_logging() {
-    init_logging_to(std::io::stderr);
 }
 
 fn init_logging_to<W>(writer: W)

@@ -668,11 +668,12 @@ int main(void) {
     // The region ran in the session's worker process: neither the client
     // nor the supervisor.
     assert_ne!(pid, server.child.id(), "the region ran in the supervisor");
-    // (In the session sandbox the worker is pid 1 of its PID namespace.)
+    // (In the session sandbox the worker is pid 2 of its PID namespace,
+    // the child of the session's init, and logs that pid.)
     let log = server.log();
     assert!(
         log.contains(&format!("worker_pid={pid}"))
-            || (pid == 1 && log.contains("pid=1 sandboxed=sandbox:")),
+            || log.contains(&format!("pid={pid} sandboxed=sandbox:")),
         "pid {pid} is not a session worker:\n{}",
         server.log()
     );
@@ -2313,7 +2314,9 @@ fn exec_remote(server: &Server, exe: &Path) -> Command {
 /// What a target region prints comes out on the client, not in the
 /// server's log: stdout on stdout (in order with the program's own lines,
 /// even through a pipe, where C buffers the program's stdout), stderr on
-/// stderr. The same program run by LLVM locally prints the same stdout.
+/// stderr; with sessions in worker processes and with
+/// `--sessions-in-process`. The same program run by LLVM locally prints
+/// the same stdout.
 #[test]
 fn a_target_regions_output_comes_out_on_the_client_in_order() {
     let dir = tempfile::tempdir().unwrap();
@@ -2337,40 +2340,43 @@ int main(void) {
     ) else {
         return;
     };
-    let server = Server::start(None);
-    let ours = exec_remote(&server, &exe).output().unwrap();
-    assert!(ours.status.success(), "{}", common::text(&ours));
     let expected = "host: before\n\
         device: region 0\nhost: after region 0\n\
         device: region 1\nhost: after region 1\n\
         device: region 2\nhost: after region 2\n";
-    assert_eq!(
-        String::from_utf8_lossy(&ours.stdout),
-        expected,
-        "{}",
-        common::text(&ours)
-    );
-    let err = String::from_utf8_lossy(&ours.stderr);
-    for i in 0..3 {
-        assert!(
-            err.contains(&format!("device-stderr: region {i}\n")),
+    // Sessions in worker processes, and in the server's own process.
+    for extra in [&[][..], &["--sessions-in-process"][..]] {
+        let server = Server::start_with(None, extra);
+        let ours = exec_remote(&server, &exe).output().unwrap();
+        assert!(ours.status.success(), "{extra:?}: {}", common::text(&ours));
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            expected,
             "{}",
             common::text(&ours)
         );
+        let err = String::from_utf8_lossy(&ours.stderr);
+        for i in 0..3 {
+            assert!(
+                err.contains(&format!("device-stderr: region {i}\n")),
+                "{}",
+                common::text(&ours)
+            );
+        }
+        let log = server.log();
+        assert!(
+            !log.contains("device: region"),
+            "in the server's log:\n{log}"
+        );
+        assert!(
+            !log.contains("device-stderr"),
+            "in the server's log:\n{log}"
+        );
+        assert!(
+            log.contains("session opened"),
+            "the log went missing:\n{log}"
+        );
     }
-    let log = server.log();
-    assert!(
-        !log.contains("device: region"),
-        "in the server's log:\n{log}"
-    );
-    assert!(
-        !log.contains("device-stderr"),
-        "in the server's log:\n{log}"
-    );
-    assert!(
-        log.contains("session opened"),
-        "the log went missing:\n{log}"
-    );
     let llvm = Command::new(&exe)
         .env("LD_LIBRARY_PATH", "/usr/lib/llvm-22/lib")
         .output()

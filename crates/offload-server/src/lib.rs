@@ -39,7 +39,7 @@ use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 pub use sandbox::SandboxOptions;
 pub use service::{Service, ERRC_HEADER};
-pub use supervisor::WorkerCommand;
+pub use supervisor::{WorkerCommand, DEFAULT_SPARE_WORKERS};
 
 /// Where the sessions of a server run.
 pub enum Sessions {
@@ -95,6 +95,11 @@ pub struct ServeOptions {
     pub drain_timeout: Option<std::time::Duration>,
     /// Sessions run in this process (`--sessions-in-process`): unsandboxed.
     pub in_process: bool,
+    /// Worker processes kept started (sandboxed, devices open) ahead of
+    /// the next Hellos (`--spare-workers`; default
+    /// [`supervisor::DEFAULT_SPARE_WORKERS`]; 0: each session starts its
+    /// own). Each is used for one session only, and replaced.
+    pub spare_workers: Option<usize>,
 }
 
 /// Default `--session-idle-timeout`.
@@ -200,7 +205,7 @@ pub async fn serve(
                 "sessions run in this process"
             );
             offload_core::stats::enable();
-            eprintln!("offload serve: session sandbox OFF (--sessions-in-process): every session shares this process");
+            output::log_line("offload serve: session sandbox OFF (--sessions-in-process): every session shares this process");
             metrics.count_local(runtime.clone());
             (
                 Service::new(runtime, options.token.clone(), data_port),
@@ -214,7 +219,7 @@ pub async fn serve(
                 tracing::warn!(error = %e, "cannot make the server undumpable");
             }
             let mode = sandbox::detect(&options.sandbox);
-            eprintln!("{}", sandbox::describe(mode, &options.sandbox));
+            output::log_line(&sandbox::describe(mode, &options.sandbox));
             let workers = Arc::new(supervisor::Workers::new(
                 supervisor::WorkerSettings {
                     command,
@@ -222,9 +227,15 @@ pub async fn serve(
                     sandbox: mode,
                     sandbox_options: options.sandbox.clone(),
                     idle_timeout: options.session_idle_timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT),
+                    spare_workers: options
+                        .spare_workers
+                        .unwrap_or(supervisor::DEFAULT_SPARE_WORKERS),
+                    quota: options.max_session_memory,
                 },
                 metrics.clone(),
             ));
+            // The first session's worker, started (and sandboxed) now.
+            workers.refill_spares();
             let service = Service::supervisor(workers.clone(), options.token.clone(), data_port);
             (service, Some(workers))
         }

@@ -335,8 +335,9 @@ mod linux {
         /// Move the calling process in (its children are born there:
         /// memory a process touched before moving stays charged where it was).
         fn join(&self) -> Result<(), String> {
+            let file = membership_file();
             for d in &self.dirs {
-                std::fs::write(d.join("cgroup.procs"), "0")
+                std::fs::write(d.join(file), "0")
                     .map_err(|e| format!("sandbox: joining {}: {e}", d.display()))?;
             }
             Ok(())
@@ -344,9 +345,10 @@ mod linux {
 
         /// Move the calling process back to where it came from.
         fn leave(&self) {
+            let file = membership_file();
             for d in &self.dirs {
                 if let Some(parent) = d.parent() {
-                    let _ = std::fs::write(parent.join("cgroup.procs"), "0");
+                    let _ = std::fs::write(parent.join(file), "0");
                 }
             }
         }
@@ -361,6 +363,27 @@ mod linux {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
             }
+        }
+    }
+
+    /// The cgroup v1 file that moves the calling process: `tasks` (this
+    /// thread) when it has one thread, as here, else `cgroup.procs`. Writing
+    /// `cgroup.procs` takes the kernel's cgroup-wide threadgroup lock for
+    /// writing, which waits for an RCU grace period (about 10 ms on the
+    /// project's VMs: most of a sandboxed start); moving the calling thread
+    /// through `tasks` does not take it.
+    fn membership_file() -> &'static str {
+        let threads = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))
+                    .and_then(|n| n.trim().parse::<u32>().ok())
+            });
+        if threads == Some(1) {
+            "tasks"
+        } else {
+            "cgroup.procs"
         }
     }
 
@@ -419,21 +442,24 @@ mod linux {
         // Tells the worker when its waiter is gone (it may die before the
         // worker asks to die with it).
         let (alive_r, alive_w) = nix::unistd::pipe().map_err(err("pipe"))?;
+        // The session's init tells the waiter how the worker ended.
+        let (status_r, status_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(err("pipe"))?;
         // SAFETY: the worker has one thread until the sandbox is entered
         // (called first thing by `worker::run`), so the child may run
         // arbitrary code.
         match unsafe { nix::unistd::fork() }.map_err(err("fork"))? {
             ForkResult::Parent { child } => {
-                drop(alive_r);
+                drop((alive_r, status_w));
                 if let Some(c) = &cgroups {
                     c.leave();
                 }
                 // The control socket is the worker's alone.
                 let _ = nix::unistd::close(3);
-                wait_and_mirror(child, cgroups, alive_w)
+                wait_and_mirror(child, cgroups, alive_w, status_r)
             }
             ForkResult::Child => {
-                drop(alive_w);
+                drop((alive_w, status_r));
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("pdeathsig"))?;
                 let mut fds = [nix::poll::PollFd::new(
                     std::os::fd::AsFd::as_fd(&alive_r),
@@ -451,7 +477,17 @@ mod linux {
                     }
                     None => "rlimits",
                 };
-                inside(plan, memory == "rlimits")?;
+                // This process is the session's init (pid 1): it makes the
+                // session's world, then runs the worker as its child and
+                // reaps every process the session orphans.
+                world(plan)?;
+                // SAFETY: still one thread (see above).
+                match unsafe { nix::unistd::fork() }.map_err(err("fork"))? {
+                    ForkResult::Parent { child } => init(plan, child, status_w),
+                    ForkResult::Child => drop(status_w),
+                }
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("pdeathsig"))?;
+                confine(plan, memory == "rlimits")?;
                 Ok(format!(
                     "sandbox: {} pid/mount/ipc/net namespaces, uid {}, limits by {memory}, seccomp, private /tmp and /dev/shm",
                     if plan.mode == Mode::UserNs { "user," } else { "" },
@@ -464,7 +500,12 @@ mod linux {
     /// The waiter: wait for the worker (init of the session's PID namespace:
     /// when it is reaped every process of the session is gone), remove the
     /// cgroups and end the same way.
-    fn wait_and_mirror(child: Pid, cgroups: Option<Cgroups>, alive: std::os::fd::OwnedFd) -> ! {
+    fn wait_and_mirror(
+        child: Pid,
+        cgroups: Option<Cgroups>,
+        alive: std::os::fd::OwnedFd,
+        worker_end: std::os::fd::OwnedFd,
+    ) -> ! {
         // Signals meant for the session (a terminal's ^C) are not ours to die of.
         for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
             // SAFETY: SIG_IGN installs no handler code.
@@ -480,6 +521,24 @@ mod linux {
                 Err(nix::Error::EINTR) => continue,
                 Err(_) => break Ok(70),
             }
+        };
+        // The worker's own end, as its init saw it (none when the init
+        // itself was killed: the OOM killer, the supervisor).
+        let mut word = [0u8; 8];
+        let mut got = 0;
+        let mut status_pipe = std::fs::File::from(worker_end);
+        while got < word.len() {
+            match std::io::Read::read(&mut status_pipe, &mut word[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        let status = if got == word.len() {
+            decode_end(word).unwrap_or(status)
+        } else {
+            status
         };
         drop(cgroups);
         drop(alive);
@@ -497,10 +556,71 @@ mod linux {
         }
     }
 
-    /// In the new namespaces, still privileged: make the session's world,
-    /// then give up every privilege.
-    fn inside(plan: &Plan, rlimit_memory: bool) -> Result<(), String> {
-        nix::unistd::setsid().map_err(err("setsid"))?;
+    /// How a process ended, as the init writes it for the waiter: exit
+    /// code or signal.
+    fn encode_end(end: Result<i32, Signal>) -> [u8; 8] {
+        let (kind, value) = match end {
+            Ok(code) => (0i32, code),
+            Err(sig) => (1, sig as i32),
+        };
+        let mut w = [0u8; 8];
+        w[..4].copy_from_slice(&kind.to_le_bytes());
+        w[4..].copy_from_slice(&value.to_le_bytes());
+        w
+    }
+
+    fn decode_end(w: [u8; 8]) -> Option<Result<i32, Signal>> {
+        let kind = i32::from_le_bytes(w[..4].try_into().ok()?);
+        let value = i32::from_le_bytes(w[4..].try_into().ok()?);
+        match kind {
+            0 => Some(Ok(value)),
+            1 => Signal::try_from(value).ok().map(Err),
+            _ => None,
+        }
+    }
+
+    /// The session's init (pid 1 of its namespace): holds nothing but the
+    /// pipe to the waiter, runs as the session's uid, reaps every process
+    /// of the session that ends (orphans are re-parented to it), and once
+    /// the worker has ended tells the waiter how and exits, which ends
+    /// every process left in the session.
+    fn init(plan: &Plan, worker: Pid, status: std::os::fd::OwnedFd) -> ! {
+        for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+            // SAFETY: SIG_IGN installs no handler code.
+            unsafe {
+                let _ = nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn);
+            }
+        }
+        let keep = status.as_raw_fd() as u32;
+        // SAFETY: close_range(2) takes no pointers; every descriptor but the
+        // status pipe's is the worker's (this process reads or writes
+        // nothing else; `status` is not closed).
+        unsafe {
+            if keep > 0 {
+                libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32);
+            }
+            libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32);
+        }
+        // As unprivileged as the worker; failing that, it only waits.
+        let _ = identity(plan);
+        let _ = nix::sys::prctl::set_dumpable(false);
+        let _ = nix::sys::prctl::set_no_new_privs();
+        let end = loop {
+            match waitpid(None::<Pid>, None) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == worker => break Ok(code),
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == worker => break Err(sig),
+                Ok(_) | Err(nix::Error::EINTR) => continue,
+                Err(_) => break Ok(70),
+            }
+        };
+        let _ = nix::unistd::write(&status, &encode_end(end));
+        // Nothing registered to run at exit in this process.
+        std::process::exit(0)
+    }
+
+    /// As the session's init, still privileged: the session's world (its
+    /// mounts) for it and the worker.
+    fn world(plan: &Plan) -> Result<(), String> {
         // Mounts made here stay here.
         mount(
             None::<&str>,
@@ -535,6 +655,13 @@ mod linux {
         )
         .map_err(err("mounting /proc"))?;
         let _ = nix::unistd::chdir("/");
+        Ok(())
+    }
+
+    /// The worker, in the session's world: limits, then give up every
+    /// privilege.
+    fn confine(plan: &Plan, rlimit_memory: bool) -> Result<(), String> {
+        nix::unistd::setsid().map_err(err("setsid"))?;
         // Limits.
         let set = |r: Resource, v: u64| {
             setrlimit(r, v, v).map_err(|e| format!("sandbox: setrlimit {r:?}: {e}"))
@@ -556,7 +683,16 @@ mod linux {
         unsafe {
             libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
         }
-        // Identity.
+        identity(plan)?;
+        nix::sys::prctl::set_dumpable(false).map_err(err("dumpable"))?;
+        nix::sys::prctl::set_no_new_privs().map_err(err("no_new_privs"))?;
+        // The worker dies with its init (cleared by the uid change).
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("pdeathsig"))?;
+        super::seccomp::apply()
+    }
+
+    /// The session's uid (root mode) or no capability (user namespace).
+    fn identity(plan: &Plan) -> Result<(), String> {
         match plan.mode {
             Mode::Root => {
                 let (u, g) = (Uid::from_raw(plan.uid), Gid::from_raw(plan.uid));
@@ -570,11 +706,7 @@ mod linux {
             Mode::UserNs => drop_capabilities()?,
             Mode::Off => {}
         }
-        nix::sys::prctl::set_dumpable(false).map_err(err("dumpable"))?;
-        nix::sys::prctl::set_no_new_privs().map_err(err("no_new_privs"))?;
-        // The worker dies with its waiter (cleared by the uid change).
-        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("pdeathsig"))?;
-        super::seccomp::apply()
+        Ok(())
     }
 
     /// Empty every capability set (user namespace mode: uid 0 inside).

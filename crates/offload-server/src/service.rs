@@ -261,6 +261,7 @@ impl Service {
         let ended = Box::pin(worker.ended());
         Ok(Response::new(Box::pin(SupervisedStream {
             greeting: Some(greeting),
+            last: std::collections::VecDeque::new(),
             guard: WorkerGuard {
                 worker,
                 workers,
@@ -275,9 +276,39 @@ impl Service {
     }
 }
 
+/// Most output bytes in one Hello event (clients decode at most 4 MiB).
+const LAST_OUTPUT_EVENT: usize = 1 << 20;
+
+/// `output` in pieces of at most [`LAST_OUTPUT_EVENT`] bytes (stdout's
+/// pieces first).
+fn split_output(output: offload_proto::Output) -> Vec<offload_proto::Output> {
+    let mut pieces = Vec::new();
+    for (bytes, is_stdout) in [(output.stdout, true), (output.stderr, false)] {
+        for chunk in bytes.chunks(LAST_OUTPUT_EVENT) {
+            let chunk = bytes.slice_ref(chunk);
+            pieces.push(if is_stdout {
+                offload_proto::Output {
+                    stdout: chunk,
+                    ..Default::default()
+                }
+            } else {
+                offload_proto::Output {
+                    stderr: chunk,
+                    ..Default::default()
+                }
+            });
+        }
+    }
+    pieces
+}
+
 /// A supervised session's Hello stream.
 struct SupervisedStream {
     greeting: Option<HelloEvent>,
+    /// After the worker died: what its device code wrote last (in events
+    /// of at most [`LAST_OUTPUT_EVENT`] bytes), then the status saying how
+    /// it ended.
+    last: std::collections::VecDeque<Result<HelloEvent, Status>>,
     guard: WorkerGuard,
     stopped: Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
     /// Resolves with how the worker process ended.
@@ -312,9 +343,15 @@ impl Stream for SupervisedStream {
         if let Some(g) = self.greeting.take() {
             return Poll::Ready(Some(Ok(g)));
         }
+        if let Some(last) = self.last.pop_front() {
+            if self.last.is_empty() {
+                self.done = true;
+            }
+            return Poll::Ready(Some(last));
+        }
         if let Poll::Ready(ended) = self.ended.as_mut().poll(cx) {
-            self.done = true;
             if self.draining {
+                self.done = true;
                 return Poll::Ready(None);
             }
             let how = ended.how;
@@ -335,7 +372,18 @@ impl Stream for SupervisedStream {
                     .metadata_mut()
                     .insert(offload_proto::WORKER_SIGNAL_HEADER, sig.into());
             }
-            return Poll::Ready(Some(Err(status)));
+            // Its last output first: the client prints it before it reports
+            // (or dies of) the end.
+            if let Some(output) = ended.output {
+                for o in split_output(output) {
+                    self.last.push_back(Ok(HelloEvent {
+                        output: Some(o),
+                        ..Default::default()
+                    }));
+                }
+            }
+            self.last.push_back(Err(status));
+            return self.as_mut().poll_next(cx);
         }
         if !self.draining {
             if let Poll::Ready(()) = self.stopped.as_mut().poll(cx) {
@@ -598,6 +646,7 @@ impl Offload for Service {
             protocol_version: PROTOCOL_VERSION,
             devices: runtime.devices().iter().map(|d| device_desc(d)).collect(),
             session_connection: false,
+            output: None,
         };
         let guard = SessionGuard {
             session,

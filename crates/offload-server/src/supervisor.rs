@@ -50,7 +50,7 @@ pub(crate) struct Worker {
     kill: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     /// Set when the supervisor ends the session (an exit after that is no
     /// crash).
-    closing: std::sync::atomic::AtomicBool,
+    closing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How a worker process ended.
@@ -60,16 +60,45 @@ pub(crate) struct Ended {
     pub how: String,
     /// The signal that killed it, if one did.
     pub signal: Option<i32>,
+    /// What its device code wrote last and no reply carried.
+    pub output: Option<offload_proto::Output>,
 }
 
 impl Ended {
-    fn of(status: std::io::Result<std::process::ExitStatus>) -> Ended {
+    fn of(
+        status: std::io::Result<std::process::ExitStatus>,
+        output: Option<offload_proto::Output>,
+    ) -> Ended {
         let signal = status.as_ref().ok().and_then(|s| s.signal());
         Ended {
             how: describe_exit(status),
             signal,
+            output,
         }
     }
+}
+
+/// A worker's output spool and the read ends of its stdout and stderr
+/// pipes (sent by the worker at start, see [`crate::output`]).
+type OutputHandles = (crate::output::Spool, [std::fs::File; 2]);
+
+/// A started worker process, watched from its start (reaped the moment it
+/// ends, given a session or not), not yet serving a session: a new one,
+/// or the spare started ahead of the next Hello.
+struct Process {
+    pid: u32,
+    /// The supervisor's end of the control socket.
+    control: UnixStream,
+    ended: tokio::sync::watch::Receiver<Option<Ended>>,
+    /// Sent or dropped: the process is killed.
+    kill: tokio::sync::oneshot::Sender<()>,
+    closing: Arc<std::sync::atomic::AtomicBool>,
+    /// Set once it is given a session (until then it is a spare or about
+    /// to be given one).
+    assigned: Arc<std::sync::atomic::AtomicBool>,
+    output: Arc<Mutex<Option<OutputHandles>>>,
+    /// The `--max-session-memory` its sandbox was planned for.
+    quota: Option<u64>,
 }
 
 /// What a new session gets from [`Workers::start`]: its worker and the
@@ -105,7 +134,7 @@ impl Worker {
                 Ok(v) => v.clone().unwrap_or_default(),
                 Err(_) => Ended {
                     how: "ended".to_string(),
-                    signal: None,
+                    ..Default::default()
                 },
             }
         }
@@ -169,6 +198,17 @@ pub(crate) struct Workers {
     /// How long a closed session's worker may take to exit (the drain
     /// timeout once the server stops).
     grace: Mutex<Duration>,
+    /// Workers started (and sandboxed) ahead of the next Hellos, each
+    /// never given a session before: a new session takes one and only
+    /// hands it its configuration (`--spare-workers`).
+    spares: Mutex<Vec<Process>>,
+    spare_count: usize,
+    /// The `--max-session-memory` of the spares' sandboxes.
+    spare_quota: Option<u64>,
+    /// The server stops: no more spares.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Asks the thread that starts spares for more.
+    spare_starter: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<()>>>,
 }
 
 /// Settings of the supervisor's workers.
@@ -178,6 +218,50 @@ pub(crate) struct WorkerSettings {
     pub sandbox: crate::sandbox::Mode,
     pub sandbox_options: crate::sandbox::SandboxOptions,
     pub idle_timeout: Duration,
+    /// Workers kept started ahead of the next Hellos (0: each session
+    /// starts its own).
+    pub spare_workers: usize,
+    /// `--max-session-memory` (the spares' sandboxes are planned for it).
+    pub quota: Option<u64>,
+}
+
+/// Default `--spare-workers`.
+pub const DEFAULT_SPARE_WORKERS: usize = 1;
+
+/// The output spool and pipes a worker sends before its greeting (tags
+/// [`crate::worker::TAG_SPOOL`], `TAG_STDOUT`, `TAG_STDERR`).
+fn receive_output_handles(c: &UnixStream) -> std::io::Result<Option<OutputHandles>> {
+    use crate::worker::{TAG_SPOOL, TAG_STDERR, TAG_STDOUT};
+    let mut got: [Option<std::os::fd::OwnedFd>; 3] = Default::default();
+    for _ in 0..3 {
+        match crate::fdpass::recv_fd(c)? {
+            None => {
+                return Err(std::io::Error::other(
+                    "the worker closed its control socket",
+                ))
+            }
+            Some((tag, fd)) => {
+                let slot = match tag {
+                    TAG_SPOOL => 0,
+                    TAG_STDOUT => 1,
+                    TAG_STDERR => 2,
+                    _ => {
+                        return Err(std::io::Error::other(
+                            "unexpected descriptor from the worker",
+                        ))
+                    }
+                };
+                got[slot] = Some(fd);
+            }
+        }
+    }
+    match got {
+        [Some(spool), Some(out), Some(err)] => Ok(Some((
+            crate::output::Spool::from_fd(spool),
+            [std::fs::File::from(out), std::fs::File::from(err)],
+        ))),
+        _ => Err(std::io::Error::other("the worker sent a descriptor twice")),
+    }
 }
 
 /// Exit status of a worker that ended its session for being idle.
@@ -226,6 +310,11 @@ impl Workers {
             running: tokio::sync::watch::channel(0).0,
             idle_timeout: settings.idle_timeout,
             grace: Mutex::new(EXIT_GRACE),
+            spares: Mutex::new(Vec::new()),
+            spare_count: settings.spare_workers,
+            spare_quota: settings.quota,
+            stopping: Default::default(),
+            spare_starter: Default::default(),
         }
     }
 
@@ -248,6 +337,83 @@ impl Workers {
     /// what they are doing before they are killed.
     pub fn set_drain(&self, drain: Duration) {
         *self.grace.lock().unwrap_or_else(|e| e.into_inner()) = drain;
+        self.stop_spares();
+    }
+
+    /// No more spares; those started end now (they never had a session).
+    pub fn stop_spares(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.stopping.store(true, SeqCst);
+        let spares = std::mem::take(&mut *self.spares.lock().unwrap_or_else(|e| e.into_inner()));
+        for p in spares {
+            p.closing.store(true, SeqCst);
+            // Dropping `kill` kills it; its watcher reaps it.
+            drop(p);
+        }
+    }
+
+    /// Start spares until there are `--spare-workers`, in the background
+    /// (the fork and exec never delay a session's start, nor take one of
+    /// the runtime's threads). On one thread that lives as long as the
+    /// server: a worker dies with the thread that started it
+    /// (`PR_SET_PDEATHSIG` follows the parent *thread*), so never on
+    /// tokio's blocking pool, which ends threads idle for 10 s.
+    pub fn refill_spares(self: &Arc<Self>) {
+        if self.spare_count == 0 || self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let starter = self.spare_starter.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let (workers, rt) = (Arc::downgrade(self), tokio::runtime::Handle::current());
+            let started = std::thread::Builder::new()
+                .name("offload-spares".into())
+                .spawn(move || {
+                    let _in_runtime = rt.enter();
+                    // Ends when the supervisor is dropped (its sender with it).
+                    while rx.recv().is_ok() {
+                        match workers.upgrade() {
+                            Some(w) => w.start_spares(),
+                            None => return,
+                        }
+                    }
+                });
+            if let Err(e) = started {
+                tracing::warn!(error = %e, "no thread for spare session workers");
+            }
+            Mutex::new(tx)
+        });
+        let _ = starter.lock().unwrap_or_else(|e| e.into_inner()).send(());
+    }
+
+    /// [`Workers::refill_spares`]'s work, on its thread.
+    fn start_spares(self: &Arc<Self>) {
+        let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
+        // Those that died waiting (reaped already) are replaced.
+        spares.retain(|p| p.ended.borrow().is_none());
+        while spares.len() < self.spare_count
+            && !self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            match self.spawn(self.spare_quota) {
+                Ok(p) => spares.push(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no spare session worker");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A spare planned for `quota` that is still alive, if there is one.
+    fn take_spare(&self, quota: Option<u64>) -> Option<Process> {
+        let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(p) = spares.pop() {
+            if p.quota == quota && p.ended.borrow().is_none() {
+                return Some(p);
+            }
+            // Dead (its watcher reaped it) or planned otherwise: let it go.
+            p.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        None
     }
 
     /// Resolves once every worker process has been reaped.
@@ -260,6 +426,7 @@ impl Workers {
 
     /// Kill every worker still running (the drain timeout passed).
     pub fn kill_all(&self) {
+        self.stop_spares();
         let workers: Vec<_> = self.map().values().cloned().collect();
         for w in workers {
             if let Some(kill) = w.kill.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -276,13 +443,37 @@ impl Workers {
         self.map().len()
     }
 
-    /// Start a worker for a new session; returns it with the devices it
-    /// describes (the rest of the greeting is the caller's).
+    /// Start a worker for a new session (or take the spare started ahead
+    /// of it); returns it with the devices it describes (the rest of the
+    /// greeting is the caller's).
     pub async fn start(
         self: &Arc<Self>,
         client: String,
         quota: Option<u64>,
     ) -> Result<Started, String> {
+        let started = match self.take_spare(quota) {
+            Some(spare) => match self.assign(spare, client.clone(), quota).await {
+                Ok(s) => Ok(s),
+                Err(e) => {
+                    // A spare that died or went wrong: a fresh one.
+                    tracing::warn!(error = %e, "the spare session worker failed; starting another");
+                    let fresh = self.spawn(quota)?;
+                    self.assign(fresh, client, quota).await
+                }
+            },
+            None => {
+                let fresh = self.spawn(quota)?;
+                self.assign(fresh, client, quota).await
+            }
+        };
+        self.refill_spares();
+        started
+    }
+
+    /// Start a worker process for a session with `quota`: sandboxed, its
+    /// devices opened, waiting for its session's configuration. Watched
+    /// (and reaped) from here on.
+    fn spawn(self: &Arc<Self>, quota: Option<u64>) -> Result<Process, String> {
         use crate::sandbox::{Mode, Plan, PLAN_ENV};
         let uid = match self.sandbox {
             Mode::Root => Some(self.uids.take().ok_or_else(|| {
@@ -349,6 +540,90 @@ impl Workers {
         drop(theirs);
         self.running.send_modify(|n| *n += 1);
         let pid = child.id().unwrap_or(0);
+        let (ended_tx, ended_rx) = tokio::sync::watch::channel(None);
+        let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
+        let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let assigned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let output: Arc<Mutex<Option<OutputHandles>>> = Arc::default();
+        let (watched, given, found, metrics, workers) = (
+            closing.clone(),
+            assigned.clone(),
+            output.clone(),
+            self.metrics.clone(),
+            self.clone(),
+        );
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                s = child.wait() => s,
+                // Sent or dropped.
+                _ = kill_rx => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            };
+            // Reaped: the session's PID namespace is empty, its uid free.
+            if let Some(u) = uid {
+                workers.uids.put(u);
+            }
+            workers.running.send_modify(|n| *n = n.saturating_sub(1));
+            let clean = matches!(&status, Ok(s) if s.success() || s.code() == Some(IDLE_EXIT));
+            let closing = watched.load(std::sync::atomic::Ordering::SeqCst);
+            if !clean && !closing {
+                metrics
+                    .worker_crashes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            // Every writer of its pipes is gone: what device code wrote
+            // last and no reply carried, for the client.
+            let handles = found.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let output = match handles {
+                Some((spool, pipes)) if !closing => crate::output::leftovers(&spool, &pipes),
+                _ => None,
+            };
+            let _ = ended_tx.send(Some(Ended::of(status, output)));
+            // A spare that died waiting (killed, out of memory) is
+            // replaced, a second later (one that cannot start at all is
+            // not restarted in a loop), not only at the next Hello.
+            if !closing && !given.load(std::sync::atomic::Ordering::SeqCst) {
+                tracing::warn!(
+                    pid,
+                    "a spare session worker ended before its session; starting another in 1 s"
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                workers.refill_spares();
+            }
+        });
+        Ok(Process {
+            pid,
+            control: ours,
+            ended: ended_rx,
+            kill: kill_tx,
+            closing,
+            assigned,
+            output,
+            quota,
+        })
+    }
+
+    /// Give the started worker `process` its session: its configuration
+    /// (credentials, client, TLS), then its greeting.
+    async fn assign(
+        self: &Arc<Self>,
+        process: Process,
+        client: String,
+        quota: Option<u64>,
+    ) -> Result<Started, String> {
+        let Process {
+            pid,
+            control,
+            mut ended,
+            kill,
+            closing,
+            assigned,
+            output,
+            ..
+        } = process;
+        assigned.store(true, std::sync::atomic::Ordering::SeqCst);
         let (id, secret, data_secret) = (random_hex(8), random_hex(16), random_hex(32));
         let (secret_hash, data_hash) = (Hashed::new(&secret), Hashed::new(&data_secret));
         let credential = format!("{id}.{secret}");
@@ -374,49 +649,49 @@ impl Workers {
                 .unwrap_or_default()
                 .into(),
         };
-        let exchange =
-            tokio::task::spawn_blocking(move || -> std::io::Result<(UnixStream, Vec<u8>)> {
-                let mut c = ours;
-                c.set_read_timeout(Some(START_TIMEOUT))?;
-                write_frame(&mut c, &config.encode_to_vec())?;
-                let reply = read_frame(&mut c)?;
-                c.set_read_timeout(None)?;
-                Ok((c, reply))
-            });
-        let failed = |child: tokio::process::Child, why: String| {
-            let (workers, uid) = (self.clone(), uid);
-            async move {
-                let mut child = child;
-                let _ = child.start_kill();
-                let how = describe_exit(child.wait().await);
-                if let Some(u) = uid {
-                    workers.uids.put(u);
+        type Exchanged = (UnixStream, Vec<u8>, Option<OutputHandles>);
+        let exchange = tokio::task::spawn_blocking(move || -> std::io::Result<Exchanged> {
+            let mut c = control;
+            c.set_read_timeout(Some(START_TIMEOUT))?;
+            write_frame(&mut c, &config.encode_to_vec())?;
+            let handles = receive_output_handles(&c)?;
+            let reply = read_frame(&mut c)?;
+            c.set_read_timeout(None)?;
+            Ok((c, reply, handles))
+        });
+        let answered = async {
+            let (control, reply) = match exchange.await {
+                Ok(Ok((c, reply, handles))) => {
+                    *output.lock().unwrap_or_else(|e| e.into_inner()) = handles;
+                    (c, reply)
                 }
-                workers.running.send_modify(|n| *n = n.saturating_sub(1));
-                format!("{why}; it {how}")
+                Ok(Err(e)) => {
+                    return Err(format!("the session worker (pid {pid}) did not start: {e}"))
+                }
+                Err(e) => return Err(format!("starting a session worker: {e}")),
+            };
+            let ready = WorkerReady::decode(reply.as_slice())
+                .map_err(|e| format!("the session worker answered garbage: {e}"))?;
+            if !ready.error.is_empty() {
+                return Err(format!(
+                    "the session worker could not start: {}",
+                    ready.error
+                ));
             }
+            Ok((control, ready))
         };
-        let (control, reply) = match exchange.await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                let why = format!("the session worker (pid {pid}) did not start: {e}");
-                return Err(failed(child, why).await);
-            }
-            Err(e) => return Err(failed(child, format!("starting a session worker: {e}")).await),
-        };
-        let ready = match WorkerReady::decode(reply.as_slice()) {
+        let (control, ready) = match answered.await {
             Ok(r) => r,
-            Err(e) => {
-                let why = format!("the session worker answered garbage: {e}");
-                return Err(failed(child, why).await);
+            Err(why) => {
+                // Killed (the sender dropped) and reaped by its watcher.
+                drop(kill);
+                let how = match ended.wait_for(|v| v.is_some()).await {
+                    Ok(v) => v.clone().unwrap_or_default().how,
+                    Err(_) => "ended".to_string(),
+                };
+                return Err(format!("{why}; it {how}"));
             }
         };
-        if !ready.error.is_empty() {
-            let why = format!("the session worker could not start: {}", ready.error);
-            return Err(failed(child, why).await);
-        }
-        let (ended_tx, ended_rx) = tokio::sync::watch::channel(None);
-        let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
         let reports = control.try_clone().ok();
         let worker = Arc::new(Worker {
             id: id.clone(),
@@ -424,35 +699,13 @@ impl Workers {
             data_secret: data_hash,
             pid,
             control: Mutex::new(Some(control)),
-            ended: ended_rx,
-            kill: Mutex::new(Some(kill_tx)),
-            closing: Default::default(),
+            ended,
+            kill: Mutex::new(Some(kill)),
+            closing,
         });
         if let Some(reports) = reports {
             self.read_reports(reports, id.clone());
         }
-        let (watched, metrics, workers) = (worker.clone(), self.metrics.clone(), self.clone());
-        tokio::spawn(async move {
-            let status = tokio::select! {
-                s = child.wait() => s,
-                _ = kill_rx => {
-                    let _ = child.start_kill();
-                    child.wait().await
-                }
-            };
-            // Reaped: the session's PID namespace is empty, its uid free.
-            if let Some(u) = uid {
-                workers.uids.put(u);
-            }
-            workers.running.send_modify(|n| *n = n.saturating_sub(1));
-            let clean = matches!(&status, Ok(s) if s.success() || s.code() == Some(IDLE_EXIT));
-            if !clean && !watched.closing.load(std::sync::atomic::Ordering::SeqCst) {
-                metrics
-                    .worker_crashes
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            let _ = ended_tx.send(Some(Ended::of(status)));
-        });
         self.map().insert(id, worker.clone());
         Ok(Started {
             worker,

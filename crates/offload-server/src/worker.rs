@@ -29,6 +29,12 @@ use crate::session::Session;
 pub const TAG_GRPC: u8 = b'g';
 /// Tag of a handed-over bulk-data connection.
 pub const TAG_DATA: u8 = b'd';
+/// Tags of the descriptors a worker sends the supervisor at start: its
+/// output spool and the read ends of its stdout and stderr pipes (see
+/// [`crate::output`]).
+pub const TAG_SPOOL: u8 = b's';
+pub const TAG_STDOUT: u8 = b'1';
+pub const TAG_STDERR: u8 = b'2';
 /// Environment variable naming the control socket's descriptor.
 pub const CONTROL_FD_ENV: &str = "OFFLOAD_WORKER_FD";
 /// Environment variable with the session's idle timeout in milliseconds
@@ -83,20 +89,30 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     let sandboxed = crate::sandbox::enter_from_env()?;
     // Device code's stdout and stderr go to the client, not the server's log.
     crate::output::capture()?;
+    // The supervisor keeps what device code wrote last when this process
+    // dies: it gets the spool and the pipes.
+    let handles = crate::output::handles().ok_or("output not captured")?;
+    for (tag, fd) in [TAG_SPOOL, TAG_STDOUT, TAG_STDERR].into_iter().zip(handles) {
+        use std::os::fd::AsRawFd;
+        crate::fdpass::send_fd(&control, tag, fd.as_raw_fd())
+            .map_err(|e| format!("sending the output handles: {e}"))?;
+    }
     let idle = std::env::var(IDLE_ENV)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|&ms| ms > 0)
         .map(std::time::Duration::from_millis);
     std::env::remove_var(IDLE_ENV);
-    let frame = read_frame(&mut control).map_err(|e| format!("reading the session config: {e}"))?;
-    let config =
-        WorkerConfig::decode(frame.as_slice()).map_err(|e| format!("bad session config: {e}"))?;
+    // The devices open before the session is known: a spare worker
+    // (started ahead of the next Hello) waits below with everything ready.
     // Counted for the supervisor's metrics (bytes moved, launches).
     offload_core::stats::enable();
     let runtime = Arc::new(crate::local_runtime());
     // The runtime has read its configuration: a kernel's getenv finds nothing.
     crate::sandbox::clear_environment();
+    let frame = read_frame(&mut control).map_err(|e| format!("reading the session config: {e}"))?;
+    let config =
+        WorkerConfig::decode(frame.as_slice()).map_err(|e| format!("bad session config: {e}"))?;
     let session = Arc::new(Session::with_credentials(
         crate::session::Credentials {
             id: config.session_id.clone(),

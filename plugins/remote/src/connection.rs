@@ -107,6 +107,18 @@ pub struct Connection {
     pub(crate) writer: AtomicU64,
     /// How many such operations have been sent.
     pub(crate) device_writes: AtomicU64,
+    /// The task holding the session's Hello stream: the session lives as
+    /// long as the stream.
+    watcher: tokio::task::AbortHandle,
+}
+
+impl Drop for Connection {
+    /// The client is done with the session: end its Hello stream, so the
+    /// server closes the session now (not when this process exits or the
+    /// session's idle timeout passes).
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
 }
 
 /// `Connection::writer` once two queues have sent work that may write.
@@ -230,10 +242,15 @@ impl Connection {
             // The session lives as long as this stream: watch it.
             let (watch, why, killed_by) = (alive.clone(), ended.clone(), signal.clone());
             let who = addr_owned.clone();
-            tokio::spawn(async move {
+            let watcher = tokio::spawn(async move {
                 let end = loop {
                     match stream.message().await {
-                        Ok(Some(_)) => continue,
+                        // After a worker died: what its device code wrote
+                        // last, before the status that says so.
+                        Ok(Some(event)) => {
+                            crate::output::emit(event.output.as_ref());
+                            continue;
+                        }
                         Ok(None) => break "the server closed the session".to_string(),
                         Err(e) => {
                             let sig = e
@@ -252,7 +269,8 @@ impl Connection {
                 *why.lock().unwrap_or_else(|e| e.into_inner()) = Some(end.clone());
                 watch.store(false, Ordering::SeqCst);
                 tracing::warn!(server = %who, reason = %end, "remote server connection lost");
-            });
+            })
+            .abort_handle();
             let session: MetadataValue<_> = first
                 .session
                 .parse()
@@ -305,6 +323,7 @@ impl Connection {
                 next_queue: AtomicU64::new(1),
                 writer: AtomicU64::new(0),
                 device_writes: AtomicU64::new(0),
+                watcher,
             }))
         })
     }

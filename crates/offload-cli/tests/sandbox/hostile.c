@@ -139,3 +139,58 @@ OFFLOAD_HOST_KERNEL(bomb) {
   }
   a->out[0] = ok;
 }
+
+typedef struct { long long mode; } last_words_args;
+/* Writes to stdout and stderr, then ends its worker: mode 0 exit(7),
+ * mode 1 a null write (SIGSEGV), mode 2 a trap (SIGILL). Over 64 KiB in
+ * all (more than a pipe holds), so most of it has left the pipes before
+ * the end. */
+OFFLOAD_HOST_KERNEL(last_words) {
+  const last_words_args *a = args;
+  if (offload_global_id_x(item) != 0) return;
+  printf("last words on stdout\n");
+  fprintf(stderr, "last words on stderr\n");
+  for (int i = 0; i < 2000; i++) printf("bulk line %d of the last words\n", i);
+  printf("a line without its end");
+  if (a->mode == 0) exit(7);
+  if (a->mode == 2) __builtin_trap();
+  *(volatile int *)(long)(a->mode - 1 + 8) = 1;
+}
+
+typedef struct { long long *out; long long n; } orphans_args;
+/* n children that each fork a grandchild and exit at once: the
+ * grandchildren, orphans, exit 50 ms later. After 500 ms, out[0] = the
+ * zombies (state Z) this session's /proc shows, out[1] = the processes. */
+OFFLOAD_HOST_KERNEL(orphans) {
+  const orphans_args *a = args;
+  if (offload_global_id_x(item) != 0) return;
+  for (long long i = 0; i < a->n; i++) {
+    pid_t p = fork();
+    if (p == 0) {
+      if (fork() == 0) { usleep(50000); _exit(0); }
+      _exit(0);
+    }
+    if (p > 0) waitpid(p, 0, 0);
+  }
+  usleep(500000);
+  long long zombies = 0, procs = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) continue;
+    long n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) continue;
+    buf[n] = 0;
+    char *end = strrchr(buf, ')');
+    procs++;
+    if (end && end[1] == ' ' && end[2] == 'Z') zombies++;
+  }
+  if (d) closedir(d);
+  a->out[0] = zombies;
+  a->out[1] = procs;
+}
