@@ -262,6 +262,13 @@ fn arguments(target: &JitTarget, options: &Options, input: &Path, output: &Path)
     }
     args.extend(["-x".into(), "ir".into()]);
     args.push(input.display().to_string());
+    if links {
+        // The compiler's own runtime, linked statically after the input:
+        // code compiled for the host may call into it (host_kernel.h's
+        // per-CPU-level group loops read `__cpu_features2` through
+        // `__builtin_cpu_supports`), and `-nostdlib` leaves it out.
+        args.push("-lgcc".into());
+    }
     args.extend(["-o".into(), output.display().to_string()]);
     args
 }
@@ -574,6 +581,10 @@ mod tests {
         assert!(!args.contains(&"-O2".to_string()), "{args:?}");
         assert!(args.contains(&"-Wl,--no-undefined".to_string()));
         assert_eq!(args.last().map(String::as_str), Some("out.so"));
+        // The compiler runtime is linked after the input (a static archive
+        // only resolves what came before it).
+        let at = |a: &str| args.iter().position(|x| x == a).unwrap();
+        assert!(at("-lgcc") > at("in.bc"), "{args:?}");
     }
 
     #[test]
@@ -602,7 +613,9 @@ mod tests {
             assert!(args.contains(&want.to_string()), "{want} in {args:?}");
         }
         assert!(
-            !args.iter().any(|a| a.starts_with("-Wl,") || a == "-shared"),
+            !args
+                .iter()
+                .any(|a| a.starts_with("-Wl,") || a == "-shared" || a == "-lgcc"),
             "{args:?}"
         );
         assert_ne!(
