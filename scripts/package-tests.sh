@@ -69,7 +69,7 @@ check "OpenMP program through the scratch prefix's offload exec"
 # name it, the program links for NVIDIA and AMD GPUs (with the CUDA tools of
 # scripts/setup.sh) and, without a GPU, falls back to the host.
 flags=$("$PREFIX/bin/offload" clang-flags --offload-arch=gfx90a) || fail "offload clang-flags"
-[ "$flags" = "--offload-arch=gfx90a -Xarch_amdgcn -nogpulib -Xoffload-linker-amdgcn-amd-amdhsa -L$PREFIX/lib/offload/amdgcn-amd-amdhsa" ] \
+[ "$flags" = "--offload-arch=gfx90a -foffload-lto -Xarch_amdgcn -nogpulib -Xoffload-linker-amdgcn-amd-amdhsa -L$PREFIX/lib/offload/amdgcn-amd-amdhsa" ] \
   || fail "clang-flags from the prefix: $flags"
 CUDA_TOOLS="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/cuda-tools/nvidia/cu13"
 flags=$(OFFLOAD_CUDA_PATH="$CUDA_TOOLS" "$PREFIX/bin/offload" clang-flags --offload-arch=sm_90,gfx90a) \
