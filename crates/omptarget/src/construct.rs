@@ -114,3 +114,17 @@ pub(crate) fn begin_fail_msgs(f: Fail) {
         ),
     }
 }
+
+/// LLVM's INFO line for a lookup of a present range that changes no count
+/// (`Mapping exists ... (update suppressed)`); the caller checks the flag.
+pub(crate) fn mapping_exists_unchanged(d: &DevState, e: &Entry, hp: u64, size: u64) {
+    let (dc, hc) = counts(e, false, " (update suppressed)");
+    msg::dev_info(
+        d.id,
+        &format!(
+            "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+            P(hp),
+            P(e.tgt_of(hp).0)
+        ),
+    );
+}

@@ -6,7 +6,7 @@ use offload_core::plugin::DevicePtr;
 
 use crate::abi::*;
 use crate::args::{run_mapper, Args};
-use crate::construct::{counts, present_missing, Ctx, Fail};
+use crate::construct::{counts, mapping_exists_unchanged, present_missing, Ctx, Fail};
 use crate::device::DevState;
 use crate::mapping::{Entry, Found, Shadow};
 use crate::msg::{self, P};
@@ -479,17 +479,7 @@ pub fn process_attaches(d: &DevState, ctx: &mut Ctx) {
             continue;
         }
         let info = msg::info_on(msg::INFO_MAPPING_EXISTS);
-        let line = |e: &Entry, hp: u64, size: u64| {
-            let (dc, hc) = counts(e, false, " (update suppressed)");
-            msg::dev_info(
-                d.id,
-                &format!(
-                    "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-                    P(hp),
-                    P(e.tgt_of(hp).0)
-                ),
-            );
-        };
+        let line = |e: &Entry, hp: u64, size: u64| mapping_exists_unchanged(d, e, hp, size);
         // One view at a time (never two locked together).
         let pointee_entry = {
             let tbl = d.table(pointee, 0);

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::abi::*;
 use crate::args::Args;
-use crate::construct::{begin_fail_msgs, counts, print_args, Ctx, NO_TGT};
+use crate::construct::{begin_fail_msgs, mapping_exists_unchanged, print_args, Ctx, NO_TGT};
 use crate::device::DevState;
 use crate::devices;
 use crate::enter::{data_begin, process_attaches};
@@ -60,15 +60,7 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
         let e = tbl.get(k).unwrap();
         let tgt = e.tgt_of(hp_val);
         if msg::info_on(msg::INFO_MAPPING_EXISTS) {
-            let (dc, hc) = counts(e, false, " (update suppressed)");
-            msg::dev_info(
-                d.id,
-                &format!(
-                    "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-                    P(hp_val),
-                    P(tgt.0)
-                ),
-            );
+            mapping_exists_unchanged(d, e, hp_val, size);
         }
         (tgt.0, e.name)
     };
@@ -446,15 +438,7 @@ fn mapped_word(d: &DevState, a: &Args, i: usize, info: u32, ctx: &Ctx) -> u64 {
             let e = tbl.get(k).unwrap();
             let tgt = e.tgt_of(hp);
             if info & msg::INFO_MAPPING_EXISTS != 0 {
-                let (dc, hc) = counts(e, false, " (update suppressed)");
-                msg::dev_info(
-                    d.id,
-                    &format!(
-                        "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-                        P(hp),
-                        P(tgt.0)
-                    ),
-                );
+                mapping_exists_unchanged(d, e, hp, size);
             }
             tgt.0
         }

@@ -3,7 +3,7 @@
 
 use crate::abi::*;
 use crate::args::{run_mapper, Args};
-use crate::construct::{counts, Fail};
+use crate::construct::{mapping_exists_unchanged, Fail};
 use crate::device::DevState;
 use crate::mapping::Found;
 use crate::msg::{self, P};
@@ -77,15 +77,7 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
                 let e = tbl.get(k).unwrap();
                 let tgt = e.tgt_of(hp);
                 if msg::info_on(msg::INFO_MAPPING_EXISTS) {
-                    let (dc, hc) = counts(e, false, " (update suppressed)");
-                    msg::dev_info(
-                        d.id,
-                        &format!(
-                            "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-                            P(hp),
-                            P(tgt.0)
-                        ),
-                    );
+                    mapping_exists_unchanged(d, e, hp, size);
                 }
                 (tgt, e.shadows.clone(), e.host_ptr, e.name)
             }
