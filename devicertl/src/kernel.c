@@ -91,7 +91,7 @@ static void worker_state_machine(uint32_t tid) {
   }
 }
 
-RTL_EXPORT int32_t __kmpc_target_init(KernelEnvironmentTy *env,
+RTL_EXPORT RTL_ALWAYS_INLINE int32_t __kmpc_target_init(KernelEnvironmentTy *env,
                                       KernelLaunchEnvironmentTy *launch) {
   uint32_t tid = plat_thread_id();
   /* Each thread's own state, before anything reads it. */
@@ -118,7 +118,7 @@ RTL_EXPORT int32_t __kmpc_target_init(KernelEnvironmentTy *env,
   return (int32_t)tid;
 }
 
-RTL_EXPORT void __kmpc_target_deinit(void) {
+RTL_EXPORT RTL_ALWAYS_INLINE void __kmpc_target_deinit(void) {
   if (rtl_is_spmd()) {
     /* No barrier: each thread just leaves, unless threads made data
      * environments, whose per-thread list heads the last one out frees. */

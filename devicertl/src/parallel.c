@@ -107,7 +107,7 @@ RTL_CONVERGENT void rtl_barrier(void) {
 
 /* --- running a region -------------------------------------------------------- */
 
-static void invoke_region(void *fn, int32_t *gtid, int32_t *btid, void **args, int64_t nargs) {
+RTL_ALWAYS_INLINE static void invoke_region(void *fn, int32_t *gtid, int32_t *btid, void **args, int64_t nargs) {
   switch (nargs) {
   case 0:
     ((void (*)(int32_t *, int32_t *))fn)(gtid, btid);
@@ -125,15 +125,18 @@ static void invoke_region(void *fn, int32_t *gtid, int32_t *btid, void **args, i
   }
 }
 
-/* Not inlined: the switch is large and one copy serves every caller. */
-__attribute__((noinline)) static void run_outlined(void *fn, void **args, int64_t nargs) {
+/* Inline: __kmpc_parallel_60 is inlined at its call site, where fn and
+ * nargs are constants, so the switch folds to one direct call of the
+ * region (which is then inlined too) and the argument array never leaves
+ * registers. */
+RTL_ALWAYS_INLINE static void run_outlined(void *fn, void **args, int64_t nargs) {
   int32_t gtid = (int32_t)plat_thread_id();
   int32_t btid = 0;
   invoke_region(fn, &gtid, &btid, args, nargs);
 }
 
 /* The region on the calling thread alone, one level deeper. */
-static void run_serialised(void *fn, void **args, int64_t nargs) {
+RTL_ALWAYS_INLINE static void run_serialised(void *fn, void **args, int64_t nargs) {
   RtlDataEnv env;
   rtl_env_push(&env, RTL_ENV_SERIAL);
   env.level += 1;
@@ -157,7 +160,7 @@ static uint32_t region_threads(int32_t clause, uint32_t nthreads_var) {
  * leaves it may store the next region's size at once: every thread that read
  * this one's has reached the barrier. Threads from the size on only wait at
  * the barrier; their in_region stays 0. */
-static void run_spmd(void *fn, void **args, int64_t nargs, uint32_t threads) {
+RTL_ALWAYS_INLINE static void run_spmd(void *fn, void **args, int64_t nargs, uint32_t threads) {
   rtl_store32(&team()->team_size, threads);
   if (plat_thread_id() < threads) {
     enter_region();
@@ -202,7 +205,7 @@ static void run_generic(void *wrapper, void **args, int64_t nargs, uint32_t thre
   withdraw_args(slots);
 }
 
-RTL_EXPORT void __kmpc_parallel_60(IdentTy *ident, int32_t gtid, int32_t if_expr,
+RTL_EXPORT RTL_ALWAYS_INLINE void __kmpc_parallel_60(IdentTy *ident, int32_t gtid, int32_t if_expr,
                                    int32_t num_threads, int32_t proc_bind, void *fn,
                                    void *wrapper_fn, void **args, int64_t nargs,
                                    int32_t strict) {
@@ -291,12 +294,12 @@ RTL_EXPORT uint16_t __kmpc_parallel_level(IdentTy *ident, int32_t gtid) {
   return (uint16_t)rtl_level();
 }
 
-RTL_EXPORT int32_t __kmpc_global_thread_num(IdentTy *ident) { return (int32_t)rtl_thread_num(); }
+RTL_EXPORT RTL_ALWAYS_INLINE int32_t __kmpc_global_thread_num(IdentTy *ident) { return (int32_t)rtl_thread_num(); }
 
-RTL_EXPORT uint32_t __kmpc_get_hardware_thread_id_in_block(void) { return plat_thread_id(); }
-RTL_EXPORT uint32_t __kmpc_get_hardware_num_threads_in_block(void) { return plat_block_size(); }
-RTL_EXPORT uint32_t __kmpc_get_hardware_num_blocks(void) { return plat_num_blocks(); }
-RTL_EXPORT uint32_t __kmpc_get_warp_size(void) { return plat_warp_size(); }
+RTL_EXPORT RTL_ALWAYS_INLINE uint32_t __kmpc_get_hardware_thread_id_in_block(void) { return plat_thread_id(); }
+RTL_EXPORT RTL_ALWAYS_INLINE uint32_t __kmpc_get_hardware_num_threads_in_block(void) { return plat_block_size(); }
+RTL_EXPORT RTL_ALWAYS_INLINE uint32_t __kmpc_get_hardware_num_blocks(void) { return plat_num_blocks(); }
+RTL_EXPORT RTL_ALWAYS_INLINE uint32_t __kmpc_get_warp_size(void) { return plat_warp_size(); }
 
 /* clang passes num_threads and proc_bind to __kmpc_parallel_60 on GPUs and
  * the launch fixes the teams; these only exist for callers that push. */

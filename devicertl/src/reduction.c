@@ -64,7 +64,7 @@ RTL_EXPORT RTL_CONVERGENT int64_t __kmpc_shuffle_int64(int64_t val, int16_t delt
 
 /* Every lane of `mask` (lanes 0..k-1 of the caller's warp) calls this
  * before shuffling together, so that __kmpc_shuffle_* names exactly them. */
-RTL_CONVERGENT static void group_begin(uint32_t lane, uint64_t mask) {
+RTL_CONVERGENT RTL_ALWAYS_INLINE static void group_begin(uint32_t lane, uint64_t mask) {
   if (lane == 0)
     red_warp_mask[plat_thread_id() / plat_warp_size()] = mask;
   plat_sync_warp(mask);
@@ -72,7 +72,7 @@ RTL_CONVERGENT static void group_begin(uint32_t lane, uint64_t mask) {
 
 /* Combine the values of lanes 0..size-1 into lane 0. Every lane of the
  * group calls it, also lanes >= size (their values are only passed along). */
-RTL_CONVERGENT static void group_reduce(void *data, ShuffleReductFnTy shfl, uint32_t size,
+RTL_CONVERGENT RTL_ALWAYS_INLINE static void group_reduce(void *data, ShuffleReductFnTy shfl, uint32_t size,
                                         uint32_t lane) {
   uint32_t w = plat_warp_size();
   if (size == w) {
@@ -90,7 +90,7 @@ RTL_CONVERGENT static void group_reduce(void *data, ShuffleReductFnTy shfl, uint
 /* Parallel reduction                                                        */
 /* ------------------------------------------------------------------------ */
 
-RTL_EXPORT RTL_CONVERGENT int32_t __kmpc_nvptx_parallel_reduce_nowait_v2(
+RTL_EXPORT RTL_CONVERGENT RTL_ALWAYS_INLINE int32_t __kmpc_nvptx_parallel_reduce_nowait_v2(
     IdentTy *loc, uint64_t reduce_data_size, void *reduce_data, ShuffleReductFnTy shfl,
     InterWarpCopyFnTy cpy) {
   uint32_t n = rtl_num_threads();

@@ -296,8 +296,9 @@ static void static_init(ws_type t, int32_t sched, int32_t *plast, uint64_t *plb,
 /* Typed wrappers: widen, run static_init, narrow (exact: results lie in the
  * loop's range or are the deliberate empty bounds). */
 #define WS_STATIC_ENTRY(NAME, TY, T, ST)                                                     \
-  RTL_EXPORT void NAME(IdentTy *loc, int32_t gtid, int32_t sched, int32_t *plast, T *plower,  \
-                       T *pupper, ST *pstride, ST incr, ST chunk) {                          \
+  RTL_EXPORT RTL_INLINE_ENTRY void NAME(IdentTy *loc, int32_t gtid, int32_t sched,           \
+                                        int32_t *plast, T *plower, T *pupper, ST *pstride,  \
+                                        ST incr, ST chunk) {                                \
     uint64_t lb = (uint64_t)*plower, ub = (uint64_t)*pupper;                                 \
     if ((TY).is_signed && (TY).bits == 32) {                                                 \
       lb = (uint64_t)(int64_t)(int32_t)*plower;                                              \
@@ -320,8 +321,8 @@ WS_STATIC_ENTRY(__kmpc_distribute_static_init_4u, WS_U32, uint32_t, int32_t)
 WS_STATIC_ENTRY(__kmpc_distribute_static_init_8, WS_I64, int64_t, int64_t)
 WS_STATIC_ENTRY(__kmpc_distribute_static_init_8u, WS_U64, uint64_t, int64_t)
 
-RTL_EXPORT void __kmpc_for_static_fini(IdentTy *loc, int32_t gtid) {}
-RTL_EXPORT void __kmpc_distribute_static_fini(IdentTy *loc, int32_t gtid) {}
+RTL_EXPORT RTL_ALWAYS_INLINE void __kmpc_for_static_fini(IdentTy *loc, int32_t gtid) {}
+RTL_EXPORT RTL_ALWAYS_INLINE void __kmpc_distribute_static_fini(IdentTy *loc, int32_t gtid) {}
 
 /* ------------------------------------------------------------------------ */
 /* Dispatch: state                                                           */
