@@ -23,6 +23,7 @@ pub mod mpi;
 pub mod output;
 mod peers;
 mod refusals;
+mod requests;
 pub mod sandbox;
 mod secret;
 mod service;

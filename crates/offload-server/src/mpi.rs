@@ -10,7 +10,6 @@
 use std::ffi::c_int;
 use std::sync::Arc;
 
-use offload_core::plugin::AllocKind;
 use offload_core::{DevicePtr, Error, Result, Runtime};
 use offload_mpi::transport::{Link, TAG_DATA, TAG_PEER};
 use offload_mpi::{Op, Role, Transport};
@@ -18,7 +17,8 @@ use offload_proto::*;
 use prost::Message;
 use tracing::{debug, info};
 
-use crate::service::{device_desc, run_queue_op, shipped};
+use crate::requests;
+use crate::service::run_queue_op;
 use crate::session::Session;
 
 /// The runtime a serving rank offers: the local plugins. The job's
@@ -139,72 +139,40 @@ fn handle(
             HelloEvent {
                 server: server.to_string(),
                 protocol_version: PROTOCOL_VERSION,
-                devices: runtime.devices().iter().map(|d| device_desc(d)).collect(),
+                devices: requests::device_descs(runtime),
                 ..Default::default()
             }
             .encode_to_vec()
         }),
-        Op::Alloc => decode::<AllocRequest>(body).and_then(|r| {
-            let kind = match r.kind {
-                0 => AllocKind::Host,
-                1 => AllocKind::Device,
-                2 => AllocKind::Shared,
-                k => {
-                    return Err(Error::invalid_argument(format!(
-                        "unknown allocation kind {k}"
-                    )))
-                }
-            };
-            s.alloc(r.device, r.size, kind)
-                .map(|p| AllocReply { ptr: p.0 }.encode_to_vec())
-        }),
-        Op::Free => {
-            decode::<FreeRequest>(body).and_then(|r| s.free(r.device, r.ptr).map(|_| vec![]))
-        }
-        Op::RegisterBinary => decode::<RegisterBinaryRequest>(body).map(|r| {
-            let ids = s.add_images(r.client_binary, r.images.into_iter().map(shipped).collect());
-            info!(
-                client = from,
-                binary = r.client_binary,
-                images = ids.len(),
-                "binary registered"
-            );
-            RegisterBinaryReply { image_ids: ids }.encode_to_vec()
-        }),
+        Op::Alloc => decode::<AllocRequest>(body)
+            .and_then(|r| requests::alloc(s, &r))
+            .map(|m| m.encode_to_vec()),
+        Op::Free => decode::<FreeRequest>(body)
+            .and_then(|r| requests::free(s, &r))
+            .map(|_| vec![]),
+        Op::RegisterBinary => decode::<RegisterBinaryRequest>(body)
+            .map(|r| requests::register_binary(s, r).encode_to_vec()),
         Op::UnregisterBinary => decode::<UnregisterBinaryRequest>(body)
-            .and_then(|r| s.remove_binary(r.client_binary).map(|_| vec![])),
-        Op::LoadProgram => decode::<LoadProgramRequest>(body).and_then(|r| {
-            let (image, binary) = match r.source {
-                Some(load_program_request::Source::ImageId(id)) => s.image(id)?,
-                Some(load_program_request::Source::Image(desc)) => (Arc::new(shipped(desc)), 0),
-                None => return Err(Error::invalid_argument("load without an image")),
-            };
-            let program = s.load(r.device, &image.as_device_image())?;
-            let id = s.add_program(r.device, program, binary);
-            Ok(LoadProgramReply {
-                program: id,
-                output: None,
-            }
-            .encode_to_vec())
-        }),
+            .and_then(|r| requests::unregister_binary(s, &r))
+            .map(|_| vec![]),
+        Op::LoadProgram => decode::<LoadProgramRequest>(body)
+            .and_then(|r| requests::load_program(s, r))
+            .map(|program| {
+                LoadProgramReply {
+                    program,
+                    output: None,
+                }
+                .encode_to_vec()
+            }),
         Op::UnloadProgram => decode::<UnloadProgramRequest>(body)
-            .and_then(|r| s.unload_program(r.program).map(|_| vec![])),
-        Op::GetKernel => decode::<SymbolRequest>(body).and_then(|r| {
-            let (device, program) = s.program(r.program)?;
-            let k = program.kernel(&r.name)?;
-            let preferred = k.preferred_group_size(0);
-            let id = s.add_kernel(device, r.program, k);
-            Ok(KernelReply {
-                kernel: id,
-                preferred_group_size: preferred,
-            }
-            .encode_to_vec())
-        }),
-        Op::GetGlobal => decode::<SymbolRequest>(body).and_then(|r| {
-            let (_, program) = s.program(r.program)?;
-            let (ptr, size) = program.global(&r.name)?;
-            Ok(GlobalReply { ptr: ptr.0, size }.encode_to_vec())
-        }),
+            .and_then(|r| requests::unload_program(s, &r))
+            .map(|_| vec![]),
+        Op::GetKernel => decode::<SymbolRequest>(body)
+            .and_then(|r| requests::get_kernel(s, &r))
+            .map(|m| m.encode_to_vec()),
+        Op::GetGlobal => decode::<SymbolRequest>(body)
+            .and_then(|r| requests::get_global(s, &r))
+            .map(|m| m.encode_to_vec()),
         Op::Queue => decode::<QueueOp>(body).and_then(|op| {
             let mut queue = None;
             run_queue_op(s, &mut queue, op)

@@ -7,17 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
+use offload_core::plugin::{KernelArgs, LaunchConfig};
 use offload_core::{DevicePtr, Error, ErrorCode, Location, Runtime};
-use offload_image::metadata::Metadata;
-use offload_image::ImageFormat;
 use offload_proto::offload_server::Offload;
 use offload_proto::*;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::info;
 
-use crate::session::{Session, ShippedImage};
+use crate::requests;
+use crate::session::Session;
 
 /// Metadata key carrying the `ol_errc_t` of a failed call.
 pub const ERRC_HEADER: &str = "x-offload-errc";
@@ -506,66 +505,6 @@ impl Stream for SessionStream {
     }
 }
 
-pub(crate) fn device_desc(d: &offload_core::Device) -> DeviceDesc {
-    let i = d.info();
-    DeviceDesc {
-        id: d.id() as u32,
-        plugin: d.plugin_name().to_string(),
-        name: i.name.clone(),
-        vendor: i.vendor.clone(),
-        product_name: i.product_name.clone(),
-        device_type: i.device_type as u32,
-        backend: format!("{:?}", i.backend).to_lowercase(),
-        triple: i.triple.clone(),
-        arch: i.arch.clone(),
-        uid: i.uid.clone(),
-        driver_version: i.driver_version.clone(),
-        global_memory_bytes: i.global_memory_bytes,
-        group_memory_bytes: i.group_memory_bytes,
-        compute_units: i.compute_units,
-        max_group_size: i.max_group_size,
-        max_group_size_per_dim: i.max_group_size_per_dim.to_vec(),
-        max_num_groups: i.max_num_groups.to_vec(),
-        clock_mhz: i.clock_mhz,
-        address_bits: i.address_bits,
-    }
-}
-
-fn alloc_kind(k: u32) -> Result<AllocKind, Status> {
-    match k {
-        0 => Ok(AllocKind::Host),
-        1 => Ok(AllocKind::Device),
-        2 => Ok(AllocKind::Shared),
-        _ => Err(Status::invalid_argument(format!(
-            "unknown allocation kind {k}"
-        ))),
-    }
-}
-
-pub(crate) fn shipped(desc: ImageDesc) -> ShippedImage {
-    let format = offload_image::detect(&desc.bytes);
-    let mut metadata = Metadata::new();
-    for kv in desc.metadata {
-        metadata.insert(kv.key, kv.value);
-    }
-    ShippedImage {
-        format: if format == ImageFormat::Unknown {
-            ImageFormat::Unknown
-        } else {
-            format
-        },
-        bytes: desc.bytes.to_vec(),
-        triple: (!desc.triple.is_empty()).then_some(desc.triple),
-        arch: (!desc.arch.is_empty()).then_some(desc.arch),
-        strings: desc
-            .strings
-            .into_iter()
-            .map(|kv| (kv.key, kv.value))
-            .collect(),
-        metadata,
-    }
-}
-
 fn dim3(v: &[u32]) -> [u32; 3] {
     [
         v.first().copied().unwrap_or(1),
@@ -644,7 +583,7 @@ impl Offload for Service {
             session: session.credential(),
             server: self.server_name.clone(),
             protocol_version: PROTOCOL_VERSION,
-            devices: runtime.devices().iter().map(|d| device_desc(d)).collect(),
+            devices: crate::requests::device_descs(&runtime),
             session_connection: false,
             output: None,
         };
@@ -668,18 +607,15 @@ impl Offload for Service {
 
     async fn alloc(&self, req: Request<AllocRequest>) -> R<AllocReply> {
         let s = self.session(&req)?;
-        let r = req.into_inner();
-        let p = s
-            .alloc(r.device, r.size, alloc_kind(r.kind)?)
-            .map_err(status)?;
-        Ok(Response::new(AllocReply { ptr: p.0 }))
+        let reply = requests::alloc(&s, req.get_ref()).map_err(status)?;
+        Ok(Response::new(reply))
     }
 
     async fn free(&self, req: Request<FreeRequest>) -> R<Empty> {
         let s = self.session(&req)?;
         let r = req.into_inner();
         // Waits for copies in flight on the allocation (blocking).
-        tokio::task::spawn_blocking(move || s.free(r.device, r.ptr))
+        tokio::task::spawn_blocking(move || requests::free(&s, &r))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(status)?;
@@ -777,41 +713,28 @@ impl Offload for Service {
 
     async fn register_binary(&self, req: Request<RegisterBinaryRequest>) -> R<RegisterBinaryReply> {
         let s = self.session(&req)?;
-        let r = req.into_inner();
-        let n = r.images.len();
-        let bytes: usize = r.images.iter().map(|i| i.bytes.len()).sum();
-        let ids = s.add_images(r.client_binary, r.images.into_iter().map(shipped).collect());
-        info!(session = %s.id, binary = r.client_binary, images = n, bytes, "binary registered");
-        Ok(Response::new(RegisterBinaryReply { image_ids: ids }))
+        Ok(Response::new(requests::register_binary(
+            &s,
+            req.into_inner(),
+        )))
     }
 
     async fn unregister_binary(&self, req: Request<UnregisterBinaryRequest>) -> R<Empty> {
         let s = self.session(&req)?;
-        let r = req.into_inner();
-        s.remove_binary(r.client_binary).map_err(status)?;
-        info!(session = %s.id, binary = r.client_binary, "binary unregistered");
+        requests::unregister_binary(&s, req.get_ref()).map_err(status)?;
         Ok(Response::new(Empty {}))
     }
 
     async fn load_program(&self, req: Request<LoadProgramRequest>) -> R<LoadProgramReply> {
         let s = self.session(&req)?;
         let r = req.into_inner();
-        let (image, binary) = match r.source {
-            Some(load_program_request::Source::ImageId(id)) => s.image(id).map_err(status)?,
-            Some(load_program_request::Source::Image(desc)) => (Arc::new(shipped(desc)), 0),
-            None => return Err(Status::invalid_argument("load without an image")),
-        };
-        let session = s.clone();
-        let device = r.device;
-        let program = tokio::task::spawn_blocking(move || {
+        let id = tokio::task::spawn_blocking(move || {
             preload_openmp_runtime();
-            session.load(device, &image.as_device_image())
+            requests::load_program(&s, r)
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(status)?;
-        let id = s.add_program(r.device, program, binary);
-        info!(session = %s.id, device = r.device, program = id, "program loaded");
         Ok(Response::new(LoadProgramReply {
             program: id,
             output: crate::output::take(),
@@ -820,7 +743,7 @@ impl Offload for Service {
 
     async fn unload_program(&self, req: Request<UnloadProgramRequest>) -> R<UnloadProgramReply> {
         let s = self.session(&req)?;
-        s.unload_program(req.into_inner().program).map_err(status)?;
+        requests::unload_program(&s, req.get_ref()).map_err(status)?;
         Ok(Response::new(UnloadProgramReply {
             output: crate::output::take(),
         }))
@@ -828,24 +751,14 @@ impl Offload for Service {
 
     async fn get_kernel(&self, req: Request<SymbolRequest>) -> R<KernelReply> {
         let s = self.session(&req)?;
-        let r = req.into_inner();
-        let (device, program) = s.program(r.program).map_err(status)?;
-        let k = program.kernel(&r.name).map_err(status)?;
-        let preferred = k.preferred_group_size(0);
-        let id = s.add_kernel(device, r.program, k);
-        Ok(Response::new(KernelReply {
-            kernel: id,
-            preferred_group_size: preferred,
-        }))
+        let reply = requests::get_kernel(&s, req.get_ref()).map_err(status)?;
+        Ok(Response::new(reply))
     }
 
     async fn get_global(&self, req: Request<SymbolRequest>) -> R<GlobalReply> {
         let s = self.session(&req)?;
-        let r = req.into_inner();
-        let (device, program) = s.program(r.program).map_err(status)?;
-        let _ = device;
-        let (ptr, size) = program.global(&r.name).map_err(status)?;
-        Ok(Response::new(GlobalReply { ptr: ptr.0, size }))
+        let reply = requests::get_global(&s, req.get_ref()).map_err(status)?;
+        Ok(Response::new(reply))
     }
 
     type QueueStream = BoxStream<QueueCompletion>;

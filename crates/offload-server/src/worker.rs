@@ -22,7 +22,7 @@ use offload_proto::{HelloEvent, WorkerConfig, WorkerReady};
 use prost::Message;
 use tonic::transport::{Identity, ServerTlsConfig};
 
-use crate::service::{device_desc, Service};
+use crate::service::Service;
 use crate::session::Session;
 
 /// Tag of a handed-over gRPC session connection.
@@ -126,7 +126,7 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     let ready = WorkerReady {
         hello: Some(HelloEvent {
             server: crate::service::server_name(),
-            devices: runtime.devices().iter().map(|d| device_desc(d)).collect(),
+            devices: crate::requests::device_descs(&runtime),
             ..Default::default()
         }),
         error: String::new(),
