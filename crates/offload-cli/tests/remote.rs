@@ -2593,3 +2593,74 @@ int main(void) {
     );
     assert!(status.success(), "{status}\n{}", server.log());
 }
+
+/// Peak resident memory (`VmHWM`) of process `pid`, bytes.
+fn peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        << 10
+}
+
+/// Issue 22 item 6: before a session exists the supervisor takes messages
+/// of at most 64 KiB. Four parallel 250 MiB Pings without the token are
+/// refused by their declared length, not read: the supervisor's peak memory
+/// grows by far less than they carry, and a real client opens its session
+/// right after.
+#[test]
+fn big_unauthenticated_messages_are_refused_before_they_are_read() {
+    const TOKEN: &str = "big-message-token";
+    let server = Server::start(Some(TOKEN));
+    // One session first: the supervisor's own steady state.
+    let first = client(&server.addr, Some(TOKEN));
+    assert!(!first.devices().is_empty(), "{:?}", first.failed_plugins());
+    drop(first);
+    let pid = server.child.id();
+    let before = peak_rss(pid);
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let payload = tonic::codegen::Bytes::from(vec![7u8; 250 << 20]);
+    let codes = io.block_on(async {
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let (addr, payload) = (server.addr.clone(), payload.clone());
+                tokio::spawn(async move {
+                    let endpoint =
+                        tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap();
+                    let mut raw = offload_proto::offload_client::OffloadClient::new(
+                        endpoint.connect().await.unwrap(),
+                    )
+                    .max_encoding_message_size(usize::MAX);
+                    raw.ping(offload_proto::PingRequest { payload })
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .collect();
+        let mut codes = Vec::new();
+        for t in tasks {
+            codes.push(
+                t.await
+                    .unwrap()
+                    .expect_err("a 250 MiB Ping was taken")
+                    .code(),
+            );
+        }
+        codes
+    });
+    drop(payload);
+    let grown = peak_rss(pid).saturating_sub(before);
+    assert!(
+        grown < 32 << 20,
+        "4 x 250 MiB unauthenticated messages raised the supervisor's peak memory by {} MiB (codes {codes:?})",
+        grown >> 20
+    );
+    let rt = client(&server.addr, Some(TOKEN));
+    assert!(!rt.devices().is_empty(), "{:?}", rt.failed_plugins());
+}

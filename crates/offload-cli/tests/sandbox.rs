@@ -822,3 +822,259 @@ fn session_round(addr: &str, image: &[u8], round: i64) {
         }
     }
 }
+
+/// The uid and gid `offload serve` runs as in
+/// [`an_unprivileged_server_sandboxes_sessions_in_user_namespaces`]: `nobody`.
+const NOBODY: u32 = 65534;
+
+/// Whether this kernel lets an unprivileged process create user namespaces
+/// (the knobs `sandbox::detect` reads).
+fn unprivileged_userns_allowed() -> bool {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    read("/proc/sys/user/max_user_namespaces")
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > 0)
+        && read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() != Some("0")
+        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() != Some("1")
+}
+
+/// `Uid:` (real) of process `pid`.
+fn uid_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The server need not be root: run as `nobody` (`setpriv`), it sandboxes
+/// each session in a user namespace of its own (with PID, mount, IPC and
+/// network namespaces), every capability dropped, and rlimits in place of
+/// cgroups. The attacks of `a_kernel_sees_only_its_own_session`,
+/// `kernels_cannot_kill_the_server_or_other_sessions`,
+/// `a_sessions_processes_end_with_it` and
+/// `memory_and_processes_are_bounded_per_session` stay inside the session
+/// there too; the server's configured JIT cache (`OFFLOAD_JIT_CACHE`, a
+/// folder the server's user owns, outside `/tmp`) is never shared by its
+/// sessions: each compiles into its own private `/tmp`. Needs root (to
+/// become `nobody`) and unprivileged user namespaces (fails under
+/// `CI=true` without them).
+#[test]
+fn an_unprivileged_server_sandboxes_sessions_in_user_namespaces() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !ready() {
+        return;
+    }
+    if !unprivileged_userns_allowed() {
+        return skip("the kernel allows no unprivileged user namespaces");
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        return skip("setpriv (util-linux) not found");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let bitcode_path = dir.path().join("hostile.bc");
+    let ok = Command::new("clang-22")
+        .args(["-O1", "-fPIC", "-c", "-emit-llvm", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include"))
+        .arg("-o")
+        .arg(&bitcode_path)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sandbox/hostile.c"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "clang-22 -emit-llvm failed on hostile.c");
+    // Bare bitcode names no triple: packed with one, as clang packs it.
+    let packed_path = dir.path().join("hostile-bc.offload");
+    let out = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(["pack", "-o"])
+        .arg(&packed_path)
+        .arg("--image")
+        .arg(format!(
+            "{},triple=x86_64-unknown-linux-gnu,kind=openmp",
+            bitcode_path.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out));
+    let bitcode = std::fs::read(&packed_path).unwrap();
+    // The server's JIT cache: outside /tmp (a session's /tmp is its own),
+    // owned by the server's user, mode 0700: usable by the server's user.
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("userns-jit-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    std::fs::create_dir_all(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let reuid = format!("--reuid={NOBODY}");
+    let regid = format!("--regid={NOBODY}");
+    let mut server = Server::start_wrapped(
+        &["setpriv", &reuid, &regid, "--clear-groups", "--"],
+        Some(TOKEN),
+        &[
+            "--max-session-memory",
+            &(64u64 << 20).to_string(),
+            "--max-session-processes",
+            "64",
+            "--session-idle-timeout",
+            "6",
+        ],
+        1,
+        &[("OFFLOAD_JIT_CACHE", &cache)],
+    );
+    let log = server.log();
+    assert!(
+        log.contains("session sandbox on: user/PID/mount/IPC/network namespaces"),
+        "{log}"
+    );
+    let server_pid = server.child.id();
+    assert_eq!(uid_of(server_pid), Some(NOBODY), "{log}");
+    // The supervisor is not dumpable: its /proc files belong to root, not
+    // to its own user (so no process of that user reads its memory).
+    let mem = std::fs::metadata(format!("/proc/{server_pid}/mem")).unwrap();
+    assert_eq!(mem.uid(), 0, "the supervisor is dumpable");
+
+    let victim = client(&server.addr);
+    let vdev = victim.devices()[0].clone();
+    let vout = vdev.alloc(17 * 8, AllocKind::Device).unwrap();
+    let attacker = client(&server.addr);
+    let dev = attacker.devices()[0].clone();
+    let pids = server.worker_pids();
+    assert_eq!(pids.len(), 2, "{}", server.log());
+    let tag = std::process::id() as i64 * 2 + 1_000_000_000;
+    let vprobe = Probe {
+        out: vout.0,
+        sibling: pids[1],
+        tag: tag + 1,
+    };
+    run(&vdev, &image, "probe", &vprobe).unwrap();
+    let out = dev.alloc(17 * 8, AllocKind::Device).unwrap();
+    let probe = Probe {
+        out: out.0,
+        sibling: pids[0],
+        tag,
+    };
+    run(&dev, &image, "probe", &probe).unwrap();
+    let w = read_words(&dev, out, 17);
+    assert!(w[0] >= 2 && w[0] <= 5, "processes visible in /proc: {w:?}");
+    assert_eq!(w[1], libc::ENOENT as i64, "/proc/<sibling>/mem: {w:?}");
+    assert_eq!(w[2], libc::ESRCH as i64, "kill(sibling, 0): {w:?}");
+    assert_eq!(w[3], 1, "the parent is the session's init: {w:?}");
+    assert_eq!(w[4], libc::EPERM as i64, "pidfd_open: {w:?}");
+    assert_eq!(w[5], libc::EPERM as i64, "ptrace: {w:?}");
+    assert_eq!(w[6], libc::EPERM as i64, "process_vm_readv: {w:?}");
+    assert_eq!(w[8], 0, "its own /tmp is writable: {w:?}");
+    assert_eq!(w[9], 0, "its own /dev/shm is writable: {w:?}");
+    assert_eq!(w[10], 0, "OFFLOAD_REMOTE_TOKEN reached the kernel");
+    assert_eq!(w[12], libc::EPERM as i64, "unshare: {w:?}");
+    assert_eq!(w[13], libc::EPERM as i64, "mount: {w:?}");
+    assert_eq!(w[14], 0, "saw the other session's /tmp file");
+    assert_eq!(w[15], libc::EPERM as i64, "pidfd_getfd: {w:?}");
+    assert!(w[16] <= 64, "descriptors up to {} are open", w[16]);
+    for t in [tag, tag + 1] {
+        assert!(!Path::new(&format!("/tmp/offload-sandbox-{t}")).exists());
+        assert!(!Path::new(&format!("/dev/shm/offload-sandbox-{t}")).exists());
+    }
+
+    // Root of its own namespace only: no capability, and uid 0 there is
+    // the server's unprivileged uid outside.
+    let who = dev.alloc(5 * 8, AllocKind::Device).unwrap();
+    run(&dev, &image, "whoami", &who.0).unwrap();
+    let w = read_words(&dev, who, 5);
+    assert_eq!(w[2], 0, "capabilities left in the session: {w:?}");
+    assert_eq!(
+        w[3], NOBODY as i64,
+        "uid 0 inside maps to {} outside: {w:?}",
+        w[3]
+    );
+    assert_eq!(
+        w[4], 0,
+        "the session sees the initial user namespace: {w:?}"
+    );
+
+    // Killing the server or the other session's worker reaches no one.
+    let _ = run(&dev, &image, "killer", &pids[0]);
+    let _ = run(&dev, &image, "killer", &(server_pid as i64));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(server.alive(), "the server died: {}", server.log());
+    assert_eq!(
+        read_words(&vdev, vout, 17)[8],
+        0,
+        "the victim's session changed"
+    );
+
+    // Memory (rlimits: the quota plus the worker's address-space
+    // allowance) and processes (RLIMIT_NPROC, counted in the session's own
+    // user namespace) are bounded.
+    let counted = dev.alloc(8, AllocKind::Device).unwrap();
+    let small = Counted {
+        out: counted.0,
+        n: 16 << 20,
+    };
+    run(&dev, &image, "hog", &small).unwrap();
+    assert_eq!(read_words(&dev, counted, 1)[0], 2, "16 MiB were refused");
+    let huge = Counted {
+        out: counted.0,
+        n: 8 << 30,
+    };
+    dev.fill(counted, &[0], 8).unwrap();
+    match run(&dev, &image, "hog", &huge) {
+        Ok(()) => assert_eq!(read_words(&dev, counted, 1)[0], 1, "8 GiB were granted"),
+        Err(e) => assert!(e.message().contains("signal"), "{e}"),
+    }
+
+    // A bitcode image is compiled by the session's worker; its cache is
+    // the session's own, never the server's folder.
+    let program = dev.load_program(&bitcode).unwrap();
+    program.kernel("whoami").unwrap();
+    let mut entries: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    entries.sort();
+    assert!(
+        entries.is_empty(),
+        "a session wrote into the server's JIT cache (shared by every session): {entries:?}"
+    );
+
+    // A setsid grandchild ends with its session (closed by its client, or
+    // else by the idle timeout).
+    let surv = (std::process::id() as i64 + 7) % 100_000_000;
+    run(&dev, &image, "survivor", &surv).unwrap();
+    let name = format!("ofsurv{surv}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while processes_named(&name) == 0 {
+        assert!(Instant::now() < deadline, "the survivor never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // (Last: the bomb's children hold every process slot of the session.)
+    let bomb = Counted {
+        out: counted.0,
+        n: 1000,
+    };
+    run(&dev, &image, "bomb", &bomb).unwrap();
+    let forks = read_words(&dev, counted, 1)[0];
+    assert!(forks < 64, "{forks} forks with --max-session-processes 64");
+
+    drop((program, dev, attacker));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while processes_named(&name) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a kernel's process outlived its session: {}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop((vdev, victim));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&cache);
+}

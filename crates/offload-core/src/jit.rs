@@ -24,7 +24,7 @@
 //!
 //! * Compiler, first found: `$OFFLOAD_JIT_COMPILER`, `clang-22` on `PATH`,
 //!   `/usr/lib/llvm-22/bin/clang`.
-//! * Cache: `$OFFLOAD_JIT_CACHE` (a server gives each session its own),
+//! * Cache: `$OFFLOAD_JIT_CACHE` (a sandboxed server session's is its own),
 //!   else `$XDG_CACHE_HOME/offload/jit`, else `$HOME/.cache/offload/jit`,
 //!   else `offload-jit-<uid>` in the temporary directory (created 0700).
 

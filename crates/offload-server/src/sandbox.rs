@@ -264,8 +264,20 @@ pub fn enter_from_env() -> Result<String, String> {
     if plan.mode == Mode::Off {
         return Ok("no sandbox (--insecure-no-sandbox)".into());
     }
-    linux::enter(&plan)
+    let entered = linux::enter(&plan)?;
+    // Still one thread. The server's JIT cache (`OFFLOAD_JIT_CACHE`, or
+    // its user's `~/.cache`) would be one folder every session writes:
+    // an entry one session planted would run in another's. Each session
+    // compiles into a cache of its own, in its private `/tmp` (gone with
+    // the session).
+    std::env::set_var(JIT_CACHE_ENV, SESSION_JIT_CACHE);
+    Ok(entered)
 }
+
+/// The variable naming the JIT cache folder (read by `offload_core::jit`).
+const JIT_CACHE_ENV: &str = "OFFLOAD_JIT_CACHE";
+/// A sandboxed session's JIT cache: in its own `/tmp`.
+pub const SESSION_JIT_CACHE: &str = "/tmp/offload-jit";
 
 mod linux {
     use super::{Mode, Plan};

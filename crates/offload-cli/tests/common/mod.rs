@@ -40,9 +40,28 @@ impl Server {
         devices: usize,
         envs: &[(&str, &Path)],
     ) -> Server {
+        Server::start_wrapped(&[], token, extra, devices, envs)
+    }
+
+    /// [`Server::start_env`] run through `wrapper` (a command that execs
+    /// its arguments, e.g. `setpriv --reuid ...`; none when empty).
+    pub fn start_wrapped(
+        wrapper: &[&str],
+        token: Option<&str>,
+        extra: &[&str],
+        devices: usize,
+        envs: &[(&str, &Path)],
+    ) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_offload"));
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_offload"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_offload")),
+        };
         cmd.args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
             .env("OFFLOAD_HOST_DEVICES", devices.to_string())

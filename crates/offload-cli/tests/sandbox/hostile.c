@@ -194,3 +194,46 @@ OFFLOAD_HOST_KERNEL(orphans) {
   a->out[0] = zombies;
   a->out[1] = procs;
 }
+
+typedef struct { long long *out; } whoami_args;
+/* Who the kernel runs as:
+ * out[0] getuid()  out[1] geteuid()
+ * out[2] CapEff (the effective capability set, from /proc/self/status)
+ * out[3] the uid outside that uid 0 maps to (/proc/self/uid_map; -1 if
+ *        the file shows no mapping of 0, -2 if it cannot be read)
+ * out[4] 1 if /proc/self/uid_map maps uid 0 to uid 0 (the initial namespace) */
+OFFLOAD_HOST_KERNEL(whoami) {
+  const whoami_args *a = args;
+  long long *out = a->out;
+  if (offload_global_id_x(item) != 0) return;
+  out[0] = getuid();
+  out[1] = geteuid();
+  out[2] = -1;
+  char buf[4096];
+  int fd = open("/proc/self/status", O_RDONLY);
+  if (fd >= 0) {
+    long n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n > 0) {
+      buf[n] = 0;
+      char *cap = strstr(buf, "CapEff:");
+      if (cap) out[2] = strtoll(cap + 7, NULL, 16);
+    }
+  }
+  out[3] = -2;
+  out[4] = 0;
+  fd = open("/proc/self/uid_map", O_RDONLY);
+  if (fd >= 0) {
+    long n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n > 0) {
+      buf[n] = 0;
+      long long inside = -1, outside = -1, count = 0;
+      out[3] = -1;
+      if (sscanf(buf, "%lld %lld %lld", &inside, &outside, &count) == 3 && inside == 0) {
+        out[3] = outside;
+        out[4] = outside == 0 && count > 1;
+      }
+    }
+  }
+}
