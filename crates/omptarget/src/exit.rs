@@ -2,12 +2,13 @@
 //! entries (`target exit data` and the end of a target region).
 
 use crate::abi::*;
+use crate::addr::HostAddr;
 use crate::args::{run_mapper, Args};
 use crate::construct::{counts, Fail, Removals, Removed};
 use crate::device::DevState;
 use crate::enter::Item;
 use crate::mapping::{Entry, Found};
-use crate::msg::{self, P};
+use crate::msg;
 use crate::requires;
 use crate::transfer::{copy_d2h, restore_shadows};
 
@@ -25,8 +26,8 @@ pub fn data_end(
                 d.id,
                 &format!(
                     "Removing map entry with HstPtrBegin={}, TgtPtrBegin={}, Size={}, Name={}",
-                    P(e.hst_begin),
-                    P(e.tgt_begin.0),
+                    e.hst_begin,
+                    e.tgt_begin,
                     e.size,
                     msg::name_of(e.name)
                 ),
@@ -92,8 +93,7 @@ pub(crate) fn end_one(
         drop(tbl);
         if check_present && t & PRESENT != 0 && !requires::usm() {
             msg::message(&format!(
-                "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
-                P(hp)
+                "device mapping required by 'present' map type modifier does not exist for host address {hp} ({size} bytes)",
             ));
             return Err(Fail::Present);
         }
@@ -146,7 +146,14 @@ pub(crate) fn end_one(
 /// Release the reference of map type `t` to entry `e` (or, without
 /// `update_ref`, only ask whether it would be the last) and print the
 /// INFO line for `[hp, hp + size)`. True when it is the last.
-fn release_ref(d: &DevState, e: &mut Entry, hp: u64, size: u64, t: i64, update_ref: bool) -> bool {
+fn release_ref(
+    d: &DevState,
+    e: &mut Entry,
+    hp: HostAddr,
+    size: u64,
+    t: i64,
+    update_ref: bool,
+) -> bool {
     let hold = t & OMPX_HOLD != 0;
     let delete = t & DELETE != 0;
     let (last, note) = if update_ref {
@@ -165,9 +172,8 @@ fn release_ref(d: &DevState, e: &mut Entry, hp: u64, size: u64, t: i64, update_r
         msg::dev_info(
             d.id,
             &format!(
-                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-                P(hp),
-                P(e.tgt_of(hp).0)
+                "Mapping exists with HstPtrBegin={hp}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                e.tgt_of(hp)
             ),
         );
     }
