@@ -1,6 +1,7 @@
 //! The argument arrays of a mapping construct or target region, as clang
-//! passes them (the one place that reads them through raw pointers), and
-//! declare-mapper expansion into arrays of the runtime's own.
+//! passes them (the one place that reads them through raw pointers),
+//! declare-mapper expansion into arrays of the runtime's own, and the walk
+//! over a construct's mapped arguments that every mapping construct shares.
 
 use std::ffi::c_void;
 
@@ -249,4 +250,62 @@ pub(crate) fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
         o.names.push(c.name);
     }
     o
+}
+
+/// The order in which [`walk_mapped`] visits a construct's arguments.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// First to last (mapping in, updates).
+    Forward,
+    /// Last to first (unmapping: members before their struct).
+    Reverse,
+}
+
+/// Visit the mapped arguments of a construct in `order`: each argument
+/// that is neither literal nor private, with a declare mapper's components
+/// visited in its place (recursively). `visit(args, i, from_mapper)` gets
+/// the arrays the argument is in and whether a mapper pushed it; the walk
+/// stops at its first error.
+#[inline]
+pub(crate) fn walk_mapped<E>(
+    a: &Args,
+    order: Order,
+    visit: &mut impl FnMut(&Args, usize, bool) -> Result<(), E>,
+) -> Result<(), E> {
+    walk(a, order, false, visit)
+}
+
+/// One level of [`walk_mapped`]: inlined into each construct's walk (as
+/// the loop it replaces was); a mapper's components recurse out of line.
+#[inline]
+fn walk<E, F>(a: &Args, order: Order, from_mapper: bool, visit: &mut F) -> Result<(), E>
+where
+    F: FnMut(&Args, usize, bool) -> Result<(), E>,
+{
+    let n = a.n();
+    for k in 0..n {
+        let i = match order {
+            Order::Forward => k,
+            Order::Reverse => n - 1 - k,
+        };
+        if a.ty(i) & (LITERAL | PRIVATE) != 0 {
+            continue;
+        }
+        if a.mapper(i) != 0 {
+            walk_mapper(a, i, order, visit)?;
+            continue;
+        }
+        visit(a, i, from_mapper)?;
+    }
+    Ok(())
+}
+
+/// [`walk`] over the components the declare mapper of argument `i` pushes.
+#[inline(never)]
+fn walk_mapper<E, F>(a: &Args, i: usize, order: Order, visit: &mut F) -> Result<(), E>
+where
+    F: FnMut(&Args, usize, bool) -> Result<(), E>,
+{
+    let mut components = run_mapper(a, i);
+    walk(&components.args(), order, true, visit)
 }

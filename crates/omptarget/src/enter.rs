@@ -6,7 +6,7 @@ use offload_core::plugin::DevicePtr;
 
 use crate::abi::*;
 use crate::addr::{HostAddr, HostRange};
-use crate::args::{run_mapper, Args};
+use crate::args::{walk_mapped, Args, Order};
 use crate::construct::{counts, mapping_exists_unchanged, present_missing, Ctx, Fail};
 use crate::device::DevState;
 use crate::mapping::{Entry, Found, Shadow};
@@ -309,25 +309,17 @@ fn return_param_base(hp: HostAddr, hb: HostAddr, pao: bool, tgt: DevicePtr) -> u
     tgt.offset(base.offset_from(hp)).0
 }
 
-pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> Result<(), Fail> {
-    for i in 0..a.n() {
+/// targetDataBegin: map each argument of `a` (declare mappers expanded),
+/// deferring ATTACH entries to [`process_attaches`].
+pub fn data_begin(d: &DevState, a: &Args, ctx: &mut Ctx) -> Result<(), Fail> {
+    walk_mapped(a, Order::Forward, &mut |a, i, from_mapper| {
         let t = a.ty(i);
-        if t & (LITERAL | PRIVATE) != 0 {
-            continue;
-        }
-        if a.mapper(i) != 0 {
-            let mut o = run_mapper(a, i);
-            let sub = o.args();
-            data_begin(d, &sub, true, ctx)?;
-            continue;
-        }
         if t & ATTACH != 0 {
             ctx.attaches.push((a.base_addr(i), a.begin(i), t));
-            continue;
+            return Ok(());
         }
-        begin_one(d, a, i, from_mapper, ctx)?;
-    }
-    Ok(())
+        begin_one(d, a, i, from_mapper, ctx)
+    })
 }
 
 /// Map argument `i` as [`begin_one`] and [`end_one`] read it.

@@ -3,7 +3,7 @@
 
 use crate::abi::*;
 use crate::addr::HostAddr;
-use crate::args::{run_mapper, Args};
+use crate::args::{walk_mapped, Args, Order};
 use crate::construct::{counts, Fail, Removals, Removed};
 use crate::device::DevState;
 use crate::enter::Item;
@@ -12,14 +12,16 @@ use crate::msg;
 use crate::requires;
 use crate::transfer::{copy_d2h, restore_shadows};
 
-pub fn data_end(
-    d: &DevState,
-    a: &Args,
-    from_mapper: bool,
-    check_present: bool,
-) -> Result<(), Fail> {
+/// targetDataEnd: release each argument of `a` (declare mappers
+/// expanded), last to first, then report and free the entries removed.
+pub fn data_end(d: &DevState, a: &Args, check_present: bool) -> Result<(), Fail> {
     let mut removals = Removals::new();
-    let r = data_end_inner(d, a, from_mapper, check_present, &mut removals);
+    let r = walk_mapped(a, Order::Reverse, &mut |a, i, from_mapper| {
+        if a.ty(i) & ATTACH != 0 {
+            return Ok(());
+        }
+        end_one(d, a, i, from_mapper, check_present, &mut removals)
+    });
     for e in removals {
         if msg::info_on(msg::INFO_MAPPING_CHANGED) {
             msg::dev_info(
@@ -40,33 +42,7 @@ pub fn data_end(
     r
 }
 
-pub(crate) fn data_end_inner(
-    d: &DevState,
-    a: &Args,
-    from_mapper: bool,
-    check_present: bool,
-    removals: &mut Removals,
-) -> Result<(), Fail> {
-    for i in (0..a.n()).rev() {
-        let t = a.ty(i);
-        if t & (LITERAL | PRIVATE | ATTACH) != 0 {
-            continue;
-        }
-        if a.mapper(i) != 0 {
-            let mut o = run_mapper(a, i);
-            let sub = o.args();
-            let mut rem = Removals::new();
-            let r = data_end_inner(d, &sub, true, check_present, &mut rem);
-            removals.extend(rem);
-            r?;
-            continue;
-        }
-        end_one(d, a, i, from_mapper, check_present, removals)?;
-    }
-    Ok(())
-}
-
-/// [`data_end_inner`] of argument `i` (neither private nor literal, no
+/// [`data_end`] of argument `i` (neither private nor literal, no
 /// mapper, no ATTACH): release a reference, copy back, remove the entry.
 pub(crate) fn end_one(
     d: &DevState,

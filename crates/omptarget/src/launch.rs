@@ -313,7 +313,7 @@ fn map_args(d: &DevState, a: &Args, loc: IdentRef, ctx: &mut Ctx) {
         return;
     }
     ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n()];
-    if let Err(f) = data_begin(d, a, false, ctx) {
+    if let Err(f) = data_begin(d, a, ctx) {
         begin_fail_msgs(f);
         msg::error("Call to targetDataBegin failed, abort target.");
         msg::error("Failed to process data before launching the kernel.");
@@ -474,7 +474,7 @@ fn launch(
 /// Unmap the kernel's arguments (targetDataEnd).
 #[inline]
 fn unmap_args(d: &DevState, a: &Args, loc: IdentRef) {
-    if a.n() > 0 && data_end(d, a, false, false).is_err() {
+    if a.n() > 0 && data_end(d, a, false).is_err() {
         msg::error("Call to targetDataEnd failed, abort target.");
         msg::error("Failed to process data after launching the kernel.");
         target_failed(loc);
@@ -514,7 +514,7 @@ fn read_back_ranges(d: &DevState, a: &Args) -> SmallVec<[(DevicePtr, usize); 4]>
         }
         let hp = a.begin(i);
         let tbl = d.table(hp, size);
-        // As `data_end_inner` finds the entry it copies from.
+        // As `exit::end_one` finds the entry it copies from.
         let key = match tbl.lookup(hp, size) {
             Some((k, Found::Contained)) => Some(k),
             Some((k, Found::Extends)) if t & IMPLICIT != 0 => Some(k),

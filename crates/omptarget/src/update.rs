@@ -3,7 +3,7 @@
 
 use crate::abi::*;
 use crate::addr::HostAddr;
-use crate::args::{run_mapper, Args};
+use crate::args::{walk_mapped, Args, Order};
 use crate::construct::{mapping_exists_unchanged, Fail};
 use crate::device::DevState;
 use crate::mapping::Found;
@@ -11,25 +11,16 @@ use crate::msg;
 use crate::requires;
 use crate::transfer::{copy_d2h, copy_h2d, reapply_shadows, restore_shadows};
 
+/// targetDataUpdate: copy each argument of `a` (declare mappers expanded)
+/// as its motion type says.
 pub fn data_update(d: &DevState, a: &Args) -> Result<(), Fail> {
-    for i in 0..a.n() {
+    walk_mapped(a, Order::Forward, &mut |a, i, _| {
         let t = a.ty(i);
-        if t & (LITERAL | PRIVATE) != 0 {
-            continue;
-        }
-        if a.mapper(i) != 0 {
-            let mut o = run_mapper(a, i);
-            let sub = o.args();
-            data_update(d, &sub)?;
-            continue;
-        }
         if t & NON_CONTIG != 0 {
-            update_strided(d, a, i)?;
-            continue;
+            return update_strided(d, a, i);
         }
-        update_one(d, a.begin(i), a.size(i).max(0) as u64, t, a.name(i))?;
-    }
-    Ok(())
+        update_one(d, a.begin(i), a.size(i).max(0) as u64, t, a.name(i))
+    })
 }
 
 /// [`data_update`] of a NON_CONTIG argument: one copy per contiguous
