@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 
 use offload_core::{AllocKind, DevicePtr, Location};
 
+use crate::addr::{HostAddr, HostRange};
 use crate::device::DevState;
 use crate::mapping::{Entry, Found, INF};
 use crate::msg;
@@ -226,7 +227,7 @@ pub unsafe fn memset(p: *mut c_void, val: i32, n: usize, dev: i64) -> *mut c_voi
 
 /// Look one byte up in `d`'s table the way LLVM's API routines do: the
 /// device address if it is mapped, with the "Mapping exists" INFO line.
-fn lookup_byte(d: &DevState, p: u64) -> Option<u64> {
+fn lookup_byte(d: &DevState, p: HostAddr) -> Option<u64> {
     d.ensure_loaded();
     let t = d.table(p, 1);
     let Some((k, Found::Contained)) = t.lookup(p, 1) else {
@@ -238,9 +239,7 @@ fn lookup_byte(d: &DevState, p: u64) -> Option<u64> {
         msg::dev_info(
             d.id,
             &format!(
-                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
-                msg::P(p),
-                msg::P(tgt.0),
+                "Mapping exists with HstPtrBegin={p}, TgtPtrBegin={tgt}, Size=1, DynRefCount={} (update suppressed), HoldRefCount={}",
                 msg::rc_str(e.dyn_rc),
                 msg::rc_str(e.hold_rc)
             ),
@@ -255,7 +254,7 @@ pub fn is_present(p: *const c_void, dev: i64) -> i32 {
     }
     match checked_device(dev) {
         None => 1,
-        Some(d) => lookup_byte(d, p as u64).is_some() as i32,
+        Some(d) => lookup_byte(d, HostAddr::of(p)).is_some() as i32,
     }
 }
 
@@ -266,24 +265,26 @@ pub fn mapped_ptr(p: *const c_void, dev: i64) -> *mut c_void {
     // Unlike the other routines, a bad device here is just "not mapped".
     match api_device(dev) {
         Ok(None) => p as *mut c_void,
-        Ok(Some(d)) => lookup_byte(d, p as u64).map_or(std::ptr::null_mut(), |t| t as *mut c_void),
+        Ok(Some(d)) => {
+            lookup_byte(d, HostAddr::of(p)).map_or(std::ptr::null_mut(), |t| t as *mut c_void)
+        }
         Err(()) => std::ptr::null_mut(),
     }
 }
 
-pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32 {
-    if host == 0 || dptr == 0 || size == 0 {
+pub fn associate(host: HostAddr, dptr: DevicePtr, size: usize, off: usize, dev: i64) -> i32 {
+    if host.is_null() || dptr.is_null() || size == 0 {
         return -1;
     }
     let Some(d) = checked_device(dev) else {
         return -1;
     };
     d.ensure_loaded();
-    let tgt = dptr + off as u64;
+    let tgt = dptr.offset(off as u64);
     let mut t = d.table(host, size as u64);
     if let Some((k, f)) = t.lookup(host, size as u64) {
         let e = t.get(k).unwrap();
-        if f == Found::Contained && e.hst_begin == host && e.tgt_begin == DevicePtr(tgt) {
+        if f == Found::Contained && e.key() == host && e.tgt_begin == tgt {
             return 0;
         }
         drop(t);
@@ -294,10 +295,9 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
     }
     let inserted = t.insert(Entry {
         hst_base: host,
-        hst_begin: host,
-        hst_end: host.saturating_add(size as u64),
-        tgt_alloc: DevicePtr(tgt),
-        tgt_begin: DevicePtr(tgt),
+        host: HostRange::saturating(host, size as u64),
+        tgt_alloc: tgt,
+        tgt_begin: tgt,
         dyn_rc: INF,
         hold_rc: 0,
         name: 0,
@@ -311,13 +311,13 @@ pub fn associate(host: u64, dptr: u64, size: usize, off: usize, dev: i64) -> i32
     0
 }
 
-pub fn disassociate(host: u64, dev: i64) -> i32 {
+pub fn disassociate(host: HostAddr, dev: i64) -> i32 {
     let Some(d) = checked_device(dev) else {
         return -1;
     };
     let mut t = d.table(host, 0);
     let key = match t.lookup(host, 0) {
-        Some((k, _)) if t.get(k).map(|e| e.hst_begin == host).unwrap_or(false) => k,
+        Some((k, _)) if t.get(k).map(|e| e.key() == host).unwrap_or(false) => k,
         _ => {
             drop(t);
             msg::error("Association not found");

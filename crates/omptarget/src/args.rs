@@ -1,10 +1,12 @@
 //! The argument arrays of a mapping construct or target region, as clang
-//! passes them (the one place that reads them through raw pointers), and
-//! declare-mapper expansion into arrays of the runtime's own.
+//! passes them (the one place that reads them through raw pointers),
+//! declare-mapper expansion into arrays of the runtime's own, and the walk
+//! over a construct's mapped arguments that every mapping construct shares.
 
 use std::ffi::c_void;
 
 use crate::abi::*;
+use crate::addr::HostAddr;
 use crate::mapper::MapperComponents;
 
 /// The argument arrays of one construct (clang's `args_base`, `args`,
@@ -32,9 +34,10 @@ impl<'a> Args<'a> {
     /// `types`, `names` and `mappers` are null or hold `n` elements; all
     /// of them stay valid for `'a`. As clang guarantees: each mapped host
     /// range (`begin[i]`, `sizes[i]` bytes) and each PTR_AND_OBJ/ATTACH base
-    /// pointer slot is the program's memory, live for the construct; a
-    /// non-null name is a C string; a non-null mapper is a mapper function
-    /// of clang's signature (`MapperFn`).
+    /// pointer slot is the program's memory, live for the construct; the
+    /// `begin` of a NON_CONTIG entry points to `sizes[i]` readable
+    /// [`NonContig`] descriptors; a non-null name is a C string; a non-null
+    /// mapper is a mapper function of clang's signature (`MapperFn`).
     pub unsafe fn from_raw(
         n: usize,
         base: *mut *mut c_void,
@@ -96,9 +99,18 @@ impl<'a> Args<'a> {
     pub fn base(&self, i: usize) -> u64 {
         self.at(self.base as *const *mut c_void, i) as u64
     }
+    /// The base of argument `i` as a host address (a PTR_AND_OBJ's or
+    /// ATTACH's pointer slot, a struct's base); [`Self::base`] is the raw
+    /// word (a literal's value).
     #[inline]
-    pub fn begin(&self, i: usize) -> u64 {
-        self.at(self.begin as *const *mut c_void, i) as u64
+    pub fn base_addr(&self, i: usize) -> HostAddr {
+        HostAddr(self.base(i))
+    }
+    /// The host address argument `i` maps.
+    #[inline]
+    pub fn begin(&self, i: usize) -> HostAddr {
+        let p: *mut c_void = self.at(self.begin as *const *mut c_void, i);
+        HostAddr::of(p)
     }
     #[inline]
     pub fn size(&self, i: usize) -> i64 {
@@ -131,6 +143,22 @@ impl<'a> Args<'a> {
         } else {
             self.at(self.mappers, i) as usize
         }
+    }
+
+    /// The dimensions of NON_CONTIG argument `i` (`size(i)` descriptors at
+    /// its begin); empty for a size of 0 or less.
+    pub fn non_contig(&self, i: usize) -> &'a [NonContig] {
+        assert!(
+            self.ty(i) & NON_CONTIG != 0,
+            "argument {i} is not NON_CONTIG"
+        );
+        let dims = self.size(i).max(0) as usize;
+        if dims == 0 {
+            return &[];
+        }
+        // SAFETY: a NON_CONTIG entry's begin points to `sizes[i]` readable
+        // descriptors, live for `'a` (`from_raw`'s contract).
+        unsafe { std::slice::from_raw_parts(self.begin(i).as_ptr::<NonContig>(), dims) }
     }
 
     /// Store `v` in base slot `i` (a RETURN_PARAM's device address, which
@@ -197,7 +225,7 @@ pub(crate) fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
         f(
             mc.handle(),
             a.base(i) as *mut c_void,
-            a.begin(i) as *mut c_void,
+            a.begin(i).as_mut_ptr::<c_void>(),
             a.size(i),
             a.ty(i),
             a.name(i) as *mut c_void,
@@ -222,4 +250,62 @@ pub(crate) fn run_mapper(a: &Args, i: usize) -> OwnedArgs {
         o.names.push(c.name);
     }
     o
+}
+
+/// The order in which [`walk_mapped`] visits a construct's arguments.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// First to last (mapping in, updates).
+    Forward,
+    /// Last to first (unmapping: members before their struct).
+    Reverse,
+}
+
+/// Visit the mapped arguments of a construct in `order`: each argument
+/// that is neither literal nor private, with a declare mapper's components
+/// visited in its place (recursively). `visit(args, i, from_mapper)` gets
+/// the arrays the argument is in and whether a mapper pushed it; the walk
+/// stops at its first error.
+#[inline]
+pub(crate) fn walk_mapped<E>(
+    a: &Args,
+    order: Order,
+    visit: &mut impl FnMut(&Args, usize, bool) -> Result<(), E>,
+) -> Result<(), E> {
+    walk(a, order, false, visit)
+}
+
+/// One level of [`walk_mapped`]: inlined into each construct's walk (as
+/// the loop it replaces was); a mapper's components recurse out of line.
+#[inline]
+fn walk<E, F>(a: &Args, order: Order, from_mapper: bool, visit: &mut F) -> Result<(), E>
+where
+    F: FnMut(&Args, usize, bool) -> Result<(), E>,
+{
+    let n = a.n();
+    for k in 0..n {
+        let i = match order {
+            Order::Forward => k,
+            Order::Reverse => n - 1 - k,
+        };
+        if a.ty(i) & (LITERAL | PRIVATE) != 0 {
+            continue;
+        }
+        if a.mapper(i) != 0 {
+            walk_mapper(a, i, order, visit)?;
+            continue;
+        }
+        visit(a, i, from_mapper)?;
+    }
+    Ok(())
+}
+
+/// [`walk`] over the components the declare mapper of argument `i` pushes.
+#[inline(never)]
+fn walk_mapper<E, F>(a: &Args, i: usize, order: Order, visit: &mut F) -> Result<(), E>
+where
+    F: FnMut(&Args, usize, bool) -> Result<(), E>,
+{
+    let mut components = run_mapper(a, i);
+    walk(&components.args(), order, true, visit)
 }

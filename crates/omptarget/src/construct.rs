@@ -5,10 +5,11 @@ use offload_core::plugin::DevicePtr;
 use smallvec::SmallVec;
 
 use crate::abi::*;
+use crate::addr::{HostAddr, HostRange};
 use crate::args::Args;
 use crate::device::DevState;
 use crate::mapping::Entry;
-use crate::msg::{self, P};
+use crate::msg;
 
 /// Why a construct failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,11 +22,11 @@ pub enum Fail {
 /// Per-construct bookkeeping.
 #[derive(Default)]
 pub struct Ctx {
-    /// Host ranges `(begin, end)` of entries created by this construct
-    /// (an entry's key is its begin).
-    pub new_entries: SmallVec<[(u64, u64); 8]>,
+    /// Host ranges of entries created by this construct (an entry's key
+    /// is its begin).
+    pub new_entries: SmallVec<[HostRange; 8]>,
     /// Deferred ATTACH entries: (pointer address, pointee begin, type).
-    pub attaches: Vec<(u64, u64, i64)>,
+    pub attaches: Vec<(HostAddr, HostAddr, i64)>,
     /// Device address found or created for each top-level argument of a
     /// `target` construct (`NO_TGT` = not known), so that the kernel
     /// arguments need no second lookup. Empty outside `target`.
@@ -40,7 +41,7 @@ pub(crate) type Removals = SmallVec<[Removed; 16]>;
 
 /// What reporting and freeing a removed entry needs.
 pub(crate) struct Removed {
-    pub(crate) hst_begin: u64,
+    pub(crate) hst_begin: HostAddr,
     pub(crate) tgt_begin: DevicePtr,
     pub(crate) tgt_alloc: DevicePtr,
     pub(crate) size: u64,
@@ -51,7 +52,7 @@ pub(crate) struct Removed {
 impl From<&Entry> for Removed {
     fn from(e: &Entry) -> Removed {
         Removed {
-            hst_begin: e.hst_begin,
+            hst_begin: e.key(),
             tgt_begin: e.tgt_begin,
             tgt_alloc: e.tgt_alloc,
             size: e.size(),
@@ -63,8 +64,15 @@ impl From<&Entry> for Removed {
 
 impl Ctx {
     /// Whether the entry with key `k` was created by this construct.
-    pub fn is_new(&self, k: u64) -> bool {
-        self.new_entries.iter().any(|&(b, _)| b == k)
+    pub fn is_new(&self, k: HostAddr) -> bool {
+        self.new_entries.iter().any(|r| r.begin() == k)
+    }
+
+    /// Whether `[addr, addr + len)` lies inside an entry this construct
+    /// created (a zero `len`: the byte at `addr`).
+    pub fn in_new_entry(&self, addr: HostAddr, len: u64) -> bool {
+        let r = HostRange::saturating(addr, len.max(1));
+        self.new_entries.iter().any(|n| n.contains_range(r))
     }
 }
 
@@ -97,10 +105,9 @@ pub(crate) fn print_args(d: &DevState, a: &Args) {
     }
 }
 
-pub(crate) fn present_missing(hp: u64, size: u64) {
+pub(crate) fn present_missing(hp: HostAddr, size: u64) {
     msg::message(&format!(
-        "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
-        P(hp)
+        "device mapping required by 'present' map type modifier does not exist for host address {hp} ({size} bytes)",
     ));
 }
 
@@ -117,14 +124,13 @@ pub(crate) fn begin_fail_msgs(f: Fail) {
 
 /// LLVM's INFO line for a lookup of a present range that changes no count
 /// (`Mapping exists ... (update suppressed)`); the caller checks the flag.
-pub(crate) fn mapping_exists_unchanged(d: &DevState, e: &Entry, hp: u64, size: u64) {
+pub(crate) fn mapping_exists_unchanged(d: &DevState, e: &Entry, hp: HostAddr, size: u64) {
     let (dc, hc) = counts(e, false, " (update suppressed)");
     msg::dev_info(
         d.id,
         &format!(
-            "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-            P(hp),
-            P(e.tgt_of(hp).0)
+            "Mapping exists with HstPtrBegin={hp}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+            e.tgt_of(hp)
         ),
     );
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use offload_core::plugin::DevicePtr;
 use offload_core::BinaryId;
 
+use crate::addr::HostAddr;
 use crate::kernels::{KernelMap, KernelRef};
 use crate::shards::{ShardedTable, View};
 
@@ -48,7 +49,7 @@ impl DevState {
     /// The mapping table as far as `[hp, hp + size)` needs it, locked
     /// (a zero size: the address `hp`).
     #[inline]
-    pub fn table(&self, hp: u64, size: u64) -> View<'_> {
+    pub fn table(&self, hp: HostAddr, size: u64) -> View<'_> {
         self.table.view(hp, size)
     }
     /// The whole mapping table, locked.
@@ -111,7 +112,7 @@ impl DevState {
     /// lies inside device memory of a live mapping-table entry (a block
     /// from [`Self::alloc_block`] or a global of a loaded image).
     #[inline]
-    pub unsafe fn h2d(&self, tgt: DevicePtr, hst: u64, size: u64) -> bool {
+    pub unsafe fn h2d(&self, tgt: DevicePtr, hst: HostAddr, size: u64) -> bool {
         size == 0
             || reported(
                 // SAFETY: the caller guarantees the host range is readable
@@ -119,7 +120,7 @@ impl DevState {
                 // face allocated or loaded (range checked in debug builds).
                 unsafe {
                     self.dev
-                        .copy_to_owned_block(tgt, hst as *const u8, size as usize)
+                        .copy_to_owned_block(tgt, hst.as_ptr::<u8>(), size as usize)
                 },
                 "Failure to copy data from host to device",
             )
@@ -132,7 +133,7 @@ impl DevState {
     /// lies inside device memory of a live mapping-table entry (a block
     /// from [`Self::alloc_block`] or a global of a loaded image).
     #[inline]
-    pub unsafe fn d2h(&self, hst: u64, tgt: DevicePtr, size: u64) -> bool {
+    pub unsafe fn d2h(&self, hst: HostAddr, tgt: DevicePtr, size: u64) -> bool {
         size == 0
             || reported(
                 // SAFETY: the caller guarantees the host range is writable
@@ -140,7 +141,7 @@ impl DevState {
                 // face allocated or loaded.
                 unsafe {
                     self.dev
-                        .copy_from_owned_block(hst as *mut u8, tgt, size as usize)
+                        .copy_from_owned_block(hst.as_mut_ptr::<u8>(), tgt, size as usize)
                 },
                 "Failure to copy data from device to host",
             )

@@ -2,7 +2,7 @@
 //! Below the global state: which devices to dump is the caller's choice.
 
 use crate::device::DevState;
-use crate::msg::{self, P};
+use crate::msg;
 
 pub fn dump_table(d: &DevState, header: &str) {
     dump_table_with(d, header, &mut |dev, line| msg::dev_info(dev, line));
@@ -24,8 +24,8 @@ pub fn dump_table_with(d: &DevState, header: &str, out: &mut dyn FnMut(usize, &s
             d.id,
             &format!(
                 "{} {} {:<8} {:<11} {:<12} {}",
-                P(e.hst_begin),
-                P(e.tgt_begin.0),
+                e.key(),
+                e.tgt_begin,
                 e.size(),
                 msg::rc_str(e.dyn_rc),
                 msg::rc_str(e.hold_rc),

@@ -5,18 +5,19 @@
 use offload_core::plugin::DevicePtr;
 
 use crate::abi::*;
-use crate::args::{run_mapper, Args};
+use crate::addr::{HostAddr, HostRange};
+use crate::args::{walk_mapped, Args, Order};
 use crate::construct::{counts, mapping_exists_unchanged, present_missing, Ctx, Fail};
 use crate::device::DevState;
 use crate::mapping::{Entry, Found, Shadow};
-use crate::msg::{self, P};
+use crate::msg;
 use crate::requires;
 use crate::shards::View;
 use crate::transfer::{copy_h2d, reapply_shadows};
 
 pub struct MapResult {
     pub tgt: DevicePtr,
-    pub key: Option<u64>,
+    pub key: Option<HostAddr>,
     pub is_new: bool,
     /// Host memory used directly (unified shared memory, no entry).
     pub host: bool,
@@ -27,8 +28,8 @@ pub struct MapResult {
 /// with the reference count and the data.
 #[derive(Clone, Copy)]
 pub struct MapReq {
-    pub hp: u64,
-    pub hb: u64,
+    pub hp: HostAddr,
+    pub hb: HostAddr,
     pub padding: u64,
     pub size: u64,
     pub name: usize,
@@ -91,7 +92,7 @@ fn map_present(
     d: &DevState,
     ctx: &mut Ctx,
     mut tbl: View<'_>,
-    k: u64,
+    k: HostAddr,
     r: &MapReq,
 ) -> Result<MapResult, Fail> {
     let (hp, size) = (r.hp, r.size);
@@ -108,10 +109,8 @@ fn map_present(
         msg::dev_info(
             d.id,
             &format!(
-                "Mapping exists{} with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}, Name={}",
+                "Mapping exists{} with HstPtrBegin={hp}, TgtPtrBegin={tgt}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}, Name={}",
                 if r.implicit() { " (implicit)" } else { "" },
-                P(hp),
-                P(tgt.0),
                 msg::name_of(r.name)
             ),
         );
@@ -143,9 +142,9 @@ fn map_present(
 fn extension_error(e: &Entry, r: &MapReq) -> Fail {
     msg::message(&format!(
         "explicit extension not allowed: host address specified is {} ({} bytes), but device allocation maps to host at {} ({} bytes)",
-        P(r.hp),
+        r.hp,
         r.size,
-        P(e.hst_begin),
+        e.key(),
         e.size()
     ));
     if r.t & PRESENT != 0 {
@@ -162,13 +161,13 @@ fn map_usm(d: &DevState, r: &MapReq) -> MapResult {
             d.id,
             &format!(
                 "Return HstPtrBegin {} Size={} for unified shared memory",
-                P(r.hp),
-                r.size
+                r.hp, r.size
             ),
         );
     }
     MapResult {
-        tgt: DevicePtr(r.hp),
+        // The host address is the device address.
+        tgt: DevicePtr(r.hp.0),
         key: None,
         is_new: false,
         host: true,
@@ -179,14 +178,21 @@ fn map_usm(d: &DevState, r: &MapReq) -> MapResult {
 /// the data copied in before the table is unlocked.
 fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result<MapResult, Fail> {
     let (hp, size, padding, name, hold) = (r.hp, r.size, r.padding, r.name, r.hold());
-    let Some(alloc) = d.alloc_block(size + padding) else {
+    let Some(block_size) = size.checked_add(padding) else {
+        return Err(Fail::Other);
+    };
+    let Some(alloc) = d.alloc_block(block_size) else {
         return Err(Fail::Other);
     };
     let tgt = alloc.offset(padding);
+    let Some(host) = HostRange::new(hp, size) else {
+        // A range wrapping the address space.
+        d.free_block(alloc, block_size);
+        return Err(Fail::Other);
+    };
     let e = Entry {
         hst_base: r.hb,
-        hst_begin: hp,
-        hst_end: hp + size,
+        host,
         tgt_alloc: alloc,
         tgt_begin: tgt,
         dyn_rc: if hold { 0 } else { 1 },
@@ -200,11 +206,8 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
         msg::dev_info(
             d.id,
             &format!(
-                "Creating new map entry with HstPtrBase={}, HstPtrBegin={}, TgtAllocBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={}, HoldRefCount={}, Name={}",
-                P(r.hb),
-                P(hp),
-                P(alloc.0),
-                P(tgt.0),
+                "Creating new map entry with HstPtrBase={}, HstPtrBegin={hp}, TgtAllocBegin={alloc}, TgtPtrBegin={tgt}, Size={size}, DynRefCount={}, HoldRefCount={}, Name={}",
+                r.hb,
                 e.dyn_rc,
                 e.hold_rc,
                 msg::name_of(name)
@@ -212,9 +215,9 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
         );
     }
     if tbl.insert(e).is_err() {
-        // Only a range wrapping the address space gets here.
+        // Only a caller's bug gets here (the view is opened for the range).
         drop(tbl);
-        d.free_block(alloc, size + padding);
+        d.free_block(alloc, block_size);
         return Err(Fail::Other);
     }
     // The copy in completes before the table is unlocked: another
@@ -225,7 +228,7 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
     // into the block just allocated for it.
     let copied = !r.to || unsafe { copy_h2d(d, name, hp, tgt, size) };
     drop(tbl);
-    ctx.new_entries.push((hp, hp + size));
+    ctx.new_entries.push(host);
     if !copied {
         return Err(Fail::Other);
     }
@@ -239,12 +242,18 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
 
 /// Write the device address of the pointee into the device copy of the
 /// pointer at host address `ptr_addr`, and record a shadow pointer.
-pub(crate) fn attach(d: &DevState, ptr_addr: u64, pointee_begin: u64, pointee_tgt: DevicePtr) {
+pub(crate) fn attach(
+    d: &DevState,
+    ptr_addr: HostAddr,
+    pointee_begin: HostAddr,
+    pointee_tgt: DevicePtr,
+) {
     // SAFETY: `ptr_addr` is the host pointer variable being mapped.
-    let host_value = unsafe { std::ptr::read_unaligned(ptr_addr as *const u64) };
+    let host_value = unsafe { std::ptr::read_unaligned(ptr_addr.as_ptr::<u64>()) };
+    // Where the pointer points, relative to the pointee's device copy.
     let tgt_value = pointee_tgt
-        .0
-        .wrapping_sub(pointee_begin.wrapping_sub(host_value));
+        .offset(HostAddr(host_value).offset_from(pointee_begin))
+        .0;
     let mut tbl = d.table(ptr_addr, 8);
     let Some((k, Found::Contained)) = tbl.lookup(ptr_addr, 8) else {
         return;
@@ -270,19 +279,13 @@ pub(crate) fn attach(d: &DevState, ptr_addr: u64, pointee_begin: u64, pointee_tg
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     // SAFETY: the source is the local `tgt_value`; the device slot is
     // inside the entry containing `[ptr_addr, ptr_addr + 8)` (looked up).
-    unsafe { copy_h2d(d, ename, &tgt_value as *const u64 as u64, tgt_ptr_addr, 8) };
+    unsafe { copy_h2d(d, ename, HostAddr::of(&tgt_value), tgt_ptr_addr, 8) };
 }
 
 fn struct_padding(a: &Args, i: usize) -> u64 {
     let t = a.ty(i);
     if parent_index(t).is_none() && i + 1 < a.n() && parent_index(a.ty(i + 1)) == Some(i) {
-        let base = a.base(i);
-        let align = if base == 0 {
-            16
-        } else {
-            (1u64 << base.trailing_zeros()).min(16)
-        };
-        a.begin(i) % align
+        a.begin(i).0 % a.base_addr(i).alignment(16)
     } else {
         0
     }
@@ -293,43 +296,36 @@ fn struct_padding(a: &Args, i: usize) -> u64 {
 /// the host base of a PTR_AND_OBJ entry is the pointer stored at its base.
 /// For a reference member of a class clang names `this` as that base, so
 /// LLVM 22 (and we, to match it) load the object's first word there.
-fn return_param_base(hp: u64, hb: u64, pao: bool, tgt: DevicePtr) -> u64 {
+fn return_param_base(hp: HostAddr, hb: HostAddr, pao: bool, tgt: DevicePtr) -> u64 {
     let base = if pao {
         // SAFETY: a PTR_AND_OBJ entry's base is the host address of a
         // pointer-sized object the program's map clause names (LLVM reads
         // it the same way).
-        unsafe { std::ptr::read_unaligned(hb as *const u64) }
+        let value = unsafe { std::ptr::read_unaligned(hb.as_ptr::<u64>()) };
+        HostAddr(value)
     } else {
         hb
     };
-    tgt.0.wrapping_sub(hp.wrapping_sub(base))
+    tgt.offset(base.offset_from(hp)).0
 }
 
-pub fn data_begin(d: &DevState, a: &Args, from_mapper: bool, ctx: &mut Ctx) -> Result<(), Fail> {
-    for i in 0..a.n() {
+/// targetDataBegin: map each argument of `a` (declare mappers expanded),
+/// deferring ATTACH entries to [`process_attaches`].
+pub fn data_begin(d: &DevState, a: &Args, ctx: &mut Ctx) -> Result<(), Fail> {
+    walk_mapped(a, Order::Forward, &mut |a, i, from_mapper| {
         let t = a.ty(i);
-        if t & (LITERAL | PRIVATE) != 0 {
-            continue;
-        }
-        if a.mapper(i) != 0 {
-            let mut o = run_mapper(a, i);
-            let sub = o.args();
-            data_begin(d, &sub, true, ctx)?;
-            continue;
-        }
         if t & ATTACH != 0 {
-            ctx.attaches.push((a.base(i), a.begin(i), t));
-            continue;
+            ctx.attaches.push((a.base_addr(i), a.begin(i), t));
+            return Ok(());
         }
-        begin_one(d, a, i, from_mapper, ctx)?;
-    }
-    Ok(())
+        begin_one(d, a, i, from_mapper, ctx)
+    })
 }
 
 /// Map argument `i` as [`begin_one`] and [`end_one`] read it.
 pub(crate) struct Item {
     pub(crate) t: i64,
-    pub(crate) hp: u64,
+    pub(crate) hp: HostAddr,
     pub(crate) size: u64,
     pub(crate) member: bool,
     pub(crate) pao: bool,
@@ -372,7 +368,7 @@ fn begin_one(
         pao,
         update_ref,
     } = Item::of(a, i, from_mapper);
-    let hb = a.base(i);
+    let hb = a.base_addr(i);
     let ptr_res = if pao {
         let req = MapReq {
             hp: hb,
@@ -432,8 +428,9 @@ fn begin_one(
 fn member_force_copy(d: &DevState, a: &Args, t: i64, from_mapper: bool, ctx: &Ctx) -> bool {
     let p = parent_index(t).unwrap_or(usize::MAX);
     p < a.n() && {
-        let tbl = d.table(a.begin(p), 0);
-        tbl.lookup(a.begin(p), 0)
+        let parent = a.begin(p);
+        let tbl = d.table(parent, 0);
+        tbl.lookup(parent, 0)
             .map(|(k, _)| {
                 ctx.is_new(k)
                     || (!from_mapper && tbl.get(k).map(|e| e.total() == 1).unwrap_or(false))
@@ -471,15 +468,15 @@ pub fn process_attaches(d: &DevState, ctx: &mut Ctx) {
         // Decide by address range first (LLVM: pointer or pointee inside an
         // allocation made by this construct); nothing is looked up or
         // printed otherwise.
-        let in_new = |addr: u64, len: u64| {
-            let end = addr.saturating_add(len.max(1));
-            ctx.new_entries.iter().any(|&(b, e)| addr >= b && end <= e)
-        };
-        if !(always_all || t & ALWAYS != 0 || in_new(ptr_addr, 8) || in_new(pointee, 0)) {
+        if !(always_all
+            || t & ALWAYS != 0
+            || ctx.in_new_entry(ptr_addr, 8)
+            || ctx.in_new_entry(pointee, 0))
+        {
             continue;
         }
         let info = msg::info_on(msg::INFO_MAPPING_EXISTS);
-        let line = |e: &Entry, hp: u64, size: u64| mapping_exists_unchanged(d, e, hp, size);
+        let line = |e: &Entry, hp: HostAddr, size: u64| mapping_exists_unchanged(d, e, hp, size);
         // One view at a time (never two locked together).
         let pointee_entry = {
             let tbl = d.table(pointee, 0);

@@ -2,31 +2,34 @@
 //! entries (`target exit data` and the end of a target region).
 
 use crate::abi::*;
-use crate::args::{run_mapper, Args};
+use crate::addr::HostAddr;
+use crate::args::{walk_mapped, Args, Order};
 use crate::construct::{counts, Fail, Removals, Removed};
 use crate::device::DevState;
 use crate::enter::Item;
 use crate::mapping::{Entry, Found};
-use crate::msg::{self, P};
+use crate::msg;
 use crate::requires;
 use crate::transfer::{copy_d2h, restore_shadows};
 
-pub fn data_end(
-    d: &DevState,
-    a: &Args,
-    from_mapper: bool,
-    check_present: bool,
-) -> Result<(), Fail> {
+/// targetDataEnd: release each argument of `a` (declare mappers
+/// expanded), last to first, then report and free the entries removed.
+pub fn data_end(d: &DevState, a: &Args, check_present: bool) -> Result<(), Fail> {
     let mut removals = Removals::new();
-    let r = data_end_inner(d, a, from_mapper, check_present, &mut removals);
+    let r = walk_mapped(a, Order::Reverse, &mut |a, i, from_mapper| {
+        if a.ty(i) & ATTACH != 0 {
+            return Ok(());
+        }
+        end_one(d, a, i, from_mapper, check_present, &mut removals)
+    });
     for e in removals {
         if msg::info_on(msg::INFO_MAPPING_CHANGED) {
             msg::dev_info(
                 d.id,
                 &format!(
                     "Removing map entry with HstPtrBegin={}, TgtPtrBegin={}, Size={}, Name={}",
-                    P(e.hst_begin),
-                    P(e.tgt_begin.0),
+                    e.hst_begin,
+                    e.tgt_begin,
                     e.size,
                     msg::name_of(e.name)
                 ),
@@ -39,33 +42,7 @@ pub fn data_end(
     r
 }
 
-pub(crate) fn data_end_inner(
-    d: &DevState,
-    a: &Args,
-    from_mapper: bool,
-    check_present: bool,
-    removals: &mut Removals,
-) -> Result<(), Fail> {
-    for i in (0..a.n()).rev() {
-        let t = a.ty(i);
-        if t & (LITERAL | PRIVATE | ATTACH) != 0 {
-            continue;
-        }
-        if a.mapper(i) != 0 {
-            let mut o = run_mapper(a, i);
-            let sub = o.args();
-            let mut rem = Removals::new();
-            let r = data_end_inner(d, &sub, true, check_present, &mut rem);
-            removals.extend(rem);
-            r?;
-            continue;
-        }
-        end_one(d, a, i, from_mapper, check_present, removals)?;
-    }
-    Ok(())
-}
-
-/// [`data_end_inner`] of argument `i` (neither private nor literal, no
+/// [`data_end`] of argument `i` (neither private nor literal, no
 /// mapper, no ATTACH): release a reference, copy back, remove the entry.
 pub(crate) fn end_one(
     d: &DevState,
@@ -92,8 +69,7 @@ pub(crate) fn end_one(
         drop(tbl);
         if check_present && t & PRESENT != 0 && !requires::usm() {
             msg::message(&format!(
-                "device mapping required by 'present' map type modifier does not exist for host address {} ({size} bytes)",
-                P(hp)
+                "device mapping required by 'present' map type modifier does not exist for host address {hp} ({size} bytes)",
             ));
             return Err(Fail::Present);
         }
@@ -146,7 +122,14 @@ pub(crate) fn end_one(
 /// Release the reference of map type `t` to entry `e` (or, without
 /// `update_ref`, only ask whether it would be the last) and print the
 /// INFO line for `[hp, hp + size)`. True when it is the last.
-fn release_ref(d: &DevState, e: &mut Entry, hp: u64, size: u64, t: i64, update_ref: bool) -> bool {
+fn release_ref(
+    d: &DevState,
+    e: &mut Entry,
+    hp: HostAddr,
+    size: u64,
+    t: i64,
+    update_ref: bool,
+) -> bool {
     let hold = t & OMPX_HOLD != 0;
     let delete = t & DELETE != 0;
     let (last, note) = if update_ref {
@@ -165,9 +148,8 @@ fn release_ref(d: &DevState, e: &mut Entry, hp: u64, size: u64, t: i64, update_r
         msg::dev_info(
             d.id,
             &format!(
-                "Mapping exists with HstPtrBegin={}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
-                P(hp),
-                P(e.tgt_of(hp).0)
+                "Mapping exists with HstPtrBegin={hp}, TgtPtrBegin={}, Size={size}, DynRefCount={dc}, HoldRefCount={hc}",
+                e.tgt_of(hp)
             ),
         );
     }

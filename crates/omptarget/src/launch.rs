@@ -7,6 +7,7 @@ use offload_core::plugin::{DevicePtr, KernelArgs, LaunchConfig};
 use smallvec::SmallVec;
 
 use crate::abi::*;
+use crate::addr::HostAddr;
 use crate::args::Args;
 use crate::construct::{begin_fail_msgs, mapping_exists_unchanged, print_args, Ctx, NO_TGT};
 use crate::device::DevState;
@@ -15,7 +16,7 @@ use crate::enter::{data_begin, process_attaches};
 use crate::exit::data_end;
 use crate::kernels::KernelRef;
 use crate::mapping::Found;
-use crate::msg::{self, Loc, P};
+use crate::msg::{self, Loc};
 use crate::report::{after_block, lookup_name, target_failed};
 use crate::transfer::copy_h2d;
 
@@ -26,15 +27,6 @@ const LAMBDA_CAPTURE: i64 = PTR_AND_OBJ | LITERAL | IMPLICIT;
 /// Firstprivate copies up to this size are packed into one transfer.
 const FP_PACK_THRESHOLD: u64 = 1024;
 const FP_MAX_ALIGN: u64 = 16;
-
-/// Alignment of a host address, at most 16 (getPartialStructRequiredAlignment).
-fn required_alignment(p: u64) -> u64 {
-    if p == 0 {
-        FP_MAX_ALIGN
-    } else {
-        (1u64 << p.trailing_zeros()).min(FP_MAX_ALIGN)
-    }
-}
 
 /// Write the device address of a lambda's by-reference capture into the
 /// device copy of the lambda (LLVM's lambda handling in processDataBefore).
@@ -47,11 +39,8 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
     }
     let hp_val = a.begin(i);
     let size = a.size(i).max(0) as u64;
-    let tgt_ptr_begin = DevicePtr(
-        last_param
-            .1
-            .wrapping_add(a.base(i).wrapping_sub(a.begin(parent))),
-    );
+    // The capture's slot in the lambda's device copy (the parent's word).
+    let tgt_ptr_begin = DevicePtr(last_param.1).offset(a.base_addr(i).offset_from(a.begin(parent)));
     let (value, name) = {
         let tbl = d.table(hp_val, size);
         let Some((k, _)) = tbl.lookup(hp_val, size) else {
@@ -66,7 +55,7 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
     };
     // SAFETY: the source is the local `value`; the destination is the
     // capture's slot inside the lambda's private device copy (its word).
-    unsafe { copy_h2d(d, name, &value as *const u64 as u64, tgt_ptr_begin, 8) };
+    unsafe { copy_h2d(d, name, HostAddr::of(&value), tgt_ptr_begin, 8) };
 }
 
 /// The kernel's argument words: on the stack up to [`MAX_STACK_WORDS`],
@@ -127,7 +116,7 @@ impl Words {
 struct Packed {
     /// Its kernel word.
     word: usize,
-    hp: u64,
+    hp: HostAddr,
     size: u64,
     /// Bytes before it in the packed buffer.
     padding: u64,
@@ -148,7 +137,7 @@ struct Privates {
 
 impl Privates {
     /// Add a small firstprivate to the packed buffer, aligned as LLVM does.
-    fn pack(&mut self, word: usize, hp: u64, size: u64, off: u64) {
+    fn pack(&mut self, word: usize, hp: HostAddr, size: u64, off: u64) {
         let (padding, align) = match self.packed.last() {
             None => (0, FP_MAX_ALIGN),
             Some(l) => {
@@ -156,7 +145,8 @@ impl Privates {
                 if l.size % start != 0 {
                     start = l.size % start;
                 }
-                let req = required_alignment(hp);
+                // getPartialStructRequiredAlignment
+                let req = hp.alignment(FP_MAX_ALIGN);
                 if req > start {
                     (req - start, req)
                 } else {
@@ -193,7 +183,7 @@ fn pack_firstprivates(d: &DevState, info: u32, privates: &mut Privates, words: &
     for p in packed {
         at += p.padding as usize;
         // SAFETY: `[hp, hp+size)` is the firstprivate host variable.
-        let src = unsafe { std::slice::from_raw_parts(p.hp as *const u8, p.size as usize) };
+        let src = unsafe { std::slice::from_raw_parts(p.hp.as_ptr::<u8>(), p.size as usize) };
         buf[at..at + p.size as usize].copy_from_slice(src);
         at += p.size as usize;
     }
@@ -201,7 +191,7 @@ fn pack_firstprivates(d: &DevState, info: u32, privates: &mut Privates, words: &
         return false;
     };
     privates.blocks.push((block, total));
-    let bp = buf.as_ptr() as u64;
+    let bp = HostAddr::of(buf.as_ptr());
     let name = if info & msg::INFO_DATA_TRANSFER != 0 {
         lookup_name(d, bp, total)
     } else {
@@ -310,7 +300,7 @@ fn kernel_header(d: &DevState, loc: IdentRef, a: &Args) {
 fn no_kernel(region: *mut c_void, loc: IdentRef) -> ! {
     msg::error(&format!(
         "Failed to launch kernel: no kernel found for host region {}",
-        P(region as u64)
+        HostAddr::of(region)
     ));
     target_failed(loc);
 }
@@ -323,7 +313,7 @@ fn map_args(d: &DevState, a: &Args, loc: IdentRef, ctx: &mut Ctx) {
         return;
     }
     ctx.arg_tgt = smallvec::smallvec![NO_TGT; a.n()];
-    if let Err(f) = data_begin(d, a, false, ctx) {
+    if let Err(f) = data_begin(d, a, ctx) {
         begin_fail_msgs(f);
         msg::error("Call to targetDataBegin failed, abort target.");
         msg::error("Failed to process data before launching the kernel.");
@@ -391,7 +381,7 @@ fn private_word(
 ) -> Option<u64> {
     let t = a.ty(i);
     let size = a.size(i).max(0) as u64;
-    let off = a.base(i).wrapping_sub(a.begin(i));
+    let off = a.base_addr(i).offset_from(a.begin(i));
     let first_private = t & TO != 0;
     if size == 0 {
         return Some(a.base(i));
@@ -424,11 +414,12 @@ fn private_word(
 fn mapped_word(d: &DevState, a: &Args, i: usize, info: u32, ctx: &Ctx) -> u64 {
     if info & msg::INFO_MAPPING_EXISTS == 0 && ctx.arg_tgt[i] != NO_TGT {
         // Found or created by data_begin above; our reference keeps it.
-        return ctx.arg_tgt[i].wrapping_add(a.base(i).wrapping_sub(a.begin(i)));
+        let off = a.base_addr(i).offset_from(a.begin(i));
+        return ctx.arg_tgt[i].wrapping_add(off);
     }
     let hp = a.begin(i);
     let size = a.size(i).max(0) as u64;
-    let off = a.base(i).wrapping_sub(hp);
+    let off = a.base_addr(i).offset_from(hp);
     let tbl = d.table(hp, size);
     // LLVM's getTgtPtrBegin without MustContain: an entry that only
     // overlaps the argument (a struct whose declare mapper mapped
@@ -443,7 +434,7 @@ fn mapped_word(d: &DevState, a: &Args, i: usize, info: u32, ctx: &Ctx) -> u64 {
             tgt.0
         }
         // Not mapped: the kernel sees the host address (OpenMP 5.2).
-        _ => hp,
+        _ => hp.0,
     };
     tgt.wrapping_add(off)
 }
@@ -483,7 +474,7 @@ fn launch(
 /// Unmap the kernel's arguments (targetDataEnd).
 #[inline]
 fn unmap_args(d: &DevState, a: &Args, loc: IdentRef) {
-    if a.n() > 0 && data_end(d, a, false, false).is_err() {
+    if a.n() > 0 && data_end(d, a, false).is_err() {
         msg::error("Call to targetDataEnd failed, abort target.");
         msg::error("Failed to process data after launching the kernel.");
         target_failed(loc);
@@ -523,7 +514,7 @@ fn read_back_ranges(d: &DevState, a: &Args) -> SmallVec<[(DevicePtr, usize); 4]>
         }
         let hp = a.begin(i);
         let tbl = d.table(hp, size);
-        // As `data_end_inner` finds the entry it copies from.
+        // As `exit::end_one` finds the entry it copies from.
         let key = match tbl.lookup(hp, size) {
             Some((k, Found::Contained)) => Some(k),
             Some((k, Found::Extends)) if t & IMPLICIT != 0 => Some(k),

@@ -21,6 +21,7 @@
 #![deny(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod abi;
+pub mod addr;
 pub mod api;
 pub mod args;
 pub mod construct;
@@ -908,8 +909,8 @@ pub unsafe extern "C" fn omp_target_associate_ptr(
     dev: i32,
 ) -> i32 {
     guard!(api::associate(
-        host as u64,
-        dptr as u64,
+        addr::HostAddr::of(host),
+        offload_core::DevicePtr(dptr as u64),
         size,
         off,
         dev as i64
@@ -920,7 +921,7 @@ pub unsafe extern "C" fn omp_target_associate_ptr(
 /// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
 pub unsafe extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: i32) -> i32 {
-    guard!(api::disassociate(host as u64, dev as i64))
+    guard!(api::disassociate(addr::HostAddr::of(host), dev as i64))
 }
 
 /// # Safety

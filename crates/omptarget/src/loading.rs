@@ -9,6 +9,7 @@ use offload_core::plugin::DevicePtr;
 use offload_image::DeviceImage;
 
 use crate::abi::*;
+use crate::addr::{HostAddr, HostRange};
 use crate::device::{DevState, Loaded};
 use crate::kernels::KernelRef;
 use crate::mapping::{Entry, INF};
@@ -113,7 +114,8 @@ impl DevState {
     /// An indirect function entry: read its device address and map the
     /// host function's address to it (unless already mapped).
     fn load_indirect(&self, prog: &offload_core::Program, e: &OffloadEntry, name_ptr: usize) {
-        if self.table(e.host_addr, 1).lookup(e.host_addr, 1).is_some() {
+        let host = HostAddr(e.host_addr);
+        if self.table(host, 1).lookup(host, 1).is_some() {
             return;
         }
         let Ok((dptr, _)) = prog.global(&e.name) else {
@@ -125,14 +127,12 @@ impl DevState {
             // ordinary transfer, so INFO shows it (the name is
             // the table's neighbour of the buffer, as for any
             // copy without a map entry).
-            let hp = &fptr as *const u64 as u64;
+            let hp = HostAddr::of(&fptr);
             let name = crate::report::lookup_name(self, hp, 8);
             msg::dev_info(
                 self.id,
                 &format!(
-                    "Copying data from device to host, TgtPtr={}, HstPtr={}, Size=8, Name={}",
-                    msg::P(dptr.0),
-                    msg::P(hp),
+                    "Copying data from device to host, TgtPtr={dptr}, HstPtr={hp}, Size=8, Name={}",
                     msg::name_of(name)
                 ),
             );
@@ -145,7 +145,7 @@ impl DevState {
         };
         if ok {
             // The entry's size (a pointer's), as LLVM's table shows it.
-            self.insert_permanent(e.host_addr, e.size.max(1), fptr, name_ptr);
+            self.insert_permanent(host, e.size.max(1), DevicePtr(fptr), name_ptr);
         }
     }
 
@@ -166,7 +166,7 @@ impl DevState {
                         let _ = self.dev.copy_to_device(dptr, e.host_addr as *const u8, 8);
                     }
                 }
-                self.insert_permanent(e.host_addr, e.size, dptr.0, name_ptr);
+                self.insert_permanent(HostAddr(e.host_addr), e.size, dptr, name_ptr);
             }
             Err(_) => {
                 if msg::info_on(msg::INFO_EMPTY_MAPPING) {
@@ -182,17 +182,22 @@ impl DevState {
         }
     }
 
-    fn insert_permanent(&self, host: u64, size: u64, tgt: u64, name: usize) {
+    /// Map `[host, host + size)` to `tgt` for good (declare target
+    /// globals, indirect functions); nothing when already mapped or when
+    /// the range would wrap the address space.
+    fn insert_permanent(&self, host: HostAddr, size: u64, tgt: DevicePtr, name: usize) {
+        let Some(range) = HostRange::new(host, size) else {
+            return;
+        };
         let mut t = self.table(host, size);
         if t.lookup(host, size).is_some() {
             return;
         }
         let _ = t.insert(Entry {
             hst_base: host,
-            hst_begin: host,
-            hst_end: host + size,
-            tgt_alloc: DevicePtr(tgt),
-            tgt_begin: DevicePtr(tgt),
+            host: range,
+            tgt_alloc: tgt,
+            tgt_begin: tgt,
             dyn_rc: INF,
             hold_rc: 0,
             name,
@@ -222,9 +227,10 @@ impl DevState {
         let mut t = self.table_all();
         for e in &b.binary.entries {
             if e.size > 0 || e.flags & ENTRY_INDIRECT != 0 {
-                if let Some(en) = t.get(e.host_addr) {
+                let host = HostAddr(e.host_addr);
+                if let Some(en) = t.get(host) {
                     if en.dyn_rc == INF && !en.owned {
-                        t.remove(e.host_addr);
+                        t.remove(host);
                     }
                 }
             }

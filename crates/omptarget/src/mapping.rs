@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use offload_core::plugin::DevicePtr;
 
+use crate::addr::{HostAddr, HostRange};
+
 /// Infinite reference count (declare target globals, associated pointers).
 pub const INF: u64 = u64::MAX;
 
@@ -15,7 +17,7 @@ pub const INF: u64 = u64::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shadow {
     /// Host address of the pointer variable.
-    pub host_ptr_addr: u64,
+    pub host_ptr_addr: HostAddr,
     /// The value the host pointer had (restored after FROM copies).
     pub host_value: u64,
     /// Device address of the device copy of the pointer.
@@ -26,13 +28,15 @@ pub struct Shadow {
 
 #[derive(Debug, Clone)]
 pub struct Entry {
-    pub hst_base: u64,
-    pub hst_begin: u64,
-    pub hst_end: u64,
+    /// The base the construct named (a zero-sized lookup between it and
+    /// the range finds the entry).
+    pub hst_base: HostAddr,
+    /// The mapped host bytes; the entry's key is their begin.
+    pub host: HostRange,
     /// The device block (before any struct padding); freed with the entry
     /// when `owned`.
     pub tgt_alloc: DevicePtr,
-    /// The device address of `hst_begin`.
+    /// The device address of `host.begin()`.
     pub tgt_begin: DevicePtr,
     pub dyn_rc: u64,
     pub hold_rc: u64,
@@ -48,9 +52,8 @@ pub struct Entry {
 impl Entry {
     /// A placeholder (what a recycled box holds).
     const EMPTY: Entry = Entry {
-        hst_base: 0,
-        hst_begin: 0,
-        hst_end: 0,
+        hst_base: HostAddr::NULL,
+        host: HostRange::EMPTY,
         tgt_alloc: DevicePtr::NULL,
         tgt_begin: DevicePtr::NULL,
         dyn_rc: 0,
@@ -62,7 +65,12 @@ impl Entry {
     };
 
     pub fn size(&self) -> u64 {
-        self.hst_end - self.hst_begin
+        self.host.len()
+    }
+    /// The host begin address, the entry's key in a table.
+    #[inline]
+    pub fn key(&self) -> HostAddr {
+        self.host.begin()
     }
     pub fn total(&self) -> u64 {
         if self.dyn_rc == INF || self.hold_rc == INF {
@@ -73,12 +81,9 @@ impl Entry {
     }
     /// Device address for host address `hp` (may lie before the entry for
     /// implicit partial overlaps).
-    pub fn tgt_of(&self, hp: u64) -> DevicePtr {
-        DevicePtr(
-            self.tgt_begin
-                .0
-                .wrapping_add(hp.wrapping_sub(self.hst_begin)),
-        )
+    #[inline]
+    pub fn tgt_of(&self, hp: HostAddr) -> DevicePtr {
+        self.tgt_begin.offset(hp.offset_from(self.host.begin()))
     }
     pub fn inc(&mut self, hold: bool) {
         let c = if hold {
@@ -151,10 +156,10 @@ pub struct Table {
 #[allow(clippy::vec_box)] // see Table
 enum Store {
     Small {
-        keys: Vec<u64>,
+        keys: Vec<HostAddr>,
         entries: Vec<Box<Entry>>,
     },
-    Large(BTreeMap<u64, Box<Entry>>),
+    Large(BTreeMap<HostAddr, Box<Entry>>),
 }
 
 impl Default for Store {
@@ -169,7 +174,7 @@ impl Default for Store {
 /// Where `key` sits in sorted `keys`: at `hint` when it is there (the
 /// entry the last lookup found), else by binary search.
 #[inline]
-fn position(keys: &[u64], key: u64, hint: usize) -> Option<usize> {
+fn position(keys: &[HostAddr], key: HostAddr, hint: usize) -> Option<usize> {
     if keys.get(hint) == Some(&key) {
         return Some(hint);
     }
@@ -187,20 +192,20 @@ const SPARE_BOXES: usize = 32;
 /// rules are written once.
 pub trait Neighbours {
     /// The entry with the greatest key `< x`.
-    fn last_below(&self, x: u64) -> Option<(u64, &Entry)>;
+    fn last_below(&self, x: HostAddr) -> Option<(HostAddr, &Entry)>;
     /// The entry with the least key `> x`.
-    fn first_above(&self, x: u64) -> Option<(u64, &Entry)>;
+    fn first_above(&self, x: HostAddr) -> Option<(HostAddr, &Entry)>;
 }
 
 /// LLVM's lookupMapping: the key of the entry the range hits and how.
 /// A zero-sized range asks about one address (using the entries' bases);
 /// otherwise the entry containing `hp` wins, then the first entry the
 /// range overlaps from the left.
-pub fn lookup_in(t: &impl Neighbours, hp: u64, size: u64) -> Option<(u64, Found)> {
-    let at_or_before = |x: u64| t.last_below(x.saturating_add(1));
+pub fn lookup_in(t: &impl Neighbours, hp: HostAddr, size: u64) -> Option<(HostAddr, Found)> {
+    let at_or_before = |x: HostAddr| t.last_below(x.saturating_add(1));
     if size == 0 {
         if let Some((k, e)) = at_or_before(hp) {
-            if hp < e.hst_end || hp < e.hst_base {
+            if hp < e.host.end() || hp < e.hst_base {
                 return Some((k, Found::Contained));
             }
         }
@@ -214,11 +219,11 @@ pub fn lookup_in(t: &impl Neighbours, hp: u64, size: u64) -> Option<(u64, Found)
     // `end` is either the entry at or before `hp` (then no later entry
     // can overlap) or an entry overlapping from the right.
     let (qk, q) = t.last_below(end)?;
-    if q.hst_begin <= hp {
-        if hp < q.hst_end && end <= q.hst_end {
+    if q.host.begin() <= hp {
+        if hp < q.host.end() && end <= q.host.end() {
             return Some((qk, Found::Contained));
         }
-        if hp < q.hst_end {
+        if hp < q.host.end() {
             return Some((qk, Found::Extends));
         }
         return None;
@@ -226,7 +231,7 @@ pub fn lookup_in(t: &impl Neighbours, hp: u64, size: u64) -> Option<(u64, Found)
     // Something overlaps from the right; LLVM reports the left neighbour
     // first, else the first entry after `hp`.
     if let Some((k, e)) = at_or_before(hp) {
-        if hp < e.hst_end {
+        if hp < e.host.end() {
             return Some((k, Found::Extends));
         }
     }
@@ -236,7 +241,7 @@ pub fn lookup_in(t: &impl Neighbours, hp: u64, size: u64) -> Option<(u64, Found)
 
 impl Neighbours for Table {
     #[inline]
-    fn last_below(&self, x: u64) -> Option<(u64, &Entry)> {
+    fn last_below(&self, x: HostAddr) -> Option<(HostAddr, &Entry)> {
         match &self.store {
             Store::Small { keys, entries } => {
                 let i = keys.partition_point(|&k| k < x).checked_sub(1)?;
@@ -247,7 +252,7 @@ impl Neighbours for Table {
         }
     }
     #[inline]
-    fn first_above(&self, x: u64) -> Option<(u64, &Entry)> {
+    fn first_above(&self, x: HostAddr) -> Option<(HostAddr, &Entry)> {
         match &self.store {
             Store::Small { keys, entries } => {
                 let i = keys.partition_point(|&k| k <= x);
@@ -266,11 +271,11 @@ impl Neighbours for Table {
 impl Table {
     /// See [`lookup_in`].
     #[inline]
-    pub fn lookup(&self, hp: u64, size: u64) -> Option<(u64, Found)> {
+    pub fn lookup(&self, hp: HostAddr, size: u64) -> Option<(HostAddr, Found)> {
         lookup_in(self, hp, size)
     }
 
-    pub fn get(&self, key: u64) -> Option<&Entry> {
+    pub fn get(&self, key: HostAddr) -> Option<&Entry> {
         match &self.store {
             Store::Small { keys, entries } => {
                 position(keys, key, self.hint.get()).map(|i| &*entries[i])
@@ -279,7 +284,7 @@ impl Table {
         }
     }
 
-    pub fn get_mut(&mut self, key: u64) -> Option<&mut Entry> {
+    pub fn get_mut(&mut self, key: HostAddr) -> Option<&mut Entry> {
         match &mut self.store {
             Store::Small { keys, entries } => {
                 position(keys, key, self.hint.get()).map(|i| &mut *entries[i])
@@ -290,7 +295,7 @@ impl Table {
 
     /// File `e` under its host begin (replacing an entry with that key).
     pub fn insert(&mut self, e: Entry) {
-        let key = e.hst_begin;
+        let key = e.key();
         let boxed = match self.spare.pop() {
             Some(mut b) => {
                 *b = e;
@@ -306,7 +311,7 @@ impl Table {
                     entries.insert(i, boxed);
                 }
                 Err(_) => {
-                    let mut map: BTreeMap<u64, Box<Entry>> =
+                    let mut map: BTreeMap<HostAddr, Box<Entry>> =
                         keys.drain(..).zip(entries.drain(..)).collect();
                     map.insert(key, boxed);
                     self.store = Store::Large(map);
@@ -318,7 +323,7 @@ impl Table {
         }
     }
 
-    pub fn remove(&mut self, key: u64) -> Option<Entry> {
+    pub fn remove(&mut self, key: HostAddr) -> Option<Entry> {
         let mut b = match &mut self.store {
             Store::Small { keys, entries } => {
                 let i = position(keys, key, self.hint.get())?;
@@ -359,9 +364,8 @@ impl Table {
 #[cfg(test)]
 pub(crate) fn test_entry(begin: u64, end: u64) -> Entry {
     Entry {
-        hst_base: begin,
-        hst_begin: begin,
-        hst_end: end,
+        hst_base: HostAddr(begin),
+        host: HostRange::new(HostAddr(begin), end - begin).unwrap(),
         tgt_alloc: DevicePtr(begin + 0x1000),
         tgt_begin: DevicePtr(begin + 0x1000),
         dyn_rc: 1,
@@ -381,16 +385,21 @@ mod tests {
         test_entry(b, e)
     }
 
+    /// [`Table::lookup`] in plain numbers.
+    fn lk(t: &Table, hp: u64, size: u64) -> Option<(u64, Found)> {
+        t.lookup(HostAddr(hp), size).map(|(k, f)| (k.0, f))
+    }
+
     #[test]
     fn contained_and_extensions() {
         let mut t = Table::default();
         t.insert(entry(100, 116));
-        assert_eq!(t.lookup(100, 16), Some((100, Found::Contained)));
-        assert_eq!(t.lookup(104, 4), Some((100, Found::Contained)));
-        assert_eq!(t.lookup(100, 32), Some((100, Found::Extends)));
-        assert_eq!(t.lookup(96, 8), Some((100, Found::Extends)));
-        assert_eq!(t.lookup(116, 4), None);
-        assert_eq!(t.lookup(80, 20), None);
+        assert_eq!(lk(&t, 100, 16), Some((100, Found::Contained)));
+        assert_eq!(lk(&t, 104, 4), Some((100, Found::Contained)));
+        assert_eq!(lk(&t, 100, 32), Some((100, Found::Extends)));
+        assert_eq!(lk(&t, 96, 8), Some((100, Found::Extends)));
+        assert_eq!(lk(&t, 116, 4), None);
+        assert_eq!(lk(&t, 80, 20), None);
     }
 
     #[test]
@@ -400,31 +409,31 @@ mod tests {
         t.insert(entry(200, 216));
         t.insert(entry(300, 316));
         // Gap between two entries, touching neither.
-        assert_eq!(t.lookup(116, 84), None);
+        assert_eq!(lk(&t, 116, 84), None);
         // Overlapping the right neighbour only.
-        assert_eq!(t.lookup(150, 60), Some((200, Found::Extends)));
+        assert_eq!(lk(&t, 150, 60), Some((200, Found::Extends)));
         // Overlapping both: the left neighbour is reported (LLVM's order).
-        assert_eq!(t.lookup(110, 100), Some((100, Found::Extends)));
+        assert_eq!(lk(&t, 110, 100), Some((100, Found::Extends)));
         // Spanning a whole entry from before it.
-        assert_eq!(t.lookup(190, 40), Some((200, Found::Extends)));
-        assert_eq!(t.lookup(204, 8), Some((200, Found::Contained)));
-        assert_eq!(t.lookup(316, 1), None);
+        assert_eq!(lk(&t, 190, 40), Some((200, Found::Extends)));
+        assert_eq!(lk(&t, 204, 8), Some((200, Found::Contained)));
+        assert_eq!(lk(&t, 316, 1), None);
         // Overlapping two entries from the left: the first one (LLVM's
         // upper_bound), not the last.
-        assert_eq!(t.lookup(150, 200), Some((200, Found::Extends)));
-        assert_eq!(t.lookup(0, 1), None);
+        assert_eq!(lk(&t, 150, 200), Some((200, Found::Extends)));
+        assert_eq!(lk(&t, 0, 1), None);
     }
 
     #[test]
     fn zero_size_lookup_uses_base() {
         let mut t = Table::default();
         let mut e = entry(100, 116);
-        e.hst_base = 90;
+        e.hst_base = HostAddr(90);
         t.insert(e);
-        assert_eq!(t.lookup(95, 0), Some((100, Found::Contained)));
-        assert_eq!(t.lookup(110, 0), Some((100, Found::Contained)));
-        assert_eq!(t.lookup(116, 0), None);
-        assert_eq!(t.lookup(80, 0), None);
+        assert_eq!(lk(&t, 95, 0), Some((100, Found::Contained)));
+        assert_eq!(lk(&t, 110, 0), Some((100, Found::Contained)));
+        assert_eq!(lk(&t, 116, 0), None);
+        assert_eq!(lk(&t, 80, 0), None);
     }
 
     #[test]
@@ -454,12 +463,12 @@ mod tests {
             t.insert(entry(1000 + i * 16, 1000 + i * 16 + 8));
             assert_eq!(t.len(), 200 - i as usize);
             assert_eq!(
-                t.lookup(1000 + i * 16 + 4, 2),
+                lk(&t, 1000 + i * 16 + 4, 2),
                 Some((1000 + i * 16, Found::Contained))
             );
-            assert_eq!(t.lookup(1000 + i * 16 + 8, 4), None);
+            assert_eq!(lk(&t, 1000 + i * 16 + 8, 4), None);
             assert_eq!(
-                t.lookup(1000 + i * 16 - 4, 8),
+                lk(&t, 1000 + i * 16 - 4, 8),
                 Some((1000 + i * 16, Found::Extends))
             );
             if i == 200 - SMALL_MAX as u64 {
@@ -467,21 +476,21 @@ mod tests {
             }
         }
         assert!(matches!(t.store, Store::Large(_)));
-        let keys: Vec<u64> = t.values().map(|e| e.hst_begin).collect();
+        let keys: Vec<HostAddr> = t.values().map(|e| e.key()).collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
-        t.get_mut(1000).unwrap().dyn_rc = 7;
-        assert_eq!(t.get(1000).unwrap().dyn_rc, 7);
+        t.get_mut(HostAddr(1000)).unwrap().dyn_rc = 7;
+        assert_eq!(t.get(HostAddr(1000)).unwrap().dyn_rc, 7);
         for i in 0..200u64 {
             assert_eq!(
-                t.remove(1000 + i * 16).map(|e| e.hst_begin),
-                Some(1000 + i * 16)
+                t.remove(HostAddr(1000 + i * 16)).map(|e| e.key()),
+                Some(HostAddr(1000 + i * 16))
             );
         }
         assert!(t.is_empty());
-        assert!(t.remove(1000).is_none());
+        assert!(t.remove(HostAddr(1000)).is_none());
         // Recycled boxes carry nothing of the entries they held.
         t.insert(entry(5, 6));
-        assert_eq!(t.get(5).unwrap().dyn_rc, 1);
+        assert_eq!(t.get(HostAddr(5)).unwrap().dyn_rc, 1);
     }
 
     #[test]
@@ -490,8 +499,8 @@ mod tests {
         for i in 0..10_000u64 {
             t.insert(entry(i * 64, i * 64 + 32));
         }
-        assert_eq!(t.lookup(640 * 3 + 8, 8), Some((640 * 3, Found::Contained)));
-        assert_eq!(t.lookup(64 * 5 + 40, 8), None);
-        assert_eq!(t.lookup(64 * 5 + 24, 16), Some((320, Found::Extends)));
+        assert_eq!(lk(&t, 640 * 3 + 8, 8), Some((640 * 3, Found::Contained)));
+        assert_eq!(lk(&t, 64 * 5 + 40, 8), None);
+        assert_eq!(lk(&t, 64 * 5 + 24, 16), Some((320, Found::Extends)));
     }
 }

@@ -2,6 +2,7 @@
 //! failure output that is not tied to one mapping step).
 
 use crate::abi::IdentRef;
+use crate::addr::HostAddr;
 use crate::device::DevState;
 use crate::dump::{dump_table, dump_table_with};
 use crate::mapping::Neighbours;
@@ -11,11 +12,11 @@ use crate::state::visible_devices;
 /// The map name LLVM prints for a copy without a known entry: the entry
 /// containing `[hp, hp+size)` or overlapping it from the left, else the next
 /// entry above, else the one below (lookupMapping's choice), else none.
-pub(crate) fn lookup_name(d: &DevState, hp: u64, size: u64) -> usize {
+pub(crate) fn lookup_name(d: &DevState, hp: HostAddr, size: u64) -> usize {
     let tbl = d.table_all();
     let left = tbl.last_below(hp.saturating_add(1));
     if let Some((_, e)) = left {
-        if hp < e.hst_end {
+        if hp < e.host.end() {
             return e.name;
         }
     }

@@ -20,6 +20,7 @@ use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::addr::{HostAddr, HostRange};
 use crate::mapping::{lookup_in, Entry, Found, Neighbours, Table};
 
 /// log2 of the host region size.
@@ -48,8 +49,8 @@ pub struct ShardedTable {
     spanning: Spanning,
 }
 
-fn region(a: u64) -> u64 {
-    a >> REGION_SHIFT
+fn region(a: HostAddr) -> u64 {
+    a.0 >> REGION_SHIFT
 }
 
 fn shard_of_region(r: u64) -> usize {
@@ -58,18 +59,27 @@ fn shard_of_region(r: u64) -> usize {
     (r.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARD_BITS)) as usize
 }
 
-fn shard_of(a: u64) -> usize {
+fn shard_of(a: HostAddr) -> usize {
     shard_of_region(region(a))
 }
 
-/// Whether `[begin, end)` lies inside one region (empty ranges do).
-fn in_one_region(begin: u64, end: u64) -> bool {
-    end <= begin || region(begin) == region(end - 1)
+/// The last byte of `r`, or its begin when it is empty.
+fn last_byte(r: HostRange) -> HostAddr {
+    if r.is_empty() {
+        r.begin()
+    } else {
+        HostAddr(r.end().0 - 1)
+    }
 }
 
-/// The shards the regions of `[begin, end)` hash to, as a bit set.
-fn shard_set(begin: u64, end: u64) -> u32 {
-    let (first, last) = (region(begin), region(end.max(begin + 1) - 1));
+/// Whether `r` lies inside one region (empty ranges do).
+fn in_one_region(r: HostRange) -> bool {
+    r.is_empty() || region(r.begin()) == region(last_byte(r))
+}
+
+/// The shards the regions of `r` hash to, as a bit set.
+fn shard_set(r: HostRange) -> u32 {
+    let (first, last) = (region(r.begin()), region(last_byte(r)));
     if last - first >= SHARDS as u64 {
         return ALL_SHARDS;
     }
@@ -101,33 +111,32 @@ pub struct View<'a> {
     /// Whether spanning entries may touch the locked shards.
     spanning_near: bool,
     /// The range this view answers for (entries may be inserted inside it).
-    begin: u64,
-    end: u64,
+    range: HostRange,
 }
 
 impl ShardedTable {
     /// Lock what the range `[hp, hp + size)` needs. A zero size asks about
     /// the address `hp` (as [`Table::lookup`] does).
     #[inline]
-    pub fn view(&self, hp: u64, size: u64) -> View<'_> {
+    pub fn view(&self, hp: HostAddr, size: u64) -> View<'_> {
         if size == 0 {
             return self.view_point(hp);
         }
-        let end = hp.saturating_add(size);
-        if in_one_region(hp, end) {
-            self.view_shard(shard_of(hp), hp, end)
+        let range = HostRange::saturating(hp, size);
+        if in_one_region(range) {
+            self.view_shard(shard_of(hp), range)
         } else {
-            self.view_shards(shard_set(hp, end), hp, end)
+            self.view_shards(shard_set(range), range)
         }
     }
 
     /// Lock everything (whole-table walks: dumps, names for messages).
     pub fn view_all(&self) -> View<'_> {
-        self.view_shards(ALL_SHARDS, 0, u64::MAX)
+        self.view_shards(ALL_SHARDS, HostRange::ALL)
     }
 
     #[inline]
-    fn view_shard(&self, s: usize, begin: u64, end: u64) -> View<'_> {
+    fn view_shard(&self, s: usize, range: HostRange) -> View<'_> {
         let shard = &self.shards[s];
         let guard = lock(&shard.table);
         // Read under the shard's lock: no spanning entry touching this
@@ -138,12 +147,11 @@ impl ShardedTable {
             locked: Locked::One(s, guard),
             spanning: OnceCell::new(),
             spanning_near,
-            begin,
-            end,
+            range,
         }
     }
 
-    fn view_shards(&self, set: u32, begin: u64, end: u64) -> View<'_> {
+    fn view_shards(&self, set: u32, range: HostRange) -> View<'_> {
         let locked = (0..SHARDS)
             .filter(|s| set & (1 << s) != 0)
             .map(|s| (s, lock(&self.shards[s].table)))
@@ -153,8 +161,7 @@ impl ShardedTable {
             locked: Locked::Many(locked),
             spanning: OnceCell::from(lock(&self.spanning.0)),
             spanning_near: true,
-            begin,
-            end,
+            range,
         }
     }
 
@@ -162,9 +169,9 @@ impl ShardedTable {
     /// shard of `hp` answers when an entry there holds `hp` (then that entry
     /// is the nearest one at or below `hp` in the whole table), else the
     /// whole table is locked.
-    fn view_point(&self, hp: u64) -> View<'_> {
-        let v = self.view_shard(shard_of(hp), hp, hp);
-        let holds = |t: &Table| matches!(t.last_below(hp.saturating_add(1)), Some((_, e)) if hp < e.hst_end);
+    fn view_point(&self, hp: HostAddr) -> View<'_> {
+        let v = self.view_shard(shard_of(hp), HostRange::saturating(hp, 0));
+        let holds = |t: &Table| matches!(t.last_below(hp.saturating_add(1)), Some((_, e)) if hp < e.host.end());
         if v.locked.table(shard_of(hp)).is_some_and(holds)
             || (v.spanning_near && holds(v.spanning_table()))
         {
@@ -210,8 +217,10 @@ impl View<'_> {
 
     /// See [`crate::mapping::lookup_in`]; exact for ranges inside the view's.
     #[inline]
-    pub fn lookup(&self, hp: u64, size: u64) -> Option<(u64, Found)> {
-        debug_assert!(hp >= self.begin && hp.saturating_add(size) <= self.end.max(hp));
+    pub fn lookup(&self, hp: HostAddr, size: u64) -> Option<(HostAddr, Found)> {
+        debug_assert!(
+            hp >= self.range.begin() && hp.saturating_add(size) <= self.range.end().max(hp)
+        );
         match &self.locked {
             Locked::One(_, shard) if size > 0 => {
                 let found = shard.lookup(hp, size);
@@ -227,14 +236,14 @@ impl View<'_> {
         }
     }
 
-    pub fn get(&self, key: u64) -> Option<&Entry> {
+    pub fn get(&self, key: HostAddr) -> Option<&Entry> {
         if let Some(e) = self.locked.table(shard_of(key)).and_then(|t| t.get(key)) {
             return Some(e);
         }
         self.spanning_near.then(|| self.spanning_table().get(key))?
     }
 
-    pub fn get_mut(&mut self, key: u64) -> Option<&mut Entry> {
+    pub fn get_mut(&mut self, key: HostAddr) -> Option<&mut Entry> {
         if let Some(e) = self
             .locked
             .table_mut(shard_of(key))
@@ -252,11 +261,11 @@ impl View<'_> {
     /// File `e`, which must lie inside the range this view was opened for
     /// (else it is refused: the shards it needs may not be locked).
     pub fn insert(&mut self, e: Entry) -> Result<(), OutsideView> {
-        if e.hst_begin < self.begin || e.hst_end > self.end {
+        if !self.range.contains_range(e.host) {
             return Err(OutsideView);
         }
-        if in_one_region(e.hst_begin, e.hst_end) {
-            return match self.locked.table_mut(shard_of(e.hst_begin)) {
+        if in_one_region(e.host) {
+            return match self.locked.table_mut(shard_of(e.key())) {
                 Some(t) => {
                     t.insert(e);
                     Ok(())
@@ -270,7 +279,7 @@ impl View<'_> {
         // Every shard in the set is locked by this view (the view's range
         // holds the entry's), so no view of them is between its lock and
         // its count check.
-        let set = shard_set(e.hst_begin, e.hst_end);
+        let set = shard_set(e.host);
         for s in 0..SHARDS {
             if set & (1 << s) != 0 {
                 self.owner.shards[s].spanning.fetch_add(1, Ordering::AcqRel);
@@ -280,7 +289,7 @@ impl View<'_> {
         Ok(())
     }
 
-    pub fn remove(&mut self, key: u64) -> Option<Entry> {
+    pub fn remove(&mut self, key: HostAddr) -> Option<Entry> {
         if let Some(e) = self
             .locked
             .table_mut(shard_of(key))
@@ -294,7 +303,7 @@ impl View<'_> {
         let e = self.spanning.get_mut()?.remove(key)?;
         // Removed first, uncounted after: a view reading a stale count just
         // locks the spanning table for nothing.
-        let set = shard_set(e.hst_begin, e.hst_end);
+        let set = shard_set(e.host);
         for s in 0..SHARDS {
             if set & (1 << s) != 0 {
                 self.owner.shards[s].spanning.fetch_sub(1, Ordering::AcqRel);
@@ -306,7 +315,7 @@ impl View<'_> {
     /// Every entry this view holds, by host address.
     pub fn entries(&self) -> Vec<&Entry> {
         let mut all: Vec<&Entry> = self.tables().flat_map(|t| t.values()).collect();
-        all.sort_by_key(|e| e.hst_begin);
+        all.sort_by_key(|e| e.key());
         all
     }
 
@@ -319,7 +328,11 @@ impl View<'_> {
 /// [`lookup_in`] for a range of non-zero size: what one table holding both
 /// would answer (an entry holding the range, else the one holding `hp`,
 /// else the first one after `hp`).
-fn either_of(a: Option<(u64, Found)>, b: Option<(u64, Found)>, hp: u64) -> Option<(u64, Found)> {
+fn either_of(
+    a: Option<(HostAddr, Found)>,
+    b: Option<(HostAddr, Found)>,
+    hp: HostAddr,
+) -> Option<(HostAddr, Found)> {
     let (x, y) = match (a, b) {
         (None, other) | (other, None) => return other,
         (Some(x), Some(y)) => (x, y),
@@ -336,12 +349,12 @@ fn either_of(a: Option<(u64, Found)>, b: Option<(u64, Found)>, hp: u64) -> Optio
 }
 
 impl Neighbours for View<'_> {
-    fn last_below(&self, x: u64) -> Option<(u64, &Entry)> {
+    fn last_below(&self, x: HostAddr) -> Option<(HostAddr, &Entry)> {
         self.tables()
             .filter_map(|t| t.last_below(x))
             .max_by_key(|(k, _)| *k)
     }
-    fn first_above(&self, x: u64) -> Option<(u64, &Entry)> {
+    fn first_above(&self, x: HostAddr) -> Option<(HostAddr, &Entry)> {
         self.tables()
             .filter_map(|t| t.first_above(x))
             .min_by_key(|(k, _)| *k)
@@ -356,6 +369,10 @@ mod tests {
 
     fn entry(begin: u64, end: u64) -> Entry {
         crate::mapping::test_entry(begin, end)
+    }
+
+    fn range_of(begin: u64, end: u64) -> HostRange {
+        HostRange::new(HostAddr(begin), end - begin).unwrap()
     }
 
     /// xorshift64*: deterministic, no dependency.
@@ -396,27 +413,28 @@ mod tests {
         let mut r = Rng(0x1234_5678_9abc_def1);
         for step in 0..20_000 {
             let (hp, size) = range(&mut r);
+            let hp = HostAddr(hp);
             let expected = reference.lookup(hp, size);
             let mut v = sharded.view(hp, size);
             assert_eq!(
                 v.lookup(hp, size),
                 expected,
-                "step {step}: lookup({hp:#x}, {size})"
+                "step {step}: lookup({hp}, {size})"
             );
             match expected {
                 None if size > 0 && r.below(2) == 0 => {
-                    v.insert(entry(hp, hp + size)).unwrap();
-                    reference.insert(entry(hp, hp + size));
+                    v.insert(entry(hp.0, hp.0 + size)).unwrap();
+                    reference.insert(entry(hp.0, hp.0 + size));
                 }
                 Some((k, _)) if r.below(3) == 0 => {
-                    let got = v.remove(k).map(|e| (e.hst_begin, e.hst_end));
-                    let want = reference.remove(k).map(|e| (e.hst_begin, e.hst_end));
+                    let got = v.remove(k).map(|e| e.host);
+                    let want = reference.remove(k).map(|e| e.host);
                     assert_eq!(got, want);
                 }
                 Some((k, _)) => {
                     assert_eq!(
-                        v.get(k).map(|e| e.hst_end),
-                        reference.get(k).map(|e| e.hst_end)
+                        v.get(k).map(|e| e.host.end()),
+                        reference.get(k).map(|e| e.host.end())
                     );
                     v.get_mut(k).unwrap().dyn_rc += 1;
                     reference.get_mut(k).unwrap().dyn_rc += 1;
@@ -425,15 +443,8 @@ mod tests {
             }
         }
         let all = sharded.view_all();
-        let ours: Vec<_> = all
-            .entries()
-            .iter()
-            .map(|e| (e.hst_begin, e.dyn_rc))
-            .collect();
-        let theirs: Vec<_> = reference
-            .values()
-            .map(|e| (e.hst_begin, e.dyn_rc))
-            .collect();
+        let ours: Vec<_> = all.entries().iter().map(|e| (e.key(), e.dyn_rc)).collect();
+        let theirs: Vec<_> = reference.values().map(|e| (e.key(), e.dyn_rc)).collect();
         assert_eq!(ours, theirs);
         assert!(
             ours.len() > 100,
@@ -446,23 +457,22 @@ mod tests {
     fn spanning_entries_are_counted_and_uncounted() {
         let t = ShardedTable::default();
         let (b, e) = (3 * MIB - 16, 3 * MIB + 16);
-        t.view(b, e - b).insert(entry(b, e)).unwrap();
-        let touched = shard_set(b, e);
+        t.view(HostAddr(b), e - b).insert(entry(b, e)).unwrap();
+        let touched = shard_set(range_of(b, e));
         assert_eq!(touched.count_ones(), 2);
         for s in 0..SHARDS {
             let want = u32::from(touched & (1 << s) != 0);
             assert_eq!(t.shards[s].spanning.load(Ordering::Relaxed), want);
         }
         // A view of one region sees the spanning entry.
+        let (m3, b) = (HostAddr(3 * MIB), HostAddr(b));
+        assert_eq!(t.view(m3, 4).lookup(m3, 4), Some((b, Found::Contained)));
+        let before = HostAddr(b.0 - 8);
         assert_eq!(
-            t.view(3 * MIB, 4).lookup(3 * MIB, 4),
-            Some((b, Found::Contained))
-        );
-        assert_eq!(
-            t.view(b - 8, 16).lookup(b - 8, 16),
+            t.view(before, 16).lookup(before, 16),
             Some((b, Found::Extends))
         );
-        assert!(t.view(3 * MIB, 4).remove(b).is_some());
+        assert!(t.view(m3, 4).remove(b).is_some());
         assert!(t
             .shards
             .iter()
@@ -473,7 +483,7 @@ mod tests {
     #[test]
     fn insert_outside_the_view_is_refused() {
         let t = ShardedTable::default();
-        let mut v = t.view(MIB, 64);
+        let mut v = t.view(HostAddr(MIB), 64);
         assert!(v.insert(entry(MIB, MIB + 128)).is_err());
         assert!(v.insert(entry(MIB - 8, MIB + 8)).is_err());
         assert!(v.insert(entry(MIB, MIB + 64)).is_ok());
@@ -481,17 +491,19 @@ mod tests {
 
     #[test]
     fn huge_ranges_lock_every_shard() {
-        assert_eq!(shard_set(0, 64 * MIB), ALL_SHARDS);
-        assert_eq!(shard_set(MIB, MIB + 1).count_ones(), 1);
+        assert_eq!(shard_set(range_of(0, 64 * MIB)), ALL_SHARDS);
+        assert_eq!(shard_set(range_of(MIB, MIB + 1)).count_ones(), 1);
         let t = ShardedTable::default();
-        t.view(MIB, 64 * MIB).insert(entry(MIB, 65 * MIB)).unwrap();
+        t.view(HostAddr(MIB), 64 * MIB)
+            .insert(entry(MIB, 65 * MIB))
+            .unwrap();
         assert!(t
             .shards
             .iter()
             .all(|s| s.spanning.load(Ordering::Relaxed) == 1));
         assert_eq!(
-            t.view(40 * MIB, 8).lookup(40 * MIB, 8),
-            Some((MIB, Found::Contained))
+            t.view(HostAddr(40 * MIB), 8).lookup(HostAddr(40 * MIB), 8),
+            Some((HostAddr(MIB), Found::Contained))
         );
     }
 
@@ -506,10 +518,10 @@ mod tests {
                 scope.spawn(move || {
                     let base = (1 + th * 5) * MIB + 64;
                     for i in 0..20_000u64 {
-                        let hp = base + (i % 7) * 64;
+                        let hp = HostAddr(base + (i % 7) * 64);
                         let mut v = t.view(hp, 32);
                         match v.lookup(hp, 32) {
-                            None => v.insert(entry(hp, hp + 32)).unwrap(),
+                            None => v.insert(entry(hp.0, hp.0 + 32)).unwrap(),
                             Some((k, Found::Contained)) => {
                                 v.get_mut(k).unwrap().dyn_rc += 1;
                             }
@@ -529,10 +541,10 @@ mod tests {
             let t = &t;
             scope.spawn(move || {
                 for i in 0..2_000u64 {
-                    let b = (30 + i % 5) * MIB - 32;
+                    let b = HostAddr((30 + i % 5) * MIB - 32);
                     let mut v = t.view(b, 64);
                     if v.lookup(b, 64).is_none() {
-                        v.insert(entry(b, b + 64)).unwrap();
+                        v.insert(entry(b.0, b.0 + 64)).unwrap();
                     } else {
                         v.remove(b).unwrap();
                     }

@@ -43,7 +43,7 @@ pub fn target_data(loc: IdentRef, device: i64, a: &Args, kind: DataKind) {
     let r = match kind {
         DataKind::Begin => {
             let mut ctx = Ctx::default();
-            let r = data_begin(d, a, false, &mut ctx);
+            let r = data_begin(d, a, &mut ctx);
             if r.is_ok() {
                 process_attaches(d, &mut ctx);
             } else if let Err(f) = r {
@@ -51,7 +51,7 @@ pub fn target_data(loc: IdentRef, device: i64, a: &Args, kind: DataKind) {
             }
             r
         }
-        DataKind::End => data_end(d, a, false, true),
+        DataKind::End => data_end(d, a, true),
         DataKind::Update => data_update(d, a),
     };
     if r.is_err() {

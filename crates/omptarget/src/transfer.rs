@@ -3,9 +3,10 @@
 
 use offload_core::plugin::DevicePtr;
 
+use crate::addr::{HostAddr, HostRange};
 use crate::device::DevState;
 use crate::mapping::Shadow;
-use crate::msg::{self, P};
+use crate::msg;
 
 /// Copy `[hp, hp + size)` to `tgt` (with its INFO line).
 ///
@@ -15,7 +16,7 @@ use crate::msg::{self, P};
 pub(crate) unsafe fn copy_h2d(
     d: &DevState,
     e_name: usize,
-    hp: u64,
+    hp: HostAddr,
     tgt: DevicePtr,
     size: u64,
 ) -> bool {
@@ -23,9 +24,7 @@ pub(crate) unsafe fn copy_h2d(
         msg::dev_info(
             d.id,
             &format!(
-                "Copying data from host to device, HstPtr={}, TgtPtr={}, Size={size}, Name={}",
-                P(hp),
-                P(tgt.0),
+                "Copying data from host to device, HstPtr={hp}, TgtPtr={tgt}, Size={size}, Name={}",
                 msg::name_of(e_name)
             ),
         );
@@ -42,7 +41,7 @@ pub(crate) unsafe fn copy_h2d(
 pub(crate) unsafe fn copy_d2h(
     d: &DevState,
     e_name: usize,
-    hp: u64,
+    hp: HostAddr,
     tgt: DevicePtr,
     size: u64,
 ) -> bool {
@@ -50,9 +49,7 @@ pub(crate) unsafe fn copy_d2h(
         msg::dev_info(
             d.id,
             &format!(
-                "Copying data from device to host, TgtPtr={}, HstPtr={}, Size={size}, Name={}",
-                P(tgt.0),
-                P(hp),
+                "Copying data from device to host, TgtPtr={tgt}, HstPtr={hp}, Size={size}, Name={}",
                 msg::name_of(e_name)
             ),
         );
@@ -61,26 +58,30 @@ pub(crate) unsafe fn copy_d2h(
     unsafe { d.d2h(hp, tgt, size) }
 }
 
+/// The shadows whose pointer slot lies inside `[hp, hp + size)`.
+fn shadows_in(shadows: &[Shadow], hp: HostAddr, size: u64) -> impl Iterator<Item = &Shadow> {
+    let copied = HostRange::saturating(hp, size);
+    shadows.iter().filter(move |s| {
+        HostRange::new(s.host_ptr_addr, 8).is_some_and(|p| copied.contains_range(p))
+    })
+}
+
 /// After a TO copy of `[hp, hp+size)`: re-write attached device pointers.
-pub(crate) fn reapply_shadows(d: &DevState, shadows: &[Shadow], hp: u64, size: u64) {
-    for s in shadows {
-        if s.host_ptr_addr >= hp && s.host_ptr_addr + 8 <= hp + size {
-            // SAFETY: the source is the shadow's own 8-byte value; a shadow's
-            // device slot lies inside the device memory of the live entry
-            // that holds it (recorded by `attach`).
-            unsafe { d.h2d(s.tgt_ptr_addr, &s.tgt_value as *const u64 as u64, 8) };
-        }
+pub(crate) fn reapply_shadows(d: &DevState, shadows: &[Shadow], hp: HostAddr, size: u64) {
+    for s in shadows_in(shadows, hp, size) {
+        // SAFETY: the source is the shadow's own 8-byte value; a shadow's
+        // device slot lies inside the device memory of the live entry
+        // that holds it (recorded by `attach`).
+        unsafe { d.h2d(s.tgt_ptr_addr, HostAddr::of(&s.tgt_value), 8) };
     }
 }
 
 /// After a FROM copy of `[hp, hp+size)`: restore host pointer values.
-pub(crate) fn restore_shadows(shadows: &[Shadow], hp: u64, size: u64) {
-    for s in shadows {
-        if s.host_ptr_addr >= hp && s.host_ptr_addr + 8 <= hp + size {
-            // SAFETY: the pointer slot lies inside `[hp, hp + size)` (checked
-            // above), host memory of a live entry the program mapped
-            // (`Args::from_raw`'s contract when it was mapped).
-            unsafe { std::ptr::write_unaligned(s.host_ptr_addr as *mut u64, s.host_value) };
-        }
+pub(crate) fn restore_shadows(shadows: &[Shadow], hp: HostAddr, size: u64) {
+    for s in shadows_in(shadows, hp, size) {
+        // SAFETY: the pointer slot lies inside `[hp, hp + size)` (checked
+        // by `shadows_in`), host memory of a live entry the program mapped
+        // (`Args::from_raw`'s contract when it was mapped).
+        unsafe { std::ptr::write_unaligned(s.host_ptr_addr.as_mut_ptr::<u64>(), s.host_value) };
     }
 }

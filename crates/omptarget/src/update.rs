@@ -2,52 +2,50 @@
 //! copies, strided (non-contiguous) ones included.
 
 use crate::abi::*;
-use crate::args::{run_mapper, Args};
+use crate::addr::HostAddr;
+use crate::args::{walk_mapped, Args, Order};
 use crate::construct::{mapping_exists_unchanged, Fail};
 use crate::device::DevState;
 use crate::mapping::Found;
-use crate::msg::{self, P};
+use crate::msg;
 use crate::requires;
 use crate::transfer::{copy_d2h, copy_h2d, reapply_shadows, restore_shadows};
 
+/// targetDataUpdate: copy each argument of `a` (declare mappers expanded)
+/// as its motion type says.
 pub fn data_update(d: &DevState, a: &Args) -> Result<(), Fail> {
-    for i in 0..a.n() {
+    walk_mapped(a, Order::Forward, &mut |a, i, _| {
         let t = a.ty(i);
-        if t & (LITERAL | PRIVATE) != 0 {
-            continue;
-        }
-        if a.mapper(i) != 0 {
-            let mut o = run_mapper(a, i);
-            let sub = o.args();
-            data_update(d, &sub)?;
-            continue;
-        }
         if t & NON_CONTIG != 0 {
-            let dims = a.size(i).max(0) as usize;
-            if dims == 0 {
-                continue;
-            }
-            // SAFETY: clang passes `dims` descriptors in args[i].
-            let nc = unsafe { std::slice::from_raw_parts(a.begin(i) as *const NonContig, dims) };
-            let size = nc[dims - 1].count * nc[dims - 1].stride;
-            let mut merged = 0;
-            for j in (1..dims).rev() {
-                if nc[j].count * nc[j].stride == nc[j - 1].stride {
-                    merged += 1;
-                }
-            }
-            non_contig(d, a.base(i), nc, size, t, a.name(i), 0, dims - merged, 0)?;
-            continue;
+            return update_strided(d, a, i);
         }
-        update_one(d, a.begin(i), a.size(i).max(0) as u64, t, a.name(i))?;
+        update_one(d, a.begin(i), a.size(i).max(0) as u64, t, a.name(i))
+    })
+}
+
+/// [`data_update`] of a NON_CONTIG argument: one copy per contiguous
+/// piece (dimensions whose pieces abut are merged).
+fn update_strided(d: &DevState, a: &Args, i: usize) -> Result<(), Fail> {
+    let nc = a.non_contig(i);
+    let Some(last) = nc.last() else {
+        return Ok(());
+    };
+    let dims = nc.len();
+    let size = last.count * last.stride;
+    let mut merged = 0;
+    for j in (1..dims).rev() {
+        if nc[j].count * nc[j].stride == nc[j - 1].stride {
+            merged += 1;
+        }
     }
-    Ok(())
+    let (t, name) = (a.ty(i), a.name(i));
+    non_contig(d, a.base_addr(i), nc, size, t, name, 0, dims - merged, 0)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn non_contig(
     d: &DevState,
-    base: u64,
+    base: HostAddr,
     nc: &[NonContig],
     size: u64,
     t: i64,
@@ -65,11 +63,11 @@ fn non_contig(
         }
         Ok(())
     } else {
-        update_one(d, base + offset, size, t, name)
+        update_one(d, base.wrapping_add(offset), size, t, name)
     }
 }
 
-fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<(), Fail> {
+fn update_one(d: &DevState, hp: HostAddr, size: u64, t: i64, _name: usize) -> Result<(), Fail> {
     let (tgt, shadows, host_ptr, name) = {
         let tbl = d.table(hp, size);
         match tbl.lookup(hp, size) {
@@ -84,8 +82,7 @@ fn update_one(d: &DevState, hp: u64, size: u64, t: i64, _name: usize) -> Result<
             _ => {
                 if t & PRESENT != 0 && !requires::usm() {
                     msg::message(&format!(
-                        "device mapping required by 'present' motion modifier does not exist for host address {} ({size} bytes)",
-                        P(hp)
+                        "device mapping required by 'present' motion modifier does not exist for host address {hp} ({size} bytes)",
                     ));
                     return Err(Fail::Present);
                 }
