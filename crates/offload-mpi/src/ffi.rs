@@ -23,6 +23,10 @@ use offload_core::{Error, Result};
 /// the callee reads the low 32 bits).
 pub type Handle = usize;
 
+/// `MPI_Request`: a pointer in Open MPI, an `int` in MPICH (which writes
+/// and reads the low 32 bits of this zero-initialised word).
+pub type Request = usize;
+
 /// `MPI_Status`, with room to spare for either ABI (Open MPI: 24 bytes,
 /// MPICH: 20 bytes).
 #[repr(C)]
@@ -49,6 +53,16 @@ type FnSetErrhandler = unsafe extern "C" fn(Handle, Handle) -> c_int;
 type FnSend = unsafe extern "C" fn(*const c_void, c_int, Handle, c_int, c_int, Handle) -> c_int;
 type FnRecv =
     unsafe extern "C" fn(*mut c_void, c_int, Handle, c_int, c_int, Handle, *mut Status) -> c_int;
+type FnIrecv = unsafe extern "C" fn(
+    *mut c_void,
+    c_int,
+    Handle,
+    c_int,
+    c_int,
+    Handle,
+    *mut Request,
+) -> c_int;
+type FnTest = unsafe extern "C" fn(*mut Request, *mut c_int, *mut Status) -> c_int;
 type FnGetCount = unsafe extern "C" fn(*const Status, Handle, *mut c_int) -> c_int;
 type FnAllgather =
     unsafe extern "C" fn(*const c_void, c_int, Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
@@ -77,6 +91,8 @@ pub struct Mpi {
     set_errhandler: FnSetErrhandler,
     send: FnSend,
     recv: FnRecv,
+    irecv: FnIrecv,
+    test: FnTest,
     get_count: FnGetCount,
     allgather: FnAllgather,
     abort: FnAbort,
@@ -203,6 +219,8 @@ impl Mpi {
             set_errhandler: sym(&lib, "MPI_Comm_set_errhandler")?,
             send: sym(&lib, "MPI_Send")?,
             recv: sym(&lib, "MPI_Recv")?,
+            irecv: sym(&lib, "MPI_Irecv")?,
+            test: sym(&lib, "MPI_Test")?,
             get_count: sym(&lib, "MPI_Get_count")?,
             allgather: sym(&lib, "MPI_Allgather")?,
             abort: sym(&lib, "MPI_Abort")?,
@@ -400,31 +418,48 @@ impl Mpi {
 
     /// Receive one message with `tag` from `source` (or any source) into
     /// `buf`: (source rank, its length). A longer message is an error
-    /// (`MPI_ERR_TRUNCATE`).
+    /// (`MPI_ERR_TRUNCATE`). Waits as [`Patience`] says: a blocking
+    /// `MPI_Recv` would spin a core for as long as the other side works
+    /// (a serving rank's kernel, an application's host code), and that core
+    /// is often the one the other side needs.
     pub fn recv_into(
         &self,
         comm: Handle,
         source: c_int,
         tag: c_int,
         buf: &mut [u8],
+        patience: Patience,
     ) -> Result<(c_int, usize)> {
         let capacity = c_int::try_from(buf.len()).unwrap_or(c_int::MAX);
         let mut st = Status::default();
-        // SAFETY: `buf` is writable for `capacity` bytes.
+        let mut request: Request = 0;
+        // SAFETY: `buf` is writable for `capacity` bytes and stays borrowed
+        // (so alive and unused) until the request completes below.
         let rc = unsafe {
-            (self.recv)(
+            (self.irecv)(
                 buf.as_mut_ptr().cast(),
                 capacity,
                 self.byte,
                 source,
                 tag,
                 comm,
-                &mut st,
+                &mut request,
             )
         };
-        self.check("MPI_Recv", rc)?;
+        self.check("MPI_Irecv", rc)?;
+        let mut waited = patience.waiter();
+        loop {
+            let mut done: c_int = 0;
+            // SAFETY: `request` came from MPI_Irecv and is not complete yet.
+            let rc = unsafe { (self.test)(&mut request, &mut done, &mut st) };
+            self.check("MPI_Test", rc)?;
+            if done != 0 {
+                break;
+            }
+            waited.pause();
+        }
         let mut count: c_int = 0;
-        // SAFETY: `st` was filled by MPI_Recv.
+        // SAFETY: `st` was filled by MPI_Test for the completed receive.
         self.check("MPI_Get_count", unsafe {
             (self.get_count)(&st, self.byte, &mut count)
         })?;
@@ -447,5 +482,109 @@ impl Mpi {
     pub fn abort(&self, code: c_int) {
         // SAFETY: MPI_Abort on the world communicator; does not return.
         unsafe { (self.abort)(self.comm_world, code) };
+    }
+}
+
+/// How a receive waits for its message: it polls without pause for
+/// `spin`, then sleeps between polls, the pause doubling from 10 us up to
+/// `max_sleep`. A message that comes within `spin` (a request answered at
+/// once, the next of a stream of requests) costs no more than a blocking
+/// receive; a long wait costs a poll every `max_sleep` instead of a core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patience {
+    pub spin: std::time::Duration,
+    pub max_sleep: std::time::Duration,
+}
+
+impl Default for Patience {
+    fn default() -> Self {
+        Patience {
+            spin: std::time::Duration::from_micros(50),
+            max_sleep: std::time::Duration::from_micros(200),
+        }
+    }
+}
+
+impl Patience {
+    /// `OFFLOAD_MPI_SPIN_US` (microseconds of polling before sleeping; a
+    /// large value spins like a blocking receive), else the default.
+    pub fn from_env() -> Result<Patience> {
+        let mut p = Patience::default();
+        if let Ok(v) = std::env::var("OFFLOAD_MPI_SPIN_US") {
+            let us: u64 = v.trim().parse().map_err(|_| {
+                Error::invalid_argument(format!(
+                    "OFFLOAD_MPI_SPIN_US={v:?}: not a number of microseconds"
+                ))
+            })?;
+            p.spin = std::time::Duration::from_micros(us);
+        }
+        Ok(p)
+    }
+
+    fn waiter(self) -> Waiter {
+        Waiter {
+            patience: self,
+            start: std::time::Instant::now(),
+            sleep: std::time::Duration::from_micros(10),
+        }
+    }
+}
+
+/// One wait's state (see [`Patience`]).
+struct Waiter {
+    patience: Patience,
+    start: std::time::Instant,
+    sleep: std::time::Duration,
+}
+
+impl Waiter {
+    fn pause(&mut self) {
+        if self.start.elapsed() < self.patience.spin {
+            std::hint::spin_loop();
+            return;
+        }
+        std::thread::sleep(self.sleep);
+        self.sleep = (self.sleep * 2).min(self.patience.max_sleep);
+    }
+}
+
+#[cfg(test)]
+mod patience_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn waits_spin_then_sleep_with_a_growing_capped_pause() {
+        let p = Patience {
+            spin: Duration::from_millis(2),
+            max_sleep: Duration::from_micros(200),
+        };
+        let mut w = p.waiter();
+        // Within the spin window a pause returns at once.
+        let t = Instant::now();
+        w.pause();
+        assert!(t.elapsed() < Duration::from_millis(1));
+        assert_eq!(w.sleep, Duration::from_micros(10));
+        std::thread::sleep(Duration::from_millis(3));
+        let mut sleeps = Vec::new();
+        for _ in 0..8 {
+            w.pause();
+            sleeps.push(w.sleep);
+        }
+        assert_eq!(sleeps[0], Duration::from_micros(20));
+        assert_eq!(sleeps[3], Duration::from_micros(160));
+        assert!(sleeps[4..].iter().all(|&s| s == Duration::from_micros(200)));
+    }
+
+    #[test]
+    fn the_spin_window_comes_from_the_environment_or_is_refused() {
+        // One test touches the variable: tests of this module run in parallel.
+        std::env::set_var("OFFLOAD_MPI_SPIN_US", "1000");
+        assert_eq!(Patience::from_env().unwrap().spin, Duration::from_millis(1));
+        std::env::set_var("OFFLOAD_MPI_SPIN_US", "soon");
+        let e = Patience::from_env().unwrap_err();
+        assert!(e.to_string().contains("OFFLOAD_MPI_SPIN_US"), "{e}");
+        std::env::remove_var("OFFLOAD_MPI_SPIN_US");
+        assert_eq!(Patience::from_env().unwrap(), Patience::default());
     }
 }

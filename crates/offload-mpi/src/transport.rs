@@ -151,6 +151,8 @@ pub struct Transport {
     initialized_here: bool,
     /// The thread level MPI runs at (`MPI_Query_thread`).
     pub thread_level: c_int,
+    /// How receives of requests and replies wait (`OFFLOAD_MPI_SPIN_US`).
+    patience: ffi::Patience,
     state: Mutex<State>,
 }
 
@@ -158,6 +160,7 @@ impl Transport {
     /// Load libmpi, initialise MPI unless the application already did, and
     /// learn every rank's role. Collective: every rank of the job calls it.
     pub fn start(role: Role) -> Result<Transport> {
+        let patience = ffi::Patience::from_env()?;
         let mpi = Mpi::load()?;
         if mpi.is_finalized() {
             return Err(Error::backend("MPI was already finalized"));
@@ -182,6 +185,7 @@ impl Transport {
             roles,
             initialized_here,
             thread_level,
+            patience,
             state: Mutex::new(State {
                 closed: false,
                 rx: Default::default(),
@@ -357,7 +361,9 @@ impl Link<'_> {
         if rx.len() < INLINE_MAX {
             rx.resize(INLINE_MAX, 0);
         }
-        let (from, n) = self.mpi().recv_into(self.t.comm, source, tag, &mut rx)?;
+        let (from, n) = self
+            .mpi()
+            .recv_into(self.t.comm, source, tag, &mut rx, self.t.patience)?;
         let msg = &rx[..n];
         if msg.first() != Some(&LARGE) {
             return read(from, msg);
