@@ -69,6 +69,8 @@ pub fn kernel_abi() -> Option<i32> {
 pub struct Prepared {
     ruleset: RulesetCreated,
     rules: usize,
+    /// When building it began (the log line says what it cost).
+    started: std::time::Instant,
 }
 
 fn err(what: impl std::fmt::Display) -> impl Fn(landlock::RulesetError) -> String {
@@ -125,6 +127,7 @@ pub fn allowlist(extra_read: &[PathBuf]) -> Vec<(PathBuf, BitFlags<AccessFs>)> {
 /// Build the ruleset (opening each allowed path: do it while those paths
 /// can still be looked up, before the uid changes).
 pub fn prepare(extra_read: &[PathBuf]) -> Result<Prepared, String> {
+    let started = std::time::Instant::now();
     let mut ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(TARGET_ABI))
         .map_err(err("ruleset"))?
@@ -137,7 +140,11 @@ pub fn prepare(extra_read: &[PathBuf]) -> Result<Prepared, String> {
             rules += 1;
         }
     }
-    Ok(Prepared { ruleset, rules })
+    Ok(Prepared {
+        ruleset,
+        rules,
+        started,
+    })
 }
 
 impl Prepared {
@@ -147,10 +154,11 @@ impl Prepared {
     /// how much of it the kernel enforces.
     pub fn apply(self) -> Result<String, String> {
         let status = self.ruleset.restrict_self().map_err(err("restrict_self"))?;
+        let us = self.started.elapsed().as_micros();
         match status.ruleset {
-            RulesetStatus::FullyEnforced => Ok(format!("landlock ({} rules)", self.rules)),
+            RulesetStatus::FullyEnforced => Ok(format!("landlock ({} rules, {us} us)", self.rules)),
             RulesetStatus::PartiallyEnforced => Ok(format!(
-                "landlock partly ({} rules; the kernel's ABI predates {TARGET_ABI:?})",
+                "landlock partly ({} rules, {us} us; the kernel's ABI predates {TARGET_ABI:?})",
                 self.rules
             )),
             RulesetStatus::NotEnforced => {
