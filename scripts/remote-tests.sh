@@ -52,8 +52,13 @@ run_programs() { # ADDRESS LABEL
   TMPDIR="$tmp" OFFLOAD_TEST_REMOTE="$1" cargo test -q --workspace --test c_programs -- --test-threads=2
 }
 
+# Sessions read only system directories and what --sandbox-read names
+# (Landlock): the shared libraries of shared_lib.c are built here.
+SANDBOX_READ="$PWD/target/remote-tests-tmp"
+mkdir -p "$SANDBOX_READ" && chmod 755 "$SANDBOX_READ"
+
 # 1. Loopback.
-OFFLOAD_HOST_DEVICES=4 "$OFFLOAD" serve --listen 127.0.0.1:0 >"$LOG_DIR/lo.out" 2>"$LOG_DIR/lo.err" &
+OFFLOAD_HOST_DEVICES=4 "$OFFLOAD" serve --listen 127.0.0.1:0 --sandbox-read "$SANDBOX_READ" >"$LOG_DIR/lo.out" 2>"$LOG_DIR/lo.err" &
 SERVER_PID=$!
 ADDR=$(wait_listening "$LOG_DIR/lo.out")
 run_programs "$ADDR" loopback
@@ -77,7 +82,7 @@ ip link set "veth-$$" up
 ip -n "$NS" addr add "$NS_IP/30" dev eth0
 ip -n "$NS" link set eth0 up
 ip -n "$NS" link set lo up
-OFFLOAD_HOST_DEVICES=4 ip netns exec "$NS" "$OFFLOAD" serve --listen "$NS_IP:50151" \
+OFFLOAD_HOST_DEVICES=4 ip netns exec "$NS" "$OFFLOAD" serve --listen "$NS_IP:50151" --sandbox-read "$SANDBOX_READ" \
   >"$LOG_DIR/ns.out" 2>"$LOG_DIR/ns.err" &
 SERVER_PID=$!
 ADDR=$(wait_listening "$LOG_DIR/ns.out")

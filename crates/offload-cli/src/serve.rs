@@ -58,6 +58,12 @@ pub struct Args {
     /// one per session, never used by anything else.
     #[arg(long, value_name = "BASE:COUNT", value_parser = parse_uid_range)]
     sandbox_uids: Option<(u32, u32)>,
+    /// A file or directory sessions may also read (and execute from), e.g.
+    /// shared libraries their device images load; repeatable. Sessions see
+    /// only the system directories (/usr, /lib, /etc, /opt, ...), /proc,
+    /// /sys, device nodes, their own /tmp and /dev/shm and these paths.
+    #[arg(long, value_name = "PATH")]
+    sandbox_read: Vec<PathBuf>,
     /// Most processes and threads one session may have.
     #[arg(long, default_value_t = 512)]
     max_session_processes: u64,
@@ -109,6 +115,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .ok()
             .filter(|t| !t.is_empty()),
     };
+    // Absolute and existing: a worker opens each as it starts.
+    let sandbox_read = args
+        .sandbox_read
+        .iter()
+        .map(|p| {
+            p.canonicalize()
+                .with_context(|| format!("--sandbox-read {}", p.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if let Some(f) = &args.token_file {
+        if !args.insecure_no_sandbox
+            && offload_server::sandbox::landlock_available()
+            && offload_server::sandbox::files::readable_by_sessions(f, &sandbox_read)
+        {
+            tracing::warn!(
+                "token file {} lies where sessions may read (system directories or --sandbox-read): keep it elsewhere",
+                f.display()
+            );
+        }
+    }
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => Some((
             std::fs::read(c).with_context(|| format!("reading {}", c.display()))?,
@@ -135,6 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 uid_base,
                 uid_count,
                 max_processes: args.max_session_processes,
+                read_paths: sandbox_read,
                 ..default
             }
         },

@@ -98,6 +98,137 @@ struct Probe {
     tag: i64,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Opener {
+    out: u64,
+    paths: u64,
+    n: i64,
+}
+
+/// What the `opener` kernel got for each of `paths`: (errno of opening it
+/// for reading, errno of opening it for appending, creating it if missing;
+/// 0 = opened).
+fn try_open(dev: &Arc<Device>, image: &[u8], paths: &[&Path]) -> Vec<(i64, i64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut bytes = Vec::new();
+    for p in paths {
+        bytes.extend_from_slice(p.as_os_str().as_bytes());
+        bytes.push(0);
+    }
+    let names = dev.alloc(bytes.len(), AllocKind::Device).unwrap();
+    write(dev, names, &bytes).unwrap();
+    let out = dev.alloc(paths.len() * 16, AllocKind::Device).unwrap();
+    let args = Opener {
+        out: out.0,
+        paths: names.0,
+        n: paths.len() as i64,
+    };
+    run(dev, image, "opener", &args).unwrap();
+    let w = read_words(dev, out, paths.len() * 2);
+    dev.free(names).unwrap();
+    dev.free(out).unwrap();
+    w.chunks_exact(2).map(|p| (p[0], p[1])).collect()
+}
+
+/// Files a session must not reach and that its uid could open were it
+/// not for the sandbox's file system ruleset: in a folder of the project
+/// (outside `/tmp`, which a session does not share), owned by `owner`:
+/// `home/` (0700 when the owner is the server's user, else 0755)
+/// holding `secret` (0600, or 0666 under a root server: sessions run as
+/// other uids), and a token file (0600 or 0644).
+struct Forbidden {
+    dir: std::path::PathBuf,
+    secret: std::path::PathBuf,
+    created: std::path::PathBuf,
+    token_file: std::path::PathBuf,
+}
+
+impl Forbidden {
+    fn new(label: &str, owner: u32, open_to_all: bool) -> Forbidden {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("sandbox-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let home = dir.join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let secret = home.join("secret");
+        std::fs::write(&secret, "secret of the server's user\n").unwrap();
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::os::unix::fs::chown(p, Some(owner), Some(owner)).unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        mode(&dir, 0o755);
+        mode(&home, if open_to_all { 0o777 } else { 0o700 });
+        mode(&secret, if open_to_all { 0o666 } else { 0o600 });
+        mode(&token_file, if open_to_all { 0o644 } else { 0o600 });
+        Forbidden {
+            created: home.join("created"),
+            dir,
+            secret,
+            token_file,
+        }
+    }
+
+    /// A kernel of `dev`'s session is refused each of them (EACCES), the
+    /// files are unchanged and nothing was created; what a session needs
+    /// (system files, `/dev/null`, its `/tmp`) still opens.
+    fn check(&self, dev: &Arc<Device>, image: &[u8], log: &str) {
+        if landlock_abi().is_none() {
+            return skip("no Landlock in this kernel: the file system ruleset is not tested");
+        }
+        let tmp_file = format!("/tmp/offload-sandbox-opener-{}", std::process::id());
+        let got = try_open(
+            dev,
+            image,
+            &[
+                &self.secret,
+                &self.token_file,
+                &self.created,
+                Path::new("/etc/passwd"),
+                Path::new("/dev/null"),
+                Path::new(&tmp_file),
+            ],
+        );
+        let eacces = libc::EACCES as i64;
+        assert_eq!(
+            got[0],
+            (eacces, eacces),
+            "a file of the server user's home: {got:?}\n{log}"
+        );
+        assert_eq!(got[1], (eacces, eacces), "the token file: {got:?}");
+        assert_eq!(got[2].1, eacces, "creating a file in that home: {got:?}");
+        assert_eq!(got[3].0, 0, "/etc/passwd is readable: {got:?}");
+        assert_eq!(got[3].1, eacces, "/etc/passwd is not writable: {got:?}");
+        assert_eq!(got[4], (0, 0), "/dev/null: {got:?}");
+        assert_eq!(
+            got[5].1, 0,
+            "creating a file in the session's own /tmp: {got:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&self.secret).unwrap(),
+            "secret of the server's user\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&self.token_file).unwrap(),
+            format!("{TOKEN}\n")
+        );
+        assert!(
+            !self.created.exists(),
+            "a session created {}",
+            self.created.display()
+        );
+    }
+}
+
+impl Drop for Forbidden {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// What a kernel sees from inside its session: no other process, no pid
 /// of the server or another session, no ptrace/pidfd/process_vm, no root,
 /// a /tmp and /dev/shm of its own, no token in an empty environment, no
@@ -109,7 +240,11 @@ fn a_kernel_sees_only_its_own_session() {
     }
     let dir = tempfile::tempdir().unwrap();
     let image = hostile_so(dir.path());
-    let server = serve(&[]);
+    // Files of the server's user (root) that any uid could open: only the
+    // file system ruleset keeps a session out.
+    let forbidden = Forbidden::new("root", 0, true);
+    let token_file = forbidden.token_file.to_str().unwrap().to_string();
+    let server = serve(&["--token-file", &token_file]);
     let victim = client(&server.addr);
     let vdev = victim.devices()[0].clone();
     let attacker = client(&server.addr);
@@ -172,6 +307,7 @@ fn a_kernel_sees_only_its_own_session() {
     }
     let v = read_words(&vdev, vout, 17);
     assert_eq!(v[8], 0);
+    forbidden.check(&dev, &image, &server.log());
 }
 
 /// kill(getppid(), 9) and kill(<another session's worker>, 9): the server
@@ -369,13 +505,37 @@ fn idle_sessions_are_closed() {
     assert!(server.log().contains("session idle"), "{}", server.log());
 }
 
-/// The start line says how sessions are sandboxed.
+/// The Landlock ABI of this kernel (None: no Landlock).
+fn landlock_abi() -> Option<i64> {
+    // SAFETY: landlock_create_ruleset(2) with a null attribute, size 0 and
+    // LANDLOCK_CREATE_RULESET_VERSION (1) reads no memory.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    };
+    (v > 0).then_some(v)
+}
+
+/// The start line says how sessions are sandboxed, the file system
+/// ruleset (Landlock) included; a kernel without Landlock is said so (and
+/// fails this test under `CI=true`: the project's kernels have it).
 #[test]
 fn the_server_says_how_it_sandboxes() {
     let server = serve(&[]);
     let log = server.log();
     if nix_is_root() {
         assert!(log.contains("session sandbox on"), "{log}");
+        match landlock_abi() {
+            Some(abi) => assert!(log.contains(&format!("Landlock ABI {abi}")), "{log}"),
+            None => {
+                assert!(log.contains("NO Landlock"), "{log}");
+                skip("no Landlock in this kernel: sessions' files are not confined");
+            }
+        }
     }
     drop(server);
     let server = serve(&["--insecure-no-sandbox"]);
@@ -913,6 +1073,9 @@ fn an_unprivileged_server_sandboxes_sessions_in_user_namespaces() {
     std::fs::create_dir_all(&cache).unwrap();
     std::os::unix::fs::chown(&cache, Some(NOBODY), Some(NOBODY)).unwrap();
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The server user's home and its token file.
+    let forbidden = Forbidden::new("nobody", NOBODY, false);
+    let token_file = forbidden.token_file.to_str().unwrap().to_string();
     let reuid = format!("--reuid={NOBODY}");
     let regid = format!("--regid={NOBODY}");
     let mut server = Server::start_wrapped(
@@ -925,6 +1088,8 @@ fn an_unprivileged_server_sandboxes_sessions_in_user_namespaces() {
             "64",
             "--session-idle-timeout",
             "6",
+            "--token-file",
+            &token_file,
         ],
         1,
         &[("OFFLOAD_JIT_CACHE", &cache)],
@@ -982,6 +1147,9 @@ fn an_unprivileged_server_sandboxes_sessions_in_user_namespaces() {
         assert!(!Path::new(&format!("/tmp/offload-sandbox-{t}")).exists());
         assert!(!Path::new(&format!("/dev/shm/offload-sandbox-{t}")).exists());
     }
+
+    // The files of the server's user are out of reach.
+    forbidden.check(&dev, &image, &server.log());
 
     // Root of its own namespace only: no capability, and uid 0 there is
     // the server's unprivileged uid outside.

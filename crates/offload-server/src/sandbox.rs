@@ -23,6 +23,11 @@
 //!   namespaces (`unshare`, `setns`, `clone` with namespace flags), bpf,
 //!   keyrings, perf, modules, kexec, io_uring and the like fail with EPERM
 //!   (`clone3` with ENOSYS, so libc falls back to `clone`, which is checked);
+//! * **files** — a Landlock ruleset ([`files`]): read and execute on the
+//!   system hierarchies, read on `/proc` and `/sys`, read and write on the
+//!   session's `/tmp`, `/dev/shm` and device nodes, read on each
+//!   `--sandbox-read PATH`; nothing else (the server user's home, its
+//!   token file, the project) can be opened;
 //! * **hygiene** — every inherited descriptor but its own closed, not
 //!   dumpable, `no_new_privs`, its own session and process group, and an
 //!   environment that holds no secret (emptied once the runtime is up).
@@ -33,7 +38,10 @@
 //! is gone.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Mutex;
+
+pub mod files;
 
 /// Environment variable carrying a worker's [`Plan`] (set by the supervisor,
 /// read and removed by the worker before it talks to anyone).
@@ -70,6 +78,9 @@ pub struct SandboxOptions {
     pub max_processes: u64,
     /// Size of each of a session's private `/tmp` and `/dev/shm`.
     pub tmp_bytes: u64,
+    /// `--sandbox-read PATH`: more hierarchies sessions may read (and
+    /// execute from), e.g. shared libraries device images need.
+    pub read_paths: Vec<PathBuf>,
 }
 
 impl Default for SandboxOptions {
@@ -80,6 +91,7 @@ impl Default for SandboxOptions {
             uid_count: 65_536,
             max_processes: 512,
             tmp_bytes: 64 << 20,
+            read_paths: Vec::new(),
         }
     }
 }
@@ -110,17 +122,36 @@ pub fn detect(options: &SandboxOptions) -> Mode {
     }
 }
 
+/// Whether sessions get the Landlock file system ruleset: in every
+/// sandboxed mode, where the kernel has Landlock.
+pub fn landlock_available() -> bool {
+    files::kernel_abi().is_some()
+}
+
+/// The start line's words on the file system ruleset.
+fn describe_files() -> String {
+    match files::kernel_abi() {
+        Some(abi) => format!(
+            "Landlock ABI {abi} (files: system dirs, /proc, /sys, devices, --sandbox-read only)"
+        ),
+        None => {
+            "NO Landlock in this kernel: sessions can open every file their uid can".to_string()
+        }
+    }
+}
+
 /// One line for the server's start saying how sessions are sandboxed.
 pub fn describe(mode: Mode, options: &SandboxOptions) -> String {
     match mode {
         Mode::Off if options.disabled => "offload serve: session sandbox OFF (--insecure-no-sandbox): kernels run as the server's user and can reach other sessions and the server".to_string(),
         Mode::Off => "offload serve: session sandbox OFF (not root and no user namespaces): loopback clients only".to_string(),
         Mode::Root => format!(
-            "offload serve: session sandbox on: PID/mount/IPC/network namespaces, uid {}..{}, seccomp, cgroup or rlimits, private /tmp and /dev/shm",
+            "offload serve: session sandbox on: PID/mount/IPC/network namespaces, uid {}..{}, seccomp, cgroup or rlimits, private /tmp and /dev/shm, {}",
             options.uid_base,
-            options.uid_base as u64 + options.uid_count as u64 - 1
+            options.uid_base as u64 + options.uid_count as u64 - 1,
+            describe_files()
         ),
-        Mode::UserNs => "offload serve: session sandbox on: user/PID/mount/IPC/network namespaces, no capabilities, seccomp, rlimits, private /tmp and /dev/shm".to_string(),
+        Mode::UserNs => format!("offload serve: session sandbox on: user/PID/mount/IPC/network namespaces, no capabilities, seccomp, rlimits, private /tmp and /dev/shm, {}", describe_files()),
     }
 }
 
@@ -169,6 +200,33 @@ pub struct Plan {
     pub memory: u64,
     pub max_processes: u64,
     pub tmp_bytes: u64,
+    /// Apply the Landlock file system ruleset ([`files`]).
+    pub landlock: bool,
+    /// `--sandbox-read` paths.
+    pub read: Vec<PathBuf>,
+}
+
+/// A path as hex digits (a plan is one comma-separated line; paths may
+/// hold any byte but NUL).
+fn hex_of(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn path_of_hex(hex: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    if hex.is_empty() || !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    (!bytes.contains(&0)).then(|| PathBuf::from(std::ffi::OsString::from_vec(bytes)))
 }
 
 impl Plan {
@@ -178,10 +236,19 @@ impl Plan {
             Mode::Root => "root",
             Mode::UserNs => "userns",
         };
-        format!(
-            "mode={mode},uid={},memory={},processes={},tmp={}",
-            self.uid, self.memory, self.max_processes, self.tmp_bytes
-        )
+        let mut line = format!(
+            "mode={mode},uid={},memory={},processes={},tmp={},landlock={}",
+            self.uid,
+            self.memory,
+            self.max_processes,
+            self.tmp_bytes,
+            u8::from(self.landlock)
+        );
+        for p in &self.read {
+            line.push_str(",read=");
+            line.push_str(&hex_of(p));
+        }
+        line
     }
 
     pub fn decode(s: &str) -> Result<Plan, String> {
@@ -191,6 +258,8 @@ impl Plan {
             memory: 0,
             max_processes: 0,
             tmp_bytes: 0,
+            landlock: false,
+            read: Vec::new(),
         };
         for kv in s.split(',') {
             let (k, v) = kv
@@ -213,6 +282,10 @@ impl Plan {
                 "memory" => plan.memory = num()?,
                 "processes" => plan.max_processes = num()?,
                 "tmp" => plan.tmp_bytes = num()?,
+                "landlock" => plan.landlock = num()? != 0,
+                "read" => plan
+                    .read
+                    .push(path_of_hex(v).ok_or_else(|| format!("bad sandbox plan path {v:?}"))?),
                 _ => return Err(format!("unknown sandbox plan key {k:?}")),
             }
         }
@@ -499,9 +572,9 @@ mod linux {
                     ForkResult::Child => drop(status_w),
                 }
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("pdeathsig"))?;
-                confine(plan, memory == "rlimits")?;
+                let files = confine(plan, memory == "rlimits")?;
                 Ok(format!(
-                    "sandbox: {} pid/mount/ipc/net namespaces, uid {}, limits by {memory}, seccomp, private /tmp and /dev/shm",
+                    "sandbox: {} pid/mount/ipc/net namespaces, uid {}, limits by {memory}, seccomp, private /tmp and /dev/shm, files: {files}",
                     if plan.mode == Mode::UserNs { "user," } else { "" },
                     if plan.mode == Mode::Root { plan.uid.to_string() } else { format!("{uid} (user namespace)") },
                 ))
@@ -671,8 +744,8 @@ mod linux {
     }
 
     /// The worker, in the session's world: limits, then give up every
-    /// privilege.
-    fn confine(plan: &Plan, rlimit_memory: bool) -> Result<(), String> {
+    /// privilege. Returns what confines its file system access.
+    fn confine(plan: &Plan, rlimit_memory: bool) -> Result<String, String> {
         nix::unistd::setsid().map_err(err("setsid"))?;
         // Limits.
         let set = |r: Resource, v: u64| {
@@ -695,12 +768,27 @@ mod linux {
         unsafe {
             libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
         }
+        // The file system ruleset, built while every allowed path can
+        // still be opened (a `--sandbox-read` path the session uid cannot
+        // search to is then simply unreadable, not an error).
+        let ruleset = if plan.landlock {
+            Some(super::files::prepare(&plan.read)?)
+        } else {
+            None
+        };
         identity(plan)?;
         nix::sys::prctl::set_dumpable(false).map_err(err("dumpable"))?;
         nix::sys::prctl::set_no_new_privs().map_err(err("no_new_privs"))?;
+        // Still one thread: Landlock restricts the calling thread and what
+        // it starts afterwards, which is all of the worker.
+        let files = match ruleset {
+            Some(r) => r.apply()?,
+            None => "uid only (no Landlock)".to_string(),
+        };
         // The worker dies with its init (cleared by the uid change).
         nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("pdeathsig"))?;
-        super::seccomp::apply()
+        super::seccomp::apply()?;
+        Ok(files)
     }
 
     /// The session's uid (root mode) or no capability (user namespace).
@@ -920,8 +1008,12 @@ mod tests {
             memory: 1 << 30,
             max_processes: 64,
             tmp_bytes: 1 << 20,
+            landlock: true,
+            read: vec!["/opt/libs, odd=name".into(), "/srv/é".into()],
         };
         assert_eq!(Plan::decode(&plan.encode()).unwrap(), plan);
+        assert!(Plan::decode("mode=off,read=2f00").is_err(), "NUL in a path");
+        assert!(Plan::decode("mode=off,read=2f7").is_err());
         let root = Plan { uid: 0, ..plan };
         assert!(Plan::decode(&root.encode()).is_err());
         assert!(Plan::decode("mode=weird").is_err());

@@ -189,6 +189,9 @@ pub(crate) struct Workers {
     sandbox: crate::sandbox::Mode,
     sandbox_options: crate::sandbox::SandboxOptions,
     uids: crate::sandbox::UidPool,
+    /// Sandboxed workers apply the Landlock file system ruleset (the
+    /// kernel has Landlock).
+    landlock: bool,
     /// Sessions admitted (starting or running).
     admitted: std::sync::atomic::AtomicUsize,
     /// Worker processes not yet reaped.
@@ -306,6 +309,7 @@ impl Workers {
             uids: crate::sandbox::UidPool::new(&settings.sandbox_options),
             sandbox: settings.sandbox,
             sandbox_options: settings.sandbox_options,
+            landlock: crate::sandbox::landlock_available(),
             admitted: Default::default(),
             running: tokio::sync::watch::channel(0).0,
             idle_timeout: settings.idle_timeout,
@@ -493,6 +497,8 @@ impl Workers {
             memory: quota.map_or(0, |q| q.saturating_add(crate::sandbox::WORKER_ALLOWANCE)),
             max_processes: self.sandbox_options.max_processes,
             tmp_bytes: self.sandbox_options.tmp_bytes,
+            landlock: self.landlock,
+            read: self.sandbox_options.read_paths.clone(),
         };
         let (ours, theirs) = UnixStream::pair().map_err(|e| {
             give_back_uid(uid);
