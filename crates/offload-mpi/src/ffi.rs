@@ -53,15 +53,8 @@ type FnSetErrhandler = unsafe extern "C" fn(Handle, Handle) -> c_int;
 type FnSend = unsafe extern "C" fn(*const c_void, c_int, Handle, c_int, c_int, Handle) -> c_int;
 type FnRecv =
     unsafe extern "C" fn(*mut c_void, c_int, Handle, c_int, c_int, Handle, *mut Status) -> c_int;
-type FnIrecv = unsafe extern "C" fn(
-    *mut c_void,
-    c_int,
-    Handle,
-    c_int,
-    c_int,
-    Handle,
-    *mut Request,
-) -> c_int;
+type FnIrecv =
+    unsafe extern "C" fn(*mut c_void, c_int, Handle, c_int, c_int, Handle, *mut Request) -> c_int;
 type FnTest = unsafe extern "C" fn(*mut Request, *mut c_int, *mut Status) -> c_int;
 type FnGetCount = unsafe extern "C" fn(*const Status, Handle, *mut c_int) -> c_int;
 type FnAllgather =
