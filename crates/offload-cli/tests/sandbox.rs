@@ -463,6 +463,174 @@ fn memory_and_processes_are_bounded_per_session() {
     bdev.free(keep).unwrap();
 }
 
+/// Peak resident memory (`VmHWM`) of process `pid`, bytes.
+fn peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        << 10
+}
+
+/// The bystander session of the quota tests and a fresh one still work.
+fn still_usable(addr: &str, bdev: &Arc<Device>, keep: offload_core::DevicePtr, image: &[u8]) {
+    bdev.fill(keep, &[1], 4096).unwrap();
+    assert_eq!(read(bdev, keep, 8), vec![1; 8]);
+    let after = client(addr);
+    let dev = after.devices()[0].clone();
+    let out = dev.alloc(8, AllocKind::Device).unwrap();
+    let small = Counted {
+        out: out.0,
+        n: 1 << 20,
+    };
+    run(&dev, image, "hog", &small).unwrap();
+    assert_eq!(read_words(&dev, out, 1)[0], 2);
+}
+
+/// Issue 22 item 5: an image whose zero-initialised global (`.bss`, 1 GiB)
+/// is far beyond `--max-session-memory 256M` is not loaded, or its kernel
+/// writing all of it ends the session: it never gets the memory. The
+/// server and another session go on.
+#[test]
+fn a_big_bss_global_is_bounded_by_the_session_memory() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let src = dir.path().join("bss.c");
+    std::fs::write(
+        &src,
+        r#"#include "offload/host_kernel.h"
+#define BIG (1LL << 30)
+char big_bss[BIG];
+typedef struct { long long *out; } bss_args;
+/* write every page of big_bss; out[0] = 2 when all of it was written. */
+OFFLOAD_HOST_KERNEL(touch_bss) {
+  const bss_args *a = args;
+  if (offload_global_id_x(item) != 0) return;
+  volatile char *p = big_bss;
+  for (long long i = 0; i < BIG; i += 4096) p[i] = 1;
+  a->out[0] = 2;
+}
+"#,
+    )
+    .unwrap();
+    let so = dir.path().join("bss.so");
+    let ok = Command::new("clang-22")
+        .args(["-O1", "-fPIC", "-shared", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include"))
+        .arg("-o")
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "clang-22 failed on bss.c");
+    let bss = std::fs::read(&so).unwrap();
+    let server = serve(&["--max-session-memory", &(256u64 << 20).to_string()]);
+    let bystander = client(&server.addr);
+    let bdev = bystander.devices()[0].clone();
+    let keep = bdev.alloc(4096, AllocKind::Device).unwrap();
+    {
+        let attacker = client(&server.addr);
+        let dev = attacker.devices()[0].clone();
+        let out = dev.alloc(8, AllocKind::Device).unwrap();
+        match dev.load_program(&bss) {
+            Err(e) => assert!(
+                e.message().contains("--max-session-memory"),
+                "a 1 GiB .bss refused without naming the limit: {e}"
+            ),
+            Ok(program) => {
+                let kernel = program.kernel("touch_bss").unwrap();
+                let r = dev.launch(
+                    &kernel,
+                    KernelArgs::Packed(packed(&[out.0])),
+                    &LaunchConfig::linear(1, 1),
+                );
+                let e = r.expect_err("a kernel wrote 1 GiB of .bss under a 256 MiB quota");
+                assert!(
+                    e.message().contains("signal 9")
+                        || e.message().contains("--max-session-memory"),
+                    "{e}"
+                );
+            }
+        }
+    }
+    still_usable(&server.addr, &bdev, keep, &image);
+    let log = server.log();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// Issue 22 item 5: registered images count against `--max-session-memory`.
+/// Four 200 MiB images under a 256 MiB quota — in one RegisterBinary or in
+/// four — are refused with an error naming the limit (or the session
+/// ends); the supervisor never holds them (its peak memory grows by far
+/// less than they carry: session connections go to the worker), and the
+/// server and another session go on.
+#[test]
+fn registered_images_are_bounded_by_the_session_memory() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = hostile_so(dir.path());
+    let server = serve(&["--max-session-memory", &(256u64 << 20).to_string()]);
+    let bystander = client(&server.addr);
+    let bdev = bystander.devices()[0].clone();
+    let keep = bdev.alloc(4096, AllocKind::Device).unwrap();
+    let pid = server.child.id();
+    let before = peak_rss(pid);
+    let blob: &'static [u8] = Box::leak(vec![0x5au8; 200 << 20].into_boxed_slice());
+    let leaked: &'static [u8] = Box::leak(image.clone().into_boxed_slice());
+    let template = offload_image::unwrap(leaked).unwrap().remove(0);
+    let big = || offload_image::DeviceImage {
+        bytes: blob,
+        ..template.clone()
+    };
+    let limit_named = |m: &str| {
+        m.contains("--max-session-memory") || m.contains("limit") || m.contains("signal 9")
+    };
+    // One binary of four images: 800 MiB in one message.
+    {
+        let attacker = client(&server.addr);
+        assert!(!attacker.devices().is_empty());
+        let (_, failures) = attacker.register_binary((0..4).map(|_| big()).collect(), vec![]);
+        assert!(
+            !failures.is_empty(),
+            "4 x 200 MiB images registered in one binary"
+        );
+        let m = failures[0].error.to_string();
+        assert!(limit_named(&m), "{m}");
+    }
+    // Four binaries of one image each: 200 MiB per message.
+    {
+        let attacker = client(&server.addr);
+        assert!(!attacker.devices().is_empty());
+        let mut refused = None;
+        for _ in 0..4 {
+            let (_, failures) = attacker.register_binary(vec![big()], vec![]);
+            if let Some(f) = failures.first() {
+                refused = Some(f.error.to_string());
+                break;
+            }
+        }
+        let m = refused.expect("4 binaries of 200 MiB images registered under a 256 MiB quota");
+        assert!(limit_named(&m), "{m}");
+    }
+    let grown = peak_rss(pid).saturating_sub(before);
+    assert!(
+        grown < 64 << 20,
+        "registering 1.6 GiB of images raised the supervisor's peak memory by {} MiB",
+        grown >> 20
+    );
+    still_usable(&server.addr, &bdev, keep, &image);
+    let log = server.log();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
 /// N clients at once against `--max-sessions 3`: exactly 3 get in.
 #[test]
 fn max_sessions_holds_under_concurrency() {

@@ -11,6 +11,8 @@ pub mod data_channel;
 pub mod session_connection;
 
 pub use bytes::Bytes;
+/// For the encoded size of a request ([`prost::Message::encoded_len`]).
+pub use prost;
 pub use v1::*;
 
 /// Protocol version both sides put in Hello (2: the session connection's

@@ -16,8 +16,24 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// Metadata key of the `ol_errc_t` carried by failed calls (server side).
 const ERRC_HEADER: &str = "x-offload-errc";
-/// Largest gRPC message accepted.
-const MAX_MESSAGE_BYTES: usize = 256 << 20;
+/// Largest gRPC message accepted or sent (the server's limit too).
+pub(crate) const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// Refuse a request of `len` encoded bytes that exceeds
+/// [`MAX_MESSAGE_BYTES`] before it is sent, with an error naming the limit
+/// (the transport would only say "h2 protocol error").
+pub(crate) fn fits(addr: &str, what: &str, len: usize) -> Result<()> {
+    if len <= MAX_MESSAGE_BYTES {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorCode::InvalidSize,
+        format!(
+            "remote server {addr}: {what}: the request is {len} bytes, over the message size limit of {MAX_MESSAGE_BYTES} bytes ({} MiB) of the remote protocol (split the images over several binaries or load them one by one)",
+            MAX_MESSAGE_BYTES >> 20
+        ),
+    ))
+}
 
 /// The plugin's own async runtime (two I/O threads).
 pub fn io_runtime() -> &'static tokio::runtime::Runtime {

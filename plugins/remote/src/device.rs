@@ -7,6 +7,7 @@ use std::sync::Arc;
 use offload_core::plugin;
 use offload_core::Result;
 use offload_forward::{ForwardDevice, ForwardKernel, Transport};
+use offload_proto::prost::Message;
 use offload_proto::{
     AllocReply, AllocRequest, FreeRequest, GlobalReply, KernelReply, LoadProgramReply,
     LoadProgramRequest, RegisterBinaryReply, RegisterBinaryRequest, SymbolRequest,
@@ -43,6 +44,7 @@ impl Transport for Connection {
     }
 
     fn register_binary(&self, req: RegisterBinaryRequest) -> Result<RegisterBinaryReply> {
+        crate::connection::fits(&self.addr, "register binary", req.encoded_len())?;
         self.call("register binary", |mut c| async move {
             c.register_binary(req).await
         })
@@ -56,6 +58,7 @@ impl Transport for Connection {
     }
 
     fn load_program(&self, req: LoadProgramRequest) -> Result<LoadProgramReply> {
+        crate::connection::fits(&self.addr, "load program", req.encoded_len())?;
         let r = self.call(
             "load program",
             |mut c| async move { c.load_program(req).await },
