@@ -356,11 +356,7 @@ impl Stream for SupervisedStream {
             let how = ended.how;
             let id = self.guard.worker.id.clone();
             tracing::warn!(session = %id, pid = self.guard.worker.pid, worker = %how, "session worker ended; session closed");
-            let why = if how.contains("--session-idle-timeout") {
-                "the session was idle for too long"
-            } else {
-                "a kernel or image of this session crashed or exited"
-            };
+            let why = end_reason(&how, ended.signal, self.guard.worker.quota);
             let mut status = Status::aborted(format!(
                 "offload server: the session's process (pid {}) {how}; the session is closed ({why})",
                 self.guard.worker.pid
@@ -412,6 +408,23 @@ const LIBOMP: [&str; 3] = [
 /// the client's own process has libomp loaded; a session worker would not.
 /// Without libomp on this machine nothing is done (the load then names the
 /// missing symbol).
+/// Why a session's worker ended, for the client. A SIGKILL the supervisor
+/// did not send (its own ends say so in `how`) comes from the kernel: under
+/// a memory quota, the cgroup's OOM killer.
+fn end_reason(how: &str, signal: Option<i32>, quota: Option<u64>) -> String {
+    if how.contains("--session-idle-timeout") {
+        return "the session was idle for too long".to_string();
+    }
+    match (signal, quota) {
+        (Some(libc::SIGKILL), Some(q)) => format!(
+            "most likely the session reached its memory limit (--max-session-memory {} MiB), \
+             at which the kernel kills it; else a kernel of the session killed it",
+            q >> 20
+        ),
+        _ => "a kernel or image of this session crashed or exited".to_string(),
+    }
+}
+
 pub(crate) fn preload_openmp_runtime() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
@@ -892,5 +905,27 @@ pub(crate) fn run_queue_op(
         // Every operation above completed before its call returned.
         Some(Op::Marker(_)) => Ok(vec![]),
         None => Err(Error::invalid_argument("empty queue operation")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::end_reason;
+
+    #[test]
+    fn a_sigkill_under_a_quota_names_the_memory_limit() {
+        let how = "was killed by signal 9 (SIGKILL)";
+        let why = end_reason(how, Some(libc::SIGKILL), Some(256 << 20));
+        assert!(why.contains("--max-session-memory 256 MiB"), "{why}");
+        let why = end_reason(how, Some(libc::SIGKILL), None);
+        assert!(!why.contains("--max-session-memory"), "{why}");
+        let why = end_reason("was killed by signal 11 (SIGSEGV)", Some(11), Some(1 << 30));
+        assert!(why.contains("crashed"), "{why}");
+        let why = end_reason(
+            "ended (--session-idle-timeout)",
+            Some(libc::SIGKILL),
+            Some(1),
+        );
+        assert!(why.contains("idle"), "{why}");
     }
 }

@@ -43,6 +43,8 @@ pub(crate) struct Worker {
     secret: Hashed,
     data_secret: Hashed,
     pub pid: u32,
+    /// The `--max-session-memory` its sandbox enforces, if any.
+    pub quota: Option<u64>,
     /// The control socket (None once the session is closing).
     control: Mutex<Option<UnixStream>>,
     /// How the process ended, once it has.
@@ -704,6 +706,7 @@ impl Workers {
             secret: secret_hash,
             data_secret: data_hash,
             pid,
+            quota,
             control: Mutex::new(Some(control)),
             ended,
             kill: Mutex::new(Some(kill)),
