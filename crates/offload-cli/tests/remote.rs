@@ -2594,17 +2594,6 @@ int main(void) {
     assert!(status.success(), "{status}\n{}", server.log());
 }
 
-/// Peak resident memory (`VmHWM`) of process `pid`, bytes.
-fn peak_rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM")
-        << 10
-}
-
 /// Issue 22 item 6: before a session exists the supervisor takes messages
 /// of at most 64 KiB. Four parallel 250 MiB Pings without the token are
 /// refused by their declared length, not read: the supervisor's peak memory
@@ -2619,7 +2608,7 @@ fn big_unauthenticated_messages_are_refused_before_they_are_read() {
     assert!(!first.devices().is_empty(), "{:?}", first.failed_plugins());
     drop(first);
     let pid = server.child.id();
-    let before = peak_rss(pid);
+    let before = common::peak_rss(pid);
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -2655,7 +2644,7 @@ fn big_unauthenticated_messages_are_refused_before_they_are_read() {
         codes
     });
     drop(payload);
-    let grown = peak_rss(pid).saturating_sub(before);
+    let grown = common::peak_rss(pid).saturating_sub(before);
     assert!(
         grown < 32 << 20,
         "4 x 250 MiB unauthenticated messages raised the supervisor's peak memory by {} MiB (codes {codes:?})",

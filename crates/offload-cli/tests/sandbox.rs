@@ -463,17 +463,6 @@ fn memory_and_processes_are_bounded_per_session() {
     bdev.free(keep).unwrap();
 }
 
-/// Peak resident memory (`VmHWM`) of process `pid`, bytes.
-fn peak_rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM")
-        << 10
-}
-
 /// The bystander session of the quota tests and a fresh one still work.
 fn still_usable(addr: &str, bdev: &Arc<Device>, keep: offload_core::DevicePtr, image: &[u8]) {
     bdev.fill(keep, &[1], 4096).unwrap();
@@ -581,7 +570,7 @@ fn registered_images_are_bounded_by_the_session_memory() {
     let bdev = bystander.devices()[0].clone();
     let keep = bdev.alloc(4096, AllocKind::Device).unwrap();
     let pid = server.child.id();
-    let before = peak_rss(pid);
+    let before = common::peak_rss(pid);
     let blob: &'static [u8] = Box::leak(vec![0x5au8; 200 << 20].into_boxed_slice());
     let leaked: &'static [u8] = Box::leak(image.clone().into_boxed_slice());
     let template = offload_image::unwrap(leaked).unwrap().remove(0);
@@ -620,7 +609,7 @@ fn registered_images_are_bounded_by_the_session_memory() {
         // The cgroup's OOM killer ends the session: the error names the quota.
         assert!(m.contains("--max-session-memory 256 MiB"), "{m}");
     }
-    let grown = peak_rss(pid).saturating_sub(before);
+    let grown = common::peak_rss(pid).saturating_sub(before);
     assert!(
         grown < 64 << 20,
         "registering 1.6 GiB of images raised the supervisor's peak memory by {} MiB",

@@ -174,3 +174,14 @@ pub fn read(dev: &offload_core::Device, at: offload_core::DevicePtr, n: usize) -
     read_into(dev, at, &mut out).unwrap();
     out
 }
+
+/// Peak resident memory (`VmHWM`) of process `pid`, bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        << 10
+}
