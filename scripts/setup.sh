@@ -13,7 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(clang-22 lld-22 llvm-22 llvm-22-tools libomp-22-dev liboffload-22-dev iproute2 openmpi-bin libopenmpi-dev mpich python3-venv python3-pip)
+PACKAGES=(clang-22 lld-22 llvm-22 llvm-22-tools libomp-22-dev liboffload-22-dev iproute2 openmpi-bin libopenmpi-dev mpich python3-venv python3-pip
+  # PoCL's CPU device: what scripts/bench-group-kernels.sh compares ours with.
+  pocl-opencl-icd ocl-icd-opencl-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
