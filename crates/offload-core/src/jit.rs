@@ -38,6 +38,7 @@ use offload_image::metadata::{COMPILE_OPTIONS, LINK_OPTIONS};
 use offload_image::{DeviceImage, ImageFormat};
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::work_item_loops;
 
 /// What a device's loader takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +88,12 @@ const ENTRY_MAGIC: &[u8; 8] = b"OFFJIT1\n";
 pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     let compiler = compiler()?;
     let options = options(image);
-    let key = cache_key(image.bytes, target, &options, &compiler.version);
+    let loops = work_item_loops_wanted(image, target);
+    let identity = match loops {
+        true => format!("{} {}", compiler.version, work_item_loops::version()),
+        false => compiler.version.clone(),
+    };
+    let key = cache_key(image.bytes, target, &options, &identity);
     let io =
         |what: &str, e: std::io::Error| Error::new(ErrorCode::HostIo, format!("JIT: {what}: {e}"));
     // The cache when it is safe to use, else a private scratch directory
@@ -110,16 +116,24 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     // image each write their own file; the last rename wins, all identical.
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // (Names built whole: `with_extension` would replace the `.{n}`.)
     let stem = dir.join(format!(".{key}.{}.{n}", std::process::id()));
-    let input = stem.with_extension("bc");
-    let output = stem.with_extension(target.output.extension());
-    let staged = stem.with_extension("entry");
+    let named = |ext: &str| PathBuf::from(format!("{}.{ext}", stem.display()));
+    let input = named("bc");
+    let output = named(target.output.extension());
+    let staged = named("entry");
     write_private(&input, &[image.bytes]).map_err(|e| io("writing the bitcode", e))?;
     let started = std::time::Instant::now();
+    let transformed = named("loops.ll");
+    let source = match loops && with_work_item_loops(&compiler.path, &input, &stem, &transformed) {
+        true => &transformed,
+        false => &input,
+    };
     let run = Command::new(&compiler.path)
-        .args(arguments(target, &options, &input, &output))
+        .args(arguments(target, &options, source, &output))
         .output();
     let _ = std::fs::remove_file(&input);
+    let _ = std::fs::remove_file(&transformed);
     let run = run.map_err(|e| io(&format!("running {}", compiler.path.display()), e))?;
     if !run.status.success() {
         let _ = std::fs::remove_file(&output);
@@ -151,6 +165,44 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     }
     tracing::info!(triple = %target.triple, ms = started.elapsed().as_millis() as u64, entry = %entry.display(), "bitcode image compiled");
     Ok(bytes)
+}
+
+/// Whether the image's barrier kernels should get work-item loops
+/// ([`work_item_loops`]): host devices, unless
+/// `OFFLOAD_HOST_WORK_ITEM_LOOPS=0`.
+fn work_item_loops_wanted(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
+    target.output == JitOutput::SharedObject
+        && std::env::var("OFFLOAD_HOST_WORK_ITEM_LOOPS").map_or(true, |v| v != "0")
+        && work_item_loops::may_apply(image.bytes)
+}
+
+/// Writes the module with group forms to `out`; false (compile the image
+/// as it is: its barrier kernels run as coroutines) when none was made.
+fn with_work_item_loops(compiler: &Path, input: &Path, stem: &Path, out: &Path) -> bool {
+    let Some(opt) = work_item_loops::find_opt(compiler) else {
+        tracing::debug!(
+            "JIT: no opt beside {}: barrier kernels run as coroutines",
+            compiler.display()
+        );
+        return false;
+    };
+    match work_item_loops::add_group_forms(&opt, input, stem, out) {
+        Ok((made, skipped)) => {
+            for why in &skipped {
+                tracing::debug!("JIT: barrier kernel left to coroutines: {why}");
+            }
+            if !made.is_empty() {
+                tracing::info!(kernels = ?made, "JIT: work-item loops for barrier kernels");
+            }
+            !made.is_empty()
+        }
+        Err(e) => {
+            warn(&format!(
+                "JIT: work-item loops not made ({e}); barrier kernels run as coroutines"
+            ));
+            false
+        }
+    }
 }
 
 /// A cache entry's image, when the entry is there and intact. A damaged

@@ -50,6 +50,7 @@ pub mod runtime;
 pub mod stats;
 pub mod trace;
 pub mod transfer;
+mod work_item_loops;
 
 pub use binary::{BinaryDescriptor, BinaryId, OffloadEntry};
 pub use config::Config;

@@ -155,6 +155,8 @@ pub struct GroupLaunch<'a> {
     pub dyn_group_memory: usize,
     pub static_group_memory: usize,
     pub uses_barrier: bool,
+    /// The group entry was made by the JIT ([`crate::kernel::HostKernel`]).
+    pub generated_group: bool,
 }
 
 /// 64-byte aligned chunk of group memory.
@@ -380,6 +382,16 @@ impl GroupLaunch<'_> {
 
     #[cold]
     fn misused_barrier(&self) -> String {
+        if self.generated_group {
+            return format!(
+                "kernel '{}': the work items of a group did not all reach the same barrier \
+                 (some returned, or waited at another barrier call, while others waited): \
+                 every work item of a group must call offload_group_barrier the same number \
+                 of times, at the same call (a barrier in divergent control flow). The \
+                 kernel's work-item loops, made from its bitcode, stopped the group",
+                self.kernel
+            );
+        }
         if self.uses_barrier {
             return format!(
                 "kernel '{}': its group entry ({}_offload_group) called offload_group_barrier; \

@@ -218,6 +218,7 @@ impl plugin::Program for HostProgram {
             ));
         }
         let uses_barrier = self.image.declared(name, "_offload_barrier")? != 0;
+        let generated_group = self.image.declared(name, "_offload_group_generated")? != 0;
         let group_static_size = self.image.declared(name, "_offload_group_static_size")?;
         if group_static_size > crate::queue::MAX_GROUP_MEMORY {
             return Err(Error::out_of_resources(format!(
@@ -241,6 +242,7 @@ impl plugin::Program for HostProgram {
             groups_entry,
             _program: self.image.clone(),
             uses_barrier,
+            generated_group,
             group_static_size,
         }))
     }

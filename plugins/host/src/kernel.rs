@@ -41,6 +41,10 @@ pub struct HostKernel {
     /// Declared with `OFFLOAD_HOST_KERNEL_BARRIER` (exports
     /// `<name>_offload_barrier`): its groups run as coroutines.
     pub(crate) uses_barrier: bool,
+    /// The group entry is work-item loops the JIT made from the kernel's
+    /// bitcode (exports `<name>_offload_group_generated`): a barrier call
+    /// from it means the items diverged.
+    pub(crate) generated_group: bool,
     /// Bytes of static group memory (`<name>_offload_group_static_size`).
     pub(crate) group_static_size: u64,
 }

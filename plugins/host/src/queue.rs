@@ -141,6 +141,7 @@ fn launch_packed(k: &HostKernel, args: &[u8], config: &LaunchConfig) -> Result<(
         dyn_group_memory: config.dyn_group_memory as usize,
         static_group_memory: k.group_static_size as usize,
         uses_barrier: k.uses_barrier,
+        generated_group: k.generated_group,
     };
     let failed = |e: String| Error::new(ErrorCode::InvalidArgument, e);
     let groups = config.total_groups();

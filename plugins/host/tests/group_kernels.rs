@@ -44,6 +44,25 @@ fn kernels_with(flags: &[&str]) -> Vec<u8> {
     std::fs::read(out).unwrap()
 }
 
+/// group_kernels.c as LLVM bitcode: loading it compiles it (the JIT), and
+/// its barrier kernels get work-item loops instead of coroutines.
+fn bitcode_kernels() -> Vec<u8> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("group_kernels.bc");
+    let status = Command::new("clang-22")
+        .args(["-O2", "-fPIC", "-emit-llvm", "-c", "-Wall", "-Werror"])
+        .arg("-I")
+        .arg(root.join("../../include"))
+        .arg(root.join("tests/kernels/group_kernels.c"))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("clang-22 must be installed (see scripts/setup.sh)");
+    assert!(status.success(), "clang-22 failed on group_kernels.c");
+    std::fs::read(out).unwrap()
+}
+
 /// `n` elements of `T` of device memory (host memory of this process).
 fn buffer<T: Copy>(dev: &Device, n: usize, init: T) -> &'static mut [T] {
     let p = dev
@@ -510,16 +529,7 @@ fn divergent_and_undeclared_barriers_are_errors_not_hangs() {
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
     let out = buffer(dev, 4 * 64, 0u32);
-    let k = prog.kernel("divergent_barrier").unwrap();
-    for groups in [1u32, 4] {
-        let e = dev
-            .launch(
-                &k,
-                KernelArgs::Packed(&ptr_arg(out)),
-                &config([groups, 1, 1], [64, 1, 1], 0),
-            )
-            .unwrap_err();
-        let m = e.message();
+    for m in divergent_launch_errors(dev, &prog, out) {
         assert!(
             m.contains("divergent_barrier") && m.contains("63 of 64 work items wait at barrier #1"),
             "{m}"
@@ -544,6 +554,33 @@ fn divergent_and_undeclared_barriers_are_errors_not_hangs() {
         "{e}"
     );
     // The device stays usable, and stacks are reused.
+    reduce_once(dev, &prog, out);
+}
+
+/// The messages of `divergent_barrier` launched over 1 and 4 groups of 64
+/// (item 0 returns before the barrier), writing into `out`.
+fn divergent_launch_errors(
+    dev: &Device,
+    prog: &Arc<offload_core::Program>,
+    out: &[u32],
+) -> Vec<String> {
+    let k = prog.kernel("divergent_barrier").unwrap();
+    [1u32, 4]
+        .map(|groups| {
+            let e = dev
+                .launch(
+                    &k,
+                    KernelArgs::Packed(&ptr_arg(out)),
+                    &config([groups, 1, 1], [64, 1, 1], 0),
+                )
+                .unwrap_err();
+            e.message().to_string()
+        })
+        .to_vec()
+}
+
+/// One group of `reduce_dynamic`: the device still runs barrier kernels.
+fn reduce_once(dev: &Device, prog: &Arc<offload_core::Program>, out: &[u32]) {
     let k = prog.kernel("reduce_dynamic").unwrap();
     dev.launch(
         &k,
@@ -638,4 +675,120 @@ fn queued_launches_run_asynchronously() {
     q.synchronize().unwrap();
     // SAFETY: as above, after the sync.
     assert_eq!(unsafe { *mem.as_ptr::<u8>().add(63) }, 7);
+}
+
+/// Every barrier kernel, loaded as bitcode (work-item loops made by the
+/// JIT), gives the results of its coroutines: reductions of 64-256 items,
+/// tiled matmul, a scan over groups of 1-1024 items, 3-d groups, barriers
+/// in loops.
+#[test]
+fn barrier_kernels_from_bitcode_run_as_work_item_loops() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&bitcode_kernels()).unwrap();
+    for name in ["reduce_dynamic", "reduce_static"] {
+        let k = prog.kernel(name).unwrap();
+        for size in [64u32, 128, 256] {
+            let out = buffer(dev, 7, 0u32);
+            let dyn_mem = if name == "reduce_dynamic" {
+                size * 4
+            } else {
+                0
+            };
+            dev.launch(
+                &k,
+                KernelArgs::Packed(&ptr_arg(out)),
+                &config([7, 1, 1], [size, 1, 1], dyn_mem),
+            )
+            .unwrap_or_else(|e| panic!("{name} x {size}: {e}"));
+            assert!(
+                out.iter().all(|&v| v == 2 * size),
+                "{name} x {size}: {out:?}"
+            );
+        }
+    }
+    check_matmul(dev, &prog, "matmul_tiled", 64);
+    let k = prog.kernel("scan_group").unwrap();
+    for size in [1u32, 32, 1024] {
+        let n = 3 * size as usize;
+        let input = buffer(dev, n, 0u32);
+        let out = buffer(dev, n, 0u32);
+        for (i, v) in input.iter_mut().enumerate() {
+            *v = (i as u32).wrapping_mul(2654435761) >> 28;
+        }
+        let mut args = ptr_arg(input);
+        args.extend(ptr_arg(out));
+        dev.launch(
+            &k,
+            KernelArgs::Packed(&args),
+            &config([3, 1, 1], [size, 1, 1], 8 * size),
+        )
+        .unwrap();
+        for g in 0..3 {
+            let mut acc = 0;
+            for i in 0..size as usize {
+                acc += input[g * size as usize + i];
+                assert_eq!(
+                    out[g * size as usize + i],
+                    acc,
+                    "scan: group {g} item {i} of {size}"
+                );
+            }
+        }
+    }
+    let k = prog.kernel("many_barriers").unwrap();
+    let out = buffer(dev, 9, 0u32);
+    let mut args = ptr_arg(out);
+    args.extend_from_slice(&50u64.to_ne_bytes());
+    dev.launch(
+        &k,
+        KernelArgs::Packed(&args),
+        &config([9, 1, 1], [100, 1, 1], 8),
+    )
+    .unwrap();
+    assert!(out.iter().all(|&v| v == 50), "many_barriers: {out:?}");
+    check_neighbour_3d(dev, &prog, [2, 3, 2], [4, 3, 5]);
+}
+
+/// A barrier in divergent control flow stops the group with an error that
+/// says so (the loops' wording: proof they ran, not coroutines); the device
+/// stays usable.
+#[test]
+fn work_item_loops_report_divergent_barriers() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    let prog = dev.load_program(&bitcode_kernels()).unwrap();
+    let out = buffer(dev, 4 * 64, 0u32);
+    for m in divergent_launch_errors(dev, &prog, out) {
+        assert!(
+            m.contains("kernel 'divergent_barrier'")
+                && m.contains("did not all reach the same barrier"),
+            "{m}"
+        );
+    }
+    assert!(out.iter().all(|&v| v == 0), "items ran past the barrier");
+    reduce_once(dev, &prog, out);
+}
+
+/// A barrier the loops cannot see (in a function the kernel calls) keeps
+/// the kernel on coroutines, with the right result, in the bitcode image
+/// and in the shared object alike.
+#[test]
+fn a_barrier_in_a_called_function_keeps_coroutines() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    for image in [kernels(), bitcode_kernels()] {
+        let prog = dev.load_program(&image).unwrap();
+        let k = prog.kernel("barrier_in_helper").unwrap();
+        let out = buffer(dev, 3 * 32, u32::MAX);
+        dev.launch(
+            &k,
+            KernelArgs::Packed(&ptr_arg(out)),
+            &config([3, 1, 1], [32, 1, 1], 128),
+        )
+        .unwrap();
+        for (i, &v) in out.iter().enumerate() {
+            assert_eq!(v, (i as u32 % 32 + 1) % 32, "item {i}");
+        }
+    }
 }

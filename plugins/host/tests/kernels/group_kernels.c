@@ -329,3 +329,18 @@ count_piece_calls_offload_groups(const void *args, const offload_host_item_t *fi
   }
   __atomic_fetch_add(&p->counts[0], 1, __ATOMIC_RELAXED);
 }
+
+/* A barrier inside a function the kernel calls (kept a call): work-item
+ * loops made from bitcode cannot see it, so the kernel keeps its
+ * coroutines. out[global id] = the next item's id in its group. */
+static __attribute__((noinline)) void barrier_helper(const offload_host_item_t *item) {
+  offload_group_barrier(item);
+}
+OFFLOAD_HOST_KERNEL_BARRIER(barrier_in_helper) {
+  uint32_t *out = *(uint32_t *const *)args;
+  uint32_t *mem = item->group_memory;
+  uint32_t l = item->local_id[0], n = item->group_size[0];
+  mem[l] = l;
+  barrier_helper(item);
+  out[offload_global_id_x(item)] = mem[(l + 1) % n];
+}
