@@ -93,6 +93,12 @@ fn local_memory_reductions_dynamic_and_static() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
+    check_reductions(dev, &prog);
+}
+
+/// `reduce_dynamic` and `reduce_static` over 7 groups of 64, 128 and 256
+/// items: each group's sum of 2s.
+fn check_reductions(dev: &Device, prog: &Arc<offload_core::Program>) {
     for name in ["reduce_dynamic", "reduce_static"] {
         let k = prog.kernel(name).unwrap();
         for size in [64u32, 128, 256] {
@@ -162,9 +168,14 @@ fn prefix_scan_in_groups_larger_than_the_worker_pool() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&kernels()).unwrap();
+    check_scans(dev, &prog, 5);
+}
+
+/// `scan_group` over `groups` groups of 1, 32 and 1024 items: each item
+/// holds its group's inclusive prefix sum.
+fn check_scans(dev: &Device, prog: &Arc<offload_core::Program>, groups: usize) {
     let k = prog.kernel("scan_group").unwrap();
     for size in [1u32, 32, 1024] {
-        let groups = 5usize;
         let n = groups * size as usize;
         let input = buffer(dev, n, 0u32);
         let out = buffer(dev, n, 0u32);
@@ -686,56 +697,9 @@ fn barrier_kernels_from_bitcode_run_as_work_item_loops() {
     let rt = runtime();
     let dev = &rt.devices()[0];
     let prog = dev.load_program(&bitcode_kernels()).unwrap();
-    for name in ["reduce_dynamic", "reduce_static"] {
-        let k = prog.kernel(name).unwrap();
-        for size in [64u32, 128, 256] {
-            let out = buffer(dev, 7, 0u32);
-            let dyn_mem = if name == "reduce_dynamic" {
-                size * 4
-            } else {
-                0
-            };
-            dev.launch(
-                &k,
-                KernelArgs::Packed(&ptr_arg(out)),
-                &config([7, 1, 1], [size, 1, 1], dyn_mem),
-            )
-            .unwrap_or_else(|e| panic!("{name} x {size}: {e}"));
-            assert!(
-                out.iter().all(|&v| v == 2 * size),
-                "{name} x {size}: {out:?}"
-            );
-        }
-    }
+    check_reductions(dev, &prog);
     check_matmul(dev, &prog, "matmul_tiled", 64);
-    let k = prog.kernel("scan_group").unwrap();
-    for size in [1u32, 32, 1024] {
-        let n = 3 * size as usize;
-        let input = buffer(dev, n, 0u32);
-        let out = buffer(dev, n, 0u32);
-        for (i, v) in input.iter_mut().enumerate() {
-            *v = (i as u32).wrapping_mul(2654435761) >> 28;
-        }
-        let mut args = ptr_arg(input);
-        args.extend(ptr_arg(out));
-        dev.launch(
-            &k,
-            KernelArgs::Packed(&args),
-            &config([3, 1, 1], [size, 1, 1], 8 * size),
-        )
-        .unwrap();
-        for g in 0..3 {
-            let mut acc = 0;
-            for i in 0..size as usize {
-                acc += input[g * size as usize + i];
-                assert_eq!(
-                    out[g * size as usize + i],
-                    acc,
-                    "scan: group {g} item {i} of {size}"
-                );
-            }
-        }
-    }
+    check_scans(dev, &prog, 3);
     let k = prog.kernel("many_barriers").unwrap();
     let out = buffer(dev, 9, 0u32);
     let mut args = ptr_arg(out);
