@@ -125,13 +125,28 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     write_private(&input, &[image.bytes]).map_err(|e| io("writing the bitcode", e))?;
     let started = std::time::Instant::now();
     let transformed = named("loops.ll");
-    let source = match loops && with_work_item_loops(&compiler.path, &input, &stem, &transformed) {
-        true => &transformed,
-        false => &input,
+    let compile = |source: &Path| {
+        Command::new(&compiler.path)
+            .args(arguments(target, &options, source, &output))
+            .output()
     };
-    let run = Command::new(&compiler.path)
-        .args(arguments(target, &options, source, &output))
-        .output();
+    let run = match loops && with_work_item_loops(&compiler.path, &input, &stem, &transformed) {
+        // The loops are an optimisation: if the compiler rejects them, the
+        // image as it came (its barrier kernels on coroutines).
+        true => match compile(&transformed) {
+            Ok(done) if done.status.success() => Ok(done),
+            Ok(failed) => {
+                let why = String::from_utf8_lossy(&failed.stderr);
+                warn(&format!(
+                    "JIT: the work-item loops did not compile ({}); barrier kernels run as coroutines",
+                    why.lines().next().unwrap_or("")
+                ));
+                compile(&input)
+            }
+            Err(e) => Err(e),
+        },
+        false => compile(&input),
+    };
     let _ = std::fs::remove_file(&input);
     let _ = std::fs::remove_file(&transformed);
     let run = run.map_err(|e| io(&format!("running {}", compiler.path.display()), e))?;

@@ -1641,6 +1641,24 @@ mod tests {
     }
 
     #[test]
+    fn kernels_it_does_not_understand_are_left_alone() {
+        let module = "@k_offload_barrier = constant i32 1\n\n\
+            define void @k(ptr %arg, ptr %arg1) {\nbb:\n  %f = load ptr, ptr %arg, align 8\n  \
+            call void %f(ptr %arg1)\n  ret void\n}\n";
+        assert_eq!(barrier_kernels(module), ["k"]);
+        let why = marked_copy(module, "k").unwrap_err();
+        assert!(
+            why.contains("an indirect call other than the barrier"),
+            "{why}"
+        );
+        // A kernel with its own group form is not touched.
+        let own = format!(
+            "{module}define void @k_offload_group(ptr %a, ptr %b) {{\nbb:\n  ret void\n}}\n"
+        );
+        assert!(barrier_kernels(&own).is_empty());
+    }
+
+    #[test]
     fn barrier_kernels_get_work_item_loops() {
         let Some((made, skipped, module)) = transformed() else {
             return;

@@ -714,6 +714,31 @@ fn barrier_kernels_from_bitcode_run_as_work_item_loops() {
     check_neighbour_3d(dev, &prog, [2, 3, 2], [4, 3, 5]);
 }
 
+/// Values kept across barriers in a private array (its address taken: one
+/// copy per item in the loops) and in registers, 2-d groups, from the
+/// shared object (coroutines) and from bitcode (work-item loops).
+#[test]
+fn private_values_survive_barriers() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    for image in [kernels(), bitcode_kernels()] {
+        let prog = dev.load_program(&image).unwrap();
+        let k = prog.kernel("private_across_barriers").unwrap();
+        let items = 12u32;
+        let out = buffer(dev, 4 * items as usize, u32::MAX);
+        dev.launch(
+            &k,
+            KernelArgs::Packed(&ptr_arg(out)),
+            &config([2, 2, 1], [4, 3, 1], 4 * items),
+        )
+        .unwrap();
+        for (i, &v) in out.iter().enumerate() {
+            let l = i as u32 % items;
+            assert_eq!(v, l + 10 * ((l + items - 1) % items), "out[{i}]");
+        }
+    }
+}
+
 /// A barrier in divergent control flow stops the group with an error that
 /// says so (the loops' wording: proof they ran, not coroutines); the device
 /// stays usable.

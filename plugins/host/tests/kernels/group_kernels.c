@@ -344,3 +344,24 @@ OFFLOAD_HOST_KERNEL_BARRIER(barrier_in_helper) {
   barrier_helper(item);
   out[offload_global_id_x(item)] = mem[(l + 1) % n];
 }
+
+/* Values kept across barriers in a private array (volatile: it stays in
+ * memory, its address taken) and in registers, in 2-d groups.
+ * out[group * items + l] = l + 10 * ((l + items - 1) % items), l the local
+ * linear id. */
+OFFLOAD_HOST_KERNEL_BARRIER(private_across_barriers) {
+  uint32_t *out = *(uint32_t *const *)args;
+  uint32_t *mem = item->group_memory;
+  uint32_t l = offload_local_linear_id(item);
+  uint32_t n = item->group_size[0] * item->group_size[1] * item->group_size[2];
+  volatile uint32_t priv[4];
+  for (uint32_t j = 0; j < 4; j++) priv[j] = l * (j + 1);
+  mem[l] = l;
+  offload_group_barrier(item);
+  uint32_t next = mem[(l + 1) % n];
+  offload_group_barrier(item);
+  mem[l] = next + priv[0] + priv[1] + priv[2] + priv[3];
+  offload_group_barrier(item);
+  uint32_t g = item->group_id[0] + item->num_groups[0] * item->group_id[1];
+  out[g * n + l] = mem[(l + n - 1) % n];
+}
