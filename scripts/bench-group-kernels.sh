@@ -14,10 +14,12 @@
 # quartiles of ours / PoCL within a round (rates: higher is better for us;
 # launch: time, lower is better), and the absolute ranges.
 #
-# The barrier kernels are compared twice: `matmul_tiled` / `reduce_dynamic`
-# as written (our per-item function, run as coroutines switching at each
-# barrier) and `matmul_loops` / `reduce_loops` (the same kernels' group form,
-# OFFLOAD_HOST_KERNEL_GROUP), both against PoCL's one OpenCL version.
+# The barrier kernels are compared three ways: `matmul_tiled` /
+# `reduce_dynamic` as written, from the shared object (our per-item
+# function, run as coroutines switching at each barrier); the same from
+# LLVM bitcode (`bc:`: the JIT gives them work-item loops); and
+# `matmul_loops` / `reduce_loops` (the group form a kernel's author may
+# write, OFFLOAD_HOST_KERNEL_GROUP); each against PoCL's one OpenCL version.
 # BUILD_DIR holds libLLVMOffload.so (`cargo build --release -p liboffload`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,10 +34,14 @@ command -v clang-22 >/dev/null || { echo "bench-group-kernels: clang-22 not foun
 dir=$(cd "$dir" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lib"
+mkdir -p "$work/lib" "$work/jit"
+chmod 700 "$work/jit"
 ln -s "$dir/libLLVMOffload.so" "$work/lib/libLLVMOffload.so.22.1"
 
 clang-22 -O2 -fPIC -shared -Iinclude plugins/host/tests/kernels/group_kernels.c -o "$work/group_kernels.so"
+# The same kernels as LLVM bitcode: loading compiles them (the JIT), and
+# the barrier kernels get work-item loops instead of coroutines.
+clang-22 -O2 -fPIC -emit-llvm -c -Iinclude plugins/host/tests/kernels/group_kernels.c -o "$work/group_kernels.bc"
 clang-22 -O2 -I/usr/lib/llvm-22/include/offload crates/offload-bench/c/ol_group_kernels.c \
   -L"$work/lib" -l:libLLVMOffload.so.22.1 -Wl,-rpath,"$work/lib" -o "$work/ol_group_kernels"
 clang-22 -O2 crates/offload-bench/c/cl_group_kernels.c -lOpenCL -o "$work/cl_group_kernels"
@@ -51,6 +57,10 @@ measures() {
 }
 for r in $(seq "$rounds"); do
   OFFLOAD_PLUGINS=host "$work/ol_group_kernels" "$work/group_kernels.so" 5 | measures | sed "s/^/$r ours /"
+  for k in matmul_tiled reduce_dynamic; do
+    OFFLOAD_PLUGINS=host OFFLOAD_JIT_CACHE="$work/jit" "$work/ol_group_kernels" "$work/group_kernels.bc" 5 $k |
+      measures | sed "s/^/$r ours bc:/"
+  done
   "$work/cl_group_kernels" 5 | measures | sed "s/^/$r pocl /"
 done >"$work/all"
 
@@ -61,9 +71,10 @@ quartiles() { # values on stdin -> "median (q1-q3)"
 }
 range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%g-%g", lo, hi }'; }
 printf '%-16s %-8s %-22s %-20s %-20s\n' kernel "vs PoCL" "ours/PoCL median (IQR)" ours PoCL
-for pair in matmul_tiled:matmul_tiled matmul_loops:matmul_tiled reduce_dynamic:reduce_dynamic \
-  reduce_loops:reduce_dynamic write_global_id:write_global_id saxpy:saxpy launch:launch; do
-  ours=${pair%%:*} theirs=${pair##*:}
+for pair in matmul_tiled:matmul_tiled bc:matmul_tiled:matmul_tiled matmul_loops:matmul_tiled \
+  reduce_dynamic:reduce_dynamic bc:reduce_dynamic:reduce_dynamic reduce_loops:reduce_dynamic \
+  write_global_id:write_global_id saxpy:saxpy launch:launch; do
+  ours=${pair%:*} theirs=${pair##*:}
   ratios=$(awk -v a="$ours" -v b="$theirs" '
     $2 == "ours" && $3 == a { o[$1] = $4 } $2 == "pocl" && $3 == b { p[$1] = $4 }
     END { for (r in o) if (p[r] > 0) print o[r] / p[r] }' "$work/all")

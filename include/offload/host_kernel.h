@@ -50,6 +50,19 @@
  *         (OFFLOAD_HOST_KERNEL_GROUP below: the group as loops over its
  *         items, split at the barriers); the runtime then calls that once
  *         per group instead of running the items as coroutines.
+ *       * A kernel delivered as LLVM bitcode (`clang -O2 -fPIC -emit-llvm
+ *         -c`; the runtime compiles it when loaded) gets such a group form
+ *         made for it: the JIT cuts the kernel at its barrier calls into
+ *         loops over the items, keeps the values that cross a barrier per
+ *         item (or once, when every item holds the same), and runs those
+ *         loops instead of coroutines. It leaves a kernel to the coroutines
+ *         when it cannot see every barrier (one called from another
+ *         function of the module, or through another pointer) or meets
+ *         code it does not handle (inline assembly, exceptions, debug
+ *         info, variable-sized stack arrays); OFFLOAD_HOST_WORK_ITEM_LOOPS=0
+ *         turns it off. Items that wait at different barrier calls go on
+ *         together, as with coroutines; items that return while others
+ *         wait fail the launch with an error naming the kernel.
  *   - Work items of different groups may run concurrently: use atomics for
  *     results they share (e.g. __atomic_fetch_add for a reduction).
  *   - A launch's groups are cut into pieces of consecutive groups (linear
