@@ -36,6 +36,7 @@ pub fn profile_dir() -> PathBuf {
 fn build_command(dir: &Path, packages: &[&str]) -> (PathBuf, Vec<String>) {
     let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root.canonicalize().unwrap_or(root);
     let mut args: Vec<String> = vec!["build".into()];
     args.extend(packages.iter().map(|a| a.to_string()));
     match dir.file_name().and_then(|n| n.to_str()) {
