@@ -4,6 +4,18 @@
 //! The rule every test follows: a test that needs a tool which is missing
 //! is skipped with a note on stderr, except under `CI=true`, where that is
 //! a failure, so CI never passes by skipping ([`skip`], [`require`]).
+//!
+//! Beside that: the workspace's own build outputs found from any crate's
+//! tests ([`offload_bin`], [`drop_in_libraries`]), `offload serve` in a
+//! child process ([`serve::Server`]) and, with the `device` feature, bytes
+//! in and out of offload-core devices ([`device`]).
+
+mod artifacts;
+#[cfg(feature = "device")]
+pub mod device;
+pub mod serve;
+
+pub use artifacts::{built, drop_in_libraries, offload_bin, profile_dir};
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
