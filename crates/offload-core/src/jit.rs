@@ -89,8 +89,17 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     let compiler = compiler()?;
     let options = options(image);
     let loops = work_item_loops_wanted(image, target);
+    // With work-item loops the result also depends on the transformation
+    // and on the processor it is compiled for.
+    let host = loops
+        .then(|| work_item_loops::HostCpu::of(&compiler.path))
+        .flatten();
     let identity = match loops {
-        true => format!("{} {}", compiler.version, work_item_loops::version()),
+        true => format!(
+            "{} {} {host:?}",
+            compiler.version,
+            work_item_loops::version()
+        ),
         false => compiler.version.clone(),
     };
     let key = cache_key(image.bytes, target, &options, &identity);
@@ -130,7 +139,8 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
             .args(arguments(target, &options, source, &output))
             .output()
     };
-    let run = match loops && with_work_item_loops(&compiler.path, &input, &stem, &transformed) {
+    let run = match loops && with_work_item_loops(&compiler.path, host, &input, &stem, &transformed)
+    {
         // The loops are an optimisation: if the compiler rejects them, the
         // image as it came (its barrier kernels on coroutines).
         true => match compile(&transformed) {
@@ -193,7 +203,13 @@ fn work_item_loops_wanted(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
 
 /// Writes the module with group forms to `out`; false (compile the image
 /// as it is: its barrier kernels run as coroutines) when none was made.
-fn with_work_item_loops(compiler: &Path, input: &Path, stem: &Path, out: &Path) -> bool {
+fn with_work_item_loops(
+    compiler: &Path,
+    host: Option<&work_item_loops::HostCpu>,
+    input: &Path,
+    stem: &Path,
+    out: &Path,
+) -> bool {
     let Some(opt) = work_item_loops::find_opt(compiler) else {
         tracing::debug!(
             "JIT: no opt beside {}: barrier kernels run as coroutines",
@@ -201,7 +217,7 @@ fn with_work_item_loops(compiler: &Path, input: &Path, stem: &Path, out: &Path) 
         );
         return false;
     };
-    match work_item_loops::add_group_forms(&opt, input, stem, out) {
+    match work_item_loops::add_group_forms(&opt, host, input, stem, out) {
         Ok((made, skipped)) => {
             for why in &skipped {
                 tracing::debug!("JIT: barrier kernel left to coroutines: {why}");

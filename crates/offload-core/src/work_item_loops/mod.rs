@@ -119,6 +119,7 @@ pub(crate) fn find_opt(compiler: &Path) -> Option<std::path::PathBuf> {
 /// `work` is a private scratch path prefix.
 pub(crate) fn add_group_forms(
     opt: &Path,
+    host: Option<&HostCpu>,
     bitcode: &Path,
     work: &Path,
     out: &Path,
@@ -171,6 +172,9 @@ pub(crate) fn add_group_forms(
             }
         }
     }
+    if let Some(host) = host {
+        retarget(&mut module, &kept, host);
+    }
     for (name, decl) in [
         ("@malloc(", "declare ptr @malloc(i64)"),
         ("@free(", "declare void @free(ptr)"),
@@ -182,6 +186,118 @@ pub(crate) fn add_group_forms(
     }
     std::fs::write(out, &module).map_err(|e| format!("writing {}: {e}", out.display()))?;
     Ok((kept, skipped))
+}
+
+/// The processor the JIT runs on, as clang names it for `-march=native`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostCpu {
+    pub(crate) cpu: String,
+    /// `+feature,-feature,...`, as in a `"target-features"` attribute.
+    pub(crate) features: String,
+}
+
+impl HostCpu {
+    /// Asks `compiler` (`-### -march=native`: it prints, runs nothing);
+    /// once per process.
+    pub(crate) fn of(compiler: &Path) -> Option<&'static HostCpu> {
+        static FOUND: std::sync::OnceLock<Option<HostCpu>> = std::sync::OnceLock::new();
+        FOUND
+            .get_or_init(|| {
+                let run = Command::new(compiler)
+                    .args([
+                        "-###",
+                        "-march=native",
+                        "-x",
+                        "c",
+                        "-c",
+                        "/dev/null",
+                        "-o",
+                        "/dev/null",
+                    ])
+                    .output()
+                    .ok()?;
+                HostCpu::parse(&String::from_utf8_lossy(&run.stderr))
+            })
+            .as_ref()
+    }
+
+    /// From the `-cc1` line of `clang -###`.
+    fn parse(listing: &str) -> Option<HostCpu> {
+        let line = listing.lines().find(|l| l.contains("\"-target-cpu\""))?;
+        let words: Vec<&str> = line
+            .split_whitespace()
+            .map(|w| w.trim_matches('"'))
+            .collect();
+        let after =
+            |flag: &'static str| words.windows(2).filter(move |w| w[0] == flag).map(|w| w[1]);
+        let cpu = after("-target-cpu").next()?.to_string();
+        let features: Vec<&str> = after("-target-feature").collect();
+        let plain = |s: &str| {
+            s.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"+-._,".contains(&c))
+        };
+        (plain(&cpu) && features.iter().all(|f| plain(f))).then(|| HostCpu {
+            cpu,
+            features: features.join(","),
+        })
+    }
+}
+
+/// The group forms of `kernels` compiled for `host` (PoCL does the same: a
+/// work-group loop is worth vectorising for the machine it runs on, and
+/// the JIT runs there): each gets a copy of its attribute group with the
+/// host's processor and features.
+fn retarget(module: &mut String, kernels: &[String], host: &HostCpu) {
+    let group_of =
+        |line: &str| -> Option<u32> { line.strip_suffix(" {")?.rsplit_once(" #")?.1.parse().ok() };
+    let mut next = module
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("attributes #")?
+                .split_once(' ')?
+                .0
+                .parse::<u32>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |m| m + 1);
+    let mut copies: HashMap<u32, u32> = HashMap::new();
+    let mut added = String::new();
+    let mut lines: Vec<String> = module.lines().map(String::from).collect();
+    for line in &mut lines {
+        let is_form = kernels
+            .iter()
+            .any(|k| line.starts_with(&format!("define void @{k}_offload_group(")));
+        let Some(group) = is_form.then(|| group_of(line)).flatten() else {
+            continue;
+        };
+        let Some(source) = module
+            .lines()
+            .find(|l| l.starts_with(&format!("attributes #{group} = {{")))
+        else {
+            continue;
+        };
+        let copy = *copies.entry(group).or_insert_with(|| {
+            let mut attrs: Vec<String> = source
+                .split_once('{')
+                .map_or("", |(_, r)| r.trim_end_matches('}'))
+                .split_whitespace()
+                .filter(|a| {
+                    !a.starts_with("\"target-cpu\"=")
+                        && !a.starts_with("\"target-features\"=")
+                        && !a.starts_with("\"tune-cpu\"=")
+                })
+                .map(String::from)
+                .collect();
+            attrs.push(format!("\"target-cpu\"=\"{}\"", host.cpu));
+            attrs.push(format!("\"target-features\"=\"{}\"", host.features));
+            let _ = writeln!(added, "attributes #{next} = {{ {} }}", attrs.join(" "));
+            next += 1;
+            next - 1
+        });
+        *line = line.replacen(&format!(" #{group} {{"), &format!(" #{copy} {{"), 1);
+    }
+    *module = lines.join("\n") + "\n" + &added;
 }
 
 fn has_declaration(module: &str, name: &str) -> bool {
@@ -266,8 +382,14 @@ mod tests {
             .unwrap();
         assert!(built.success());
         let out = dir.path().join("k.ll");
-        let (made, skipped) =
-            add_group_forms(&opt.unwrap(), &bc, &dir.path().join("w"), &out).unwrap();
+        let (made, skipped) = add_group_forms(
+            &opt.unwrap(),
+            HostCpu::of(&clang),
+            &bc,
+            &dir.path().join("w"),
+            &out,
+        )
+        .unwrap();
         Some((made, skipped, std::fs::read_to_string(out).unwrap()))
     }
 
@@ -287,6 +409,42 @@ mod tests {
             "{module}define void @k_offload_group(ptr %a, ptr %b) {{\nbb:\n  ret void\n}}\n"
         );
         assert!(barrier_kernels(&own).is_empty());
+    }
+
+    #[test]
+    fn host_cpu_from_a_clang_listing() {
+        let listing = r#" "/usr/bin/clang" "-cc1" "-triple" "x86_64-pc-linux-gnu" "-target-cpu" "skylake-avx512" "-target-feature" "+avx512f" "-target-feature" "-amx-tile" "-x" "c""#;
+        let host = HostCpu::parse(listing).unwrap();
+        assert_eq!(host.cpu, "skylake-avx512");
+        assert_eq!(host.features, "+avx512f,-amx-tile");
+        assert!(HostCpu::parse("clang version 22").is_none());
+        assert!(HostCpu::parse(r#""-target-cpu" "a\"b""#).is_none());
+    }
+
+    #[test]
+    fn group_forms_are_compiled_for_the_host() {
+        let mut module = "define void @k(ptr %a, ptr %b) #3 {\nbb:\n  ret void\n}\n\
+            define void @k_offload_group(ptr noundef %wil.args, ptr noundef %wil.first) #3 {\n\
+            wil.entry:\n  ret void\n}\n\
+            attributes #3 = { nounwind \"target-cpu\"=\"x86-64\" \"target-features\"=\"+sse2\" }\n"
+            .to_string();
+        let host = HostCpu {
+            cpu: "znver4".into(),
+            features: "+avx512f".into(),
+        };
+        retarget(&mut module, &["k".to_string()], &host);
+        assert!(
+            module.contains("define void @k(ptr %a, ptr %b) #3 {"),
+            "{module}"
+        );
+        assert!(module.contains("%wil.first) #4 {"), "{module}");
+        assert!(module.contains(
+            "attributes #4 = { nounwind \"target-cpu\"=\"znver4\" \"target-features\"=\"+avx512f\" }"
+        ), "{module}");
+        assert!(
+            module.contains("attributes #3 = { nounwind \"target-cpu\"=\"x86-64\""),
+            "{module}"
+        );
     }
 
     #[test]
