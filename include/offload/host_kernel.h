@@ -54,8 +54,9 @@
  *         -c`; the runtime compiles it when loaded) gets such a group form
  *         made for it: the JIT cuts the kernel at its barrier calls into
  *         loops over the items, keeps the values that cross a barrier per
- *         item (or once, when every item holds the same), and runs those
- *         loops instead of coroutines. It leaves a kernel to the coroutines
+ *         item (or once, when every item holds the same), compiles the
+ *         loops for the processor it runs on, and runs them instead of
+ *         coroutines. It leaves a kernel to the coroutines
  *         when it cannot see every barrier (one called from another
  *         function of the module, or through another pointer) or meets
  *         code it does not handle (inline assembly, exceptions, debug
