@@ -49,10 +49,18 @@ pub(super) fn group_form(text: &str, kernel: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// Most blocks a kernel's copy may have for work-item loops.
+const MAX_BLOCKS: usize = 600;
+
 /// The copy's blocks without lifetime markers (they take a stack slot; a
 /// per-item slot is not one) and its entry block's slots, moved out.
 fn blocks_and_slots(body: &[&str]) -> Result<(Vec<Block>, Vec<Slot>), String> {
     let mut blocks = blocks_of(body)?;
+    // The analyses are quadratic to cubic in blocks: a kernel this large
+    // (hundreds of times the project's) keeps its coroutines.
+    if blocks.is_empty() || blocks.len() > MAX_BLOCKS {
+        return Err(format!("{} blocks (at most {MAX_BLOCKS})", blocks.len()));
+    }
     for b in &mut blocks {
         b.lines.retain(|l| !l.contains("@llvm.lifetime."));
     }
