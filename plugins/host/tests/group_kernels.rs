@@ -739,6 +739,33 @@ fn private_values_survive_barriers() {
     }
 }
 
+/// A value computed from a loop counter that changes between the value's
+/// computation and the barrier after which it is used (recomputing it
+/// there would read the new counter), from the `.so` and from bitcode.
+#[test]
+fn values_of_an_earlier_counter_survive_barriers() {
+    let rt = runtime();
+    let dev = &rt.devices()[0];
+    for image in [kernels(), bitcode_kernels()] {
+        let prog = dev.load_program(&image).unwrap();
+        let k = prog.kernel("counter_before_barrier").unwrap();
+        let out = buffer(dev, 2 * 16, u32::MAX);
+        let mut args = ptr_arg(out);
+        args.extend_from_slice(&4u64.to_ne_bytes());
+        dev.launch(
+            &k,
+            KernelArgs::Packed(&args),
+            &config([2, 1, 1], [16, 1, 1], 64),
+        )
+        .unwrap();
+        for (i, &v) in out.iter().enumerate() {
+            let l = i as u32 % 16;
+            let want: u32 = (0..4).map(|r| 2 * (100 * r + l)).sum();
+            assert_eq!(v, want, "out[{i}]");
+        }
+    }
+}
+
 /// A barrier in divergent control flow stops the group with an error that
 /// says so (the loops' wording: proof they ran, not coroutines); the device
 /// stays usable.

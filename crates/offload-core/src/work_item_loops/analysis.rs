@@ -574,9 +574,14 @@ pub(super) fn plan_slots(
         division: false,
         ..inputs
     };
-    let remat: HashSet<String> = slots_computed_from(&stores, &uniform, recomputed)
+    // Recomputing reads other slots later than the program did: only slots
+    // that hold one value for the whole run may be read (stored once, from
+    // the arguments and the item: not a loop counter, which may have moved
+    // on since the value was computed).
+    let invariant = slots_computed_from(&stores, &HashSet::new(), inputs);
+    let remat: HashSet<String> = slots_computed_from(&stores, &invariant, recomputed)
         .into_iter()
-        .filter(|s| live.contains(s))
+        .filter(|s| live.contains(s) && !uniform.contains(s))
         .collect();
     let mut recompute = String::new();
     remat_code(&mut recompute, &stores, &remat, recomputed);

@@ -365,3 +365,24 @@ OFFLOAD_HOST_KERNEL_BARRIER(private_across_barriers) {
   uint32_t g = item->group_id[0] + item->num_groups[0] * item->group_id[1];
   out[g * n + l] = mem[(l + n - 1) % n];
 }
+
+/* A value computed from the loop counter, which changes before the
+ * barrier after which the value is used: recomputing it after the barrier
+ * would see the new counter. out[global id] = sum over r < rounds of
+ * 2 * (100 * r + l), l the local id. */
+OFFLOAD_HOST_KERNEL_BARRIER(counter_before_barrier) {
+  const struct {
+    uint32_t *out;
+    uint32_t rounds;
+  } *p = args;
+  uint32_t *mem = item->group_memory;
+  uint32_t l = item->local_id[0], sum = 0;
+  for (uint32_t r = 0; r < p->rounds;) {
+    uint32_t x = 100 * r + l;
+    mem[l] = x;
+    r++;
+    offload_group_barrier(item);
+    sum += mem[l] + x;
+  }
+  p->out[offload_global_id_x(item)] = sum;
+}
