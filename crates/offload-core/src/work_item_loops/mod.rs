@@ -20,12 +20,21 @@
 //! 5. `reg2mem` again, for the values the split made cross-block.
 //! 6. The group form: per region (the entry, each `wil.bN`), a copy of the
 //!    blocks it reaches without crossing a barrier, inside a loop nest over
-//!    the items (z, y, x: x fastest, local ids set in a private item). A
-//!    stack slot live at a region's start (a value kept across a barrier)
-//!    or whose address escapes gets one element per item; every other slot
-//!    stays a plain stack slot, promoted to registers again by `-O2`.
+//!    the items (z, y, x: x fastest, local ids set in a private item).
+//!    Stack slots (`analysis::plan_slots`):
+//!    - one whose address escapes, or live at a region's start (a value
+//!      kept across a barrier), gets one element per item;
+//!    - except, when live at a region's start: a *uniform* one (every item
+//!      holds the same value there: a loop counter) stays one slot, each
+//!      item starting the region from the region's snapshot; one computed
+//!      from the item and run-long values (a hoisted address) is
+//!      recomputed at each region;
+//!    - every other slot stays a plain stack slot, promoted to registers
+//!      again by `-O2`.
+//!
 //!    When all items leave a region at the same barrier the next region
-//!    runs; when all return, the group is done.
+//!    runs; when all return, the group is done. The group form is compiled
+//!    for the processor the JIT runs on (`-march=native`), as PoCL does.
 //!
 //! Anything this does not understand (an indirect call other than the
 //! barrier, a call into another function of the module, dynamic stack
