@@ -22,11 +22,11 @@ pub struct Shadow {
     /// Host address of the pointer variable.
     pub host_ptr_addr: HostAddr,
     /// The value the host pointer had (restored after FROM copies).
-    pub host_value: u64,
+    pub host_value: HostAddr,
     /// Device address of the device copy of the pointer.
     pub tgt_ptr_addr: DevicePtr,
     /// The value written into the device pointer.
-    pub tgt_value: u64,
+    pub tgt_value: DevicePtr,
 }
 
 #[derive(Debug, Clone)]
