@@ -9,23 +9,24 @@
 //! * Each range is a [`Slot`] whose liveness is an atomic. Blocks of the
 //!   caching allocator keep their slot while cached (not live), so a
 //!   map/unmap cycle flips a flag instead of inserting and removing.
-//! * The ranges are sharded by address (1 MiB granules, 16 shards): a range
-//!   inside one granule is filed in that granule's shard, so the shard of
-//!   any address inside it holds it; ranges never overlap, so the greatest
-//!   base at or below an address in that shard is the only candidate.
-//!   Threads working on different memory do not contend. A range crossing a
-//!   granule boundary is filed once in a separate table of large ranges,
-//!   looked at only when a shard has no answer and such ranges exist.
+//! * The ranges live in a [`RangeMap`] (sharded by address, see
+//!   [`crate::range_map`]): the shard of an address holds every range
+//!   inside one granule that could contain it, ranges never overlap, so the
+//!   greatest base at or below an address there is the only candidate, and
+//!   a range crossing a granule boundary (a large one) sits in the spanning
+//!   table, looked at only when the shard has no answer and large ranges
+//!   touch it. Lookups take read locks; threads working on different memory
+//!   do not contend.
 //! * Each thread remembers the last few slots it used: checking the range
 //!   of a copy into memory the thread just allocated touches no lock.
 
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::plugin::{AllocKind, DevicePtr};
+use crate::range_map::{Home, RangeMap, Ranged};
 
 /// Who made a range: lets one face (or one server session) free and check
 /// only its own memory. `Owner::RUNTIME` is everything the faces of this
@@ -135,12 +136,19 @@ impl Slot {
     }
 }
 
-const SHARDS: usize = 16;
-/// Ranges are filed under the 1 MiB granules they touch, modulo `SHARDS`:
-/// small enough that threads' allocations spread over the shards, large
-/// enough that a big allocation is filed in few of them (filing a range
-/// costs one insert per shard it touches).
-const GRANULE_SHIFT: u32 = 20;
+impl Ranged for Slot {
+    type Key = DevicePtr;
+    #[inline]
+    fn key(&self) -> DevicePtr {
+        self.base
+    }
+    /// Everything the slot may ever cover (its capacity, at least a byte).
+    #[inline]
+    fn bounds(&self) -> (u64, u64) {
+        (self.base.0, self.base.0 + self.capacity as u64)
+    }
+}
+
 /// Slots a thread remembers (most recent last).
 const RECENT: usize = 8;
 
@@ -154,17 +162,11 @@ pub(crate) struct Recent {
     slot: Arc<Slot>,
 }
 
-type Shard = RwLock<BTreeMap<u64, Arc<Slot>>>;
-
 /// The ranges of one device.
 pub struct AllocationIndex {
     /// Tells this index's slots apart in the per-thread cache.
     id: u64,
-    shards: [Shard; SHARDS],
-    /// Ranges crossing a granule boundary, by base.
-    large: Shard,
-    /// How many ranges `large` holds (read without its lock).
-    large_count: AtomicUsize,
+    map: RangeMap<BTreeMap<DevicePtr, Arc<Slot>>>,
     /// How many filed ranges are globals or registrations.
     foreign: AtomicUsize,
 }
@@ -174,9 +176,7 @@ impl Default for AllocationIndex {
         static IDS: AtomicU64 = AtomicU64::new(1);
         AllocationIndex {
             id: IDS.fetch_add(1, Ordering::Relaxed),
-            shards: std::array::from_fn(|_| RwLock::new(BTreeMap::new())),
-            large: RwLock::new(BTreeMap::new()),
-            large_count: AtomicUsize::new(0),
+            map: RangeMap::default(),
             foreign: AtomicUsize::new(0),
         }
     }
@@ -185,35 +185,18 @@ impl Default for AllocationIndex {
 impl Drop for AllocationIndex {
     fn drop(&mut self) {
         // Per-thread caches may still hold slots: make sure none is live.
-        for shard in self.shards.iter().chain([&self.large]) {
-            for slot in shard.write().unwrap_or_else(|e| e.into_inner()).values() {
-                slot.state.store(DEAD, Ordering::Release);
-            }
-        }
+        self.map
+            .for_each(|slot| slot.state.store(DEAD, Ordering::Release));
     }
 }
 
-fn shard_of(addr: u64) -> usize {
-    ((addr >> GRANULE_SHIFT) as usize) % SHARDS
-}
-
-/// Whether `[base, base + size)` crosses a granule boundary (then it is
-/// filed in the large table).
-fn is_large(base: u64, size: usize) -> bool {
-    let last = base.saturating_add(size.max(1) as u64 - 1);
-    base >> GRANULE_SHIFT != last >> GRANULE_SHIFT
+/// The table a slot is filed in.
+fn home(slot: &Slot) -> Home {
+    let (begin, end) = slot.bounds();
+    Home::of(begin, end)
 }
 
 impl AllocationIndex {
-    /// The table a range is filed in.
-    fn home(&self, base: u64, capacity: usize) -> &Shard {
-        if is_large(base, capacity) {
-            &self.large
-        } else {
-            &self.shards[shard_of(base)]
-        }
-    }
-
     /// File a new live range. A registration or global overlapping a live
     /// range is an error (a device allocator never hands out live memory).
     pub fn insert(&self, a: Allocation) -> Result<Arc<Slot>> {
@@ -253,16 +236,7 @@ impl AllocationIndex {
             origin: a.origin,
             state: AtomicU8::new(LIVE),
         });
-        let large = is_large(a.base.0, capacity);
-        let old = {
-            let mut table = self
-                .home(a.base.0, capacity)
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            let old = table.insert(a.base.0, slot.clone());
-            self.recount(&table, large);
-            old
-        };
+        let old = self.map.insert(slot.clone());
         if checked {
             self.foreign.fetch_add(1, Ordering::AcqRel);
         }
@@ -276,7 +250,7 @@ impl AllocationIndex {
         // foreign range can be stale there: host memory registered and then
         // freed without unregistering, now handed out by a host device.
         if self.foreign.load(Ordering::Acquire) > 0 {
-            self.remove_stale(a.base.0, large);
+            self.remove_stale(a.base, home(&slot));
         }
         self.remember(&slot);
         Ok(slot)
@@ -285,32 +259,13 @@ impl AllocationIndex {
     /// Take the slot at `base` out of the table a range of the other size
     /// would be filed in (see [`AllocationIndex::insert_with_capacity`]).
     #[cold]
-    fn remove_stale(&self, base: u64, large: bool) {
-        if !large && self.large_count.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let other = if large {
-            &self.shards[shard_of(base)]
-        } else {
-            &self.large
+    fn remove_stale(&self, base: DevicePtr, filed: Home) {
+        let other = match filed {
+            Home::Shard => Home::Spanning,
+            Home::Spanning => Home::Shard,
         };
-        let stale = {
-            let mut table = other.write().unwrap_or_else(|e| e.into_inner());
-            let stale = table.remove(&base);
-            self.recount(&table, !large);
-            stale
-        };
-        if let Some(stale) = stale {
+        if let Some(stale) = self.map.remove_if(base, other, |_| true) {
             self.left(&stale);
-        }
-    }
-
-    /// Publish the large table's size for lock-free readers; called with
-    /// its write lock held (`table`), so a plain store is enough.
-    #[inline]
-    fn recount(&self, table: &BTreeMap<u64, Arc<Slot>>, is_large_table: bool) {
-        if is_large_table {
-            self.large_count.store(table.len(), Ordering::Release);
         }
     }
 
@@ -327,17 +282,11 @@ impl AllocationIndex {
     /// device).
     pub fn forget(&self, slot: &Arc<Slot>) {
         slot.state.store(DEAD, Ordering::Release);
-        let large = is_large(slot.base.0, slot.capacity);
-        let mut table = self
-            .home(slot.base.0, slot.capacity)
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Entry::Occupied(filed) = table.entry(slot.base.0) {
-            if Arc::ptr_eq(filed.get(), slot) {
-                filed.remove();
-                self.recount(&table, large);
-                self.left(slot);
-            }
+        let taken = self
+            .map
+            .remove_if(slot.base, home(slot), |filed| Arc::ptr_eq(filed, slot));
+        if taken.is_some() {
+            self.left(slot);
         }
     }
 
@@ -355,17 +304,7 @@ impl AllocationIndex {
         if let Some(Some(done)) = self.with_recent(|r| self.retire_recent(r, base, &accept)) {
             return done;
         }
-        let filed = |t: &Shard| {
-            t.read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&base.0)
-                .and_then(|s| s.live().map(|a| (a, s.clone())))
-        };
-        let found = filed(&self.shards[shard_of(base.0)]).or_else(|| {
-            (self.large_count.load(Ordering::Acquire) > 0)
-                .then(|| filed(&self.large))
-                .flatten()
-        });
+        let found = self.map.get_map(base, |s| s.live().map(|a| (a, s.clone())));
         let Some((a, slot)) = found else {
             let msg = match self.find(base) {
                 Some(a) => format!(
@@ -481,16 +420,9 @@ impl AllocationIndex {
     }
 
     fn find_slot(&self, ptr: DevicePtr) -> Option<Arc<Slot>> {
-        let holding = |t: &Shard| {
-            let t = t.read().unwrap_or_else(|e| e.into_inner());
-            let (_, slot) = t.range(..=ptr.0).next_back()?;
+        self.map.find_map(ptr, |slot| {
             let a = slot.live()?;
             a.contains(ptr).then(|| slot.clone())
-        };
-        holding(&self.shards[shard_of(ptr.0)]).or_else(|| {
-            (self.large_count.load(Ordering::Acquire) > 0)
-                .then(|| holding(&self.large))
-                .flatten()
         })
     }
 
@@ -541,10 +473,7 @@ impl AllocationIndex {
     /// Every live range, each once, in address order.
     pub fn all(&self) -> Vec<Allocation> {
         let mut out: Vec<Allocation> = Vec::new();
-        for shard in self.shards.iter().chain([&self.large]) {
-            let shard = shard.read().unwrap_or_else(|e| e.into_inner());
-            out.extend(shard.values().filter_map(|x| x.live()));
-        }
+        self.map.for_each(|x| out.extend(x.live()));
         out.sort_by_key(|a| a.base);
         out
     }
@@ -561,19 +490,14 @@ impl AllocationIndex {
     /// pool.
     pub fn drain(&self) -> Vec<Allocation> {
         let mut out = Vec::new();
-        for shard in self.shards.iter().chain([&self.large]) {
-            let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
-            shard.retain(|_, slot| match slot.live() {
-                Some(a) => {
-                    out.push(a);
-                    slot.state.store(DEAD, Ordering::Release);
-                    false
-                }
-                None => slot.state.load(Ordering::Acquire) == CACHED,
-            });
-        }
-        let left = self.large.read().unwrap_or_else(|e| e.into_inner()).len();
-        self.large_count.store(left, Ordering::Release);
+        self.map.retain(|slot| match slot.live() {
+            Some(a) => {
+                out.push(a);
+                slot.state.store(DEAD, Ordering::Release);
+                false
+            }
+            None => slot.state.load(Ordering::Acquire) == CACHED,
+        });
         // Cached slots are allocations: no foreign range is left.
         self.foreign.store(0, Ordering::Release);
         out.sort_by_key(|a| a.base);
@@ -685,7 +609,7 @@ mod tests {
     #[test]
     fn large_ranges_are_found_from_every_granule() {
         let idx = AllocationIndex::default();
-        let g = 1u64 << GRANULE_SHIFT;
+        let g = 1u64 << crate::range_map::GRANULE_SHIFT;
         let big = 5 * g - 64;
         idx.insert(alloc(big, 3 * g as usize)).unwrap();
         let small = 20 * g + 128;
@@ -705,7 +629,7 @@ mod tests {
         assert_eq!(idx.all().len(), 2);
         idx.remove(DevicePtr(big), "dev").unwrap();
         assert!(idx.find(DevicePtr(6 * g)).is_none());
-        assert_eq!(idx.large_count.load(Ordering::Relaxed), 0);
+        assert_eq!(idx.map.spanning_len(), 0);
         assert!(idx.remove(DevicePtr(big), "dev").is_err(), "double free");
         idx.remove(DevicePtr(small), "dev").unwrap();
         assert!(idx.is_empty());

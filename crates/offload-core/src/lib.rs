@@ -45,6 +45,7 @@ pub mod plugin;
 pub mod profile;
 pub mod program;
 pub mod queue;
+pub mod range_map;
 pub mod record;
 pub mod runtime;
 pub mod stats;

@@ -72,6 +72,11 @@ impl DevicePtr {
     pub fn offset(self, bytes: u64) -> DevicePtr {
         DevicePtr(self.0.wrapping_add(bytes))
     }
+    /// The distance from `base` to this address, wrapping (the inverse of
+    /// [`DevicePtr::offset`]).
+    pub fn offset_from(self, base: DevicePtr) -> u64 {
+        self.0.wrapping_sub(base.0)
+    }
     pub fn as_ptr<T>(self) -> *mut T {
         self.0 as usize as *mut T
     }

@@ -82,6 +82,17 @@ impl HostAddr {
     }
 }
 
+impl offload_core::range_map::Address for HostAddr {
+    #[inline]
+    fn raw(self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn from_raw(raw: u64) -> Self {
+        HostAddr(raw)
+    }
+}
+
 impl fmt::Display for HostAddr {
     /// As LLVM's INFO lines print addresses (`0x` and 16 digits).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -100,7 +100,7 @@ pub unsafe fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64)
                     "Copying data from host to device, HstPtr={}, TgtPtr={}, Size={len}, Name={}",
                     msg::P(src),
                     msg::P(dst),
-                    name_by_tgt(d, dst)
+                    name_by_tgt(d, DevicePtr(dst))
                 ),
             ),
             (None, Some(s)) => msg::dev_info(
@@ -109,7 +109,7 @@ pub unsafe fn memcpy(dst: u64, src: u64, len: usize, dst_dev: i64, src_dev: i64)
                     "Copying data from device to host, TgtPtr={}, HstPtr={}, Size={len}, Name={}",
                     msg::P(src),
                     msg::P(dst),
-                    name_by_tgt(s, src)
+                    name_by_tgt(s, DevicePtr(src))
                 ),
             ),
             _ => {}
@@ -227,7 +227,7 @@ pub unsafe fn memset(p: *mut c_void, val: i32, n: usize, dev: i64) -> *mut c_voi
 
 /// Look one byte up in `d`'s table the way LLVM's API routines do: the
 /// device address if it is mapped, with the "Mapping exists" INFO line.
-fn lookup_byte(d: &DevState, p: HostAddr) -> Option<u64> {
+fn lookup_byte(d: &DevState, p: HostAddr) -> Option<DevicePtr> {
     d.ensure_loaded();
     let t = d.table(p, 1);
     let Some((k, Found::Contained)) = t.lookup(p, 1) else {
@@ -245,7 +245,7 @@ fn lookup_byte(d: &DevState, p: HostAddr) -> Option<u64> {
             ),
         );
     }
-    Some(tgt.0)
+    Some(tgt)
 }
 
 pub fn is_present(p: *const c_void, dev: i64) -> i32 {
@@ -266,7 +266,7 @@ pub fn mapped_ptr(p: *const c_void, dev: i64) -> *mut c_void {
     match api_device(dev) {
         Ok(None) => p as *mut c_void,
         Ok(Some(d)) => {
-            lookup_byte(d, HostAddr::of(p)).map_or(std::ptr::null_mut(), |t| t as *mut c_void)
+            lookup_byte(d, HostAddr::of(p)).map_or(std::ptr::null_mut(), |t| t.as_ptr::<c_void>())
         }
         Err(()) => std::ptr::null_mut(),
     }
@@ -398,10 +398,10 @@ pub fn print_device_info(dev: i64) {
 }
 
 /// Name of the mapping whose device range holds `tgt` (INFO output only).
-fn name_by_tgt(d: &DevState, tgt: u64) -> String {
+fn name_by_tgt(d: &DevState, tgt: DevicePtr) -> String {
     let t = d.table_all();
     for e in t.entries() {
-        if tgt >= e.tgt_begin.0 && tgt < e.tgt_begin.0 + e.size() {
+        if tgt >= e.tgt_begin && tgt.offset_from(e.tgt_begin) < e.size() {
             return msg::name_of(e.name);
         }
     }

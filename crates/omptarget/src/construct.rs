@@ -30,10 +30,11 @@ pub struct Ctx {
     /// Device address found or created for each top-level argument of a
     /// `target` construct (`NO_TGT` = not known), so that the kernel
     /// arguments need no second lookup. Empty outside `target`.
-    pub arg_tgt: SmallVec<[u64; 16]>,
+    pub arg_tgt: SmallVec<[DevicePtr; 16]>,
 }
 
-pub const NO_TGT: u64 = u64::MAX;
+/// An argument's device address is not known (see [`Ctx::arg_tgt`]).
+pub const NO_TGT: DevicePtr = DevicePtr(u64::MAX);
 
 /// Entries a `target exit data` (or the end of a region) removed, freed
 /// after all its map entries are processed (LLVM's order of messages).

@@ -249,11 +249,9 @@ pub(crate) fn attach(
     pointee_tgt: DevicePtr,
 ) {
     // SAFETY: `ptr_addr` is the host pointer variable being mapped.
-    let host_value = unsafe { std::ptr::read_unaligned(ptr_addr.as_ptr::<u64>()) };
+    let host_value = HostAddr(unsafe { std::ptr::read_unaligned(ptr_addr.as_ptr::<u64>()) });
     // Where the pointer points, relative to the pointee's device copy.
-    let tgt_value = pointee_tgt
-        .offset(HostAddr(host_value).offset_from(pointee_begin))
-        .0;
+    let tgt_value = pointee_tgt.offset(host_value.offset_from(pointee_begin));
     let mut tbl = d.table(ptr_addr, 8);
     let Some((k, Found::Contained)) = tbl.lookup(ptr_addr, 8) else {
         return;
@@ -277,9 +275,10 @@ pub(crate) fn attach(
     }
     drop(tbl);
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    // SAFETY: the source is the local `tgt_value`; the device slot is
-    // inside the entry containing `[ptr_addr, ptr_addr + 8)` (looked up).
-    unsafe { copy_h2d(d, ename, HostAddr::of(&tgt_value), tgt_ptr_addr, 8) };
+    let word: u64 = tgt_value.0;
+    // SAFETY: the source is the local `word`; the device slot is inside
+    // the entry containing `[ptr_addr, ptr_addr + 8)` (looked up).
+    unsafe { copy_h2d(d, ename, HostAddr::of(&word), tgt_ptr_addr, 8) };
 }
 
 fn struct_padding(a: &Args, i: usize) -> u64 {
@@ -402,7 +401,7 @@ fn begin_one(
     }
     if !from_mapper && (r.key.is_some() || r.host) {
         if let Some(slot) = ctx.arg_tgt.get_mut(i) {
-            *slot = r.tgt.0;
+            *slot = r.tgt;
         }
     }
     if let Some(pr) = ptr_res {

@@ -36,7 +36,7 @@ pub fn data_end(d: &DevState, a: &Args, check_present: bool) -> Result<(), Fail>
             );
         }
         if e.owned {
-            d.free_block(e.tgt_alloc, e.tgt_begin.0 - e.tgt_alloc.0 + e.size);
+            d.free_block(e.tgt_alloc, e.tgt_begin.offset_from(e.tgt_alloc) + e.size);
         }
     }
     r

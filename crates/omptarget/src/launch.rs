@@ -53,7 +53,7 @@ fn lambda_capture(d: &DevState, a: &Args, i: usize, last_param: (usize, u64)) {
         }
         (tgt.0, e.name)
     };
-    // SAFETY: the source is the local `value`; the destination is the
+    // SAFETY: the source is the local word `value`; the destination is the
     // capture's slot inside the lambda's private device copy (its word).
     unsafe { copy_h2d(d, name, HostAddr::of(&value), tgt_ptr_begin, 8) };
 }
@@ -405,7 +405,7 @@ fn private_word(
         // its new block.
         unsafe { copy_h2d(d, name, a.begin(i), p, size) };
     }
-    Some(p.0.wrapping_add(off))
+    Some(p.offset(off).0)
 }
 
 /// The word of mapped argument `i`: its device address from
@@ -415,7 +415,7 @@ fn mapped_word(d: &DevState, a: &Args, i: usize, info: u32, ctx: &Ctx) -> u64 {
     if info & msg::INFO_MAPPING_EXISTS == 0 && ctx.arg_tgt[i] != NO_TGT {
         // Found or created by data_begin above; our reference keeps it.
         let off = a.base_addr(i).offset_from(a.begin(i));
-        return ctx.arg_tgt[i].wrapping_add(off);
+        return ctx.arg_tgt[i].offset(off).0;
     }
     let hp = a.begin(i);
     let size = a.size(i).max(0) as u64;
@@ -431,12 +431,12 @@ fn mapped_word(d: &DevState, a: &Args, i: usize, info: u32, ctx: &Ctx) -> u64 {
             if info & msg::INFO_MAPPING_EXISTS != 0 {
                 mapping_exists_unchanged(d, e, hp, size);
             }
-            tgt.0
+            tgt
         }
         // Not mapped: the kernel sees the host address (OpenMP 5.2).
-        _ => hp.0,
+        _ => DevicePtr(hp.0),
     };
-    tgt.wrapping_add(off)
+    tgt.offset(off).0
 }
 
 /// Run the kernel with `words`; a failure is LLVM's fatal error.

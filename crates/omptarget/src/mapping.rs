@@ -4,8 +4,11 @@
 //! reference-count rules can be unit-tested without C.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use offload_core::plugin::DevicePtr;
+pub use offload_core::range_map::Neighbours;
+use offload_core::range_map::{Ranged, Store as RangeStore};
 
 use crate::addr::{HostAddr, HostRange};
 
@@ -19,11 +22,11 @@ pub struct Shadow {
     /// Host address of the pointer variable.
     pub host_ptr_addr: HostAddr,
     /// The value the host pointer had (restored after FROM copies).
-    pub host_value: u64,
+    pub host_value: HostAddr,
     /// Device address of the device copy of the pointer.
     pub tgt_ptr_addr: DevicePtr,
     /// The value written into the device pointer.
-    pub tgt_value: u64,
+    pub tgt_value: DevicePtr,
 }
 
 #[derive(Debug, Clone)]
@@ -47,6 +50,18 @@ pub struct Entry {
     /// Host memory used directly (unified shared memory): no copies.
     pub host_ptr: bool,
     pub shadows: Vec<Shadow>,
+}
+
+impl Ranged for Entry {
+    type Key = HostAddr;
+    #[inline]
+    fn key(&self) -> HostAddr {
+        self.host.begin()
+    }
+    #[inline]
+    fn bounds(&self) -> (u64, u64) {
+        (self.host.begin().0, self.host.end().0)
+    }
 }
 
 impl Entry {
@@ -149,7 +164,9 @@ pub struct Table {
     spare: Vec<Box<Entry>>,
     /// Position of the entry the last neighbour query returned in a small
     /// store: a lookup is followed by a `get`/`get_mut` of that entry.
-    hint: std::cell::Cell<usize>,
+    /// (Relaxed atomic loads and stores are plain moves; the table is
+    /// only used under its shard's write lock.)
+    hint: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -186,22 +203,17 @@ const SMALL_MAX: usize = 64;
 /// Boxes a table keeps for reuse.
 const SPARE_BOXES: usize = 32;
 
-/// What LLVM's `lookupMapping` needs from an ordered set of disjoint
-/// entries: the neighbours of an address. A single [`Table`] and a view
-/// over several shards (see `shards.rs`) both provide it, so the lookup
-/// rules are written once.
-pub trait Neighbours {
-    /// The entry with the greatest key `< x`.
-    fn last_below(&self, x: HostAddr) -> Option<(HostAddr, &Entry)>;
-    /// The entry with the least key `> x`.
-    fn first_above(&self, x: HostAddr) -> Option<(HostAddr, &Entry)>;
-}
-
 /// LLVM's lookupMapping: the key of the entry the range hits and how.
 /// A zero-sized range asks about one address (using the entries' bases);
 /// otherwise the entry containing `hp` wins, then the first entry the
-/// range overlaps from the left.
-pub fn lookup_in(t: &impl Neighbours, hp: HostAddr, size: u64) -> Option<(HostAddr, Found)> {
+/// range overlaps from the left. Written over the neighbours of an address
+/// ([`Neighbours`]): a single [`Table`] and a view over several shards
+/// (see `shards.rs`) both provide them.
+pub fn lookup_in(
+    t: &impl Neighbours<Value = Entry>,
+    hp: HostAddr,
+    size: u64,
+) -> Option<(HostAddr, Found)> {
     let at_or_before = |x: HostAddr| t.last_below(x.saturating_add(1));
     if size == 0 {
         if let Some((k, e)) = at_or_before(hp) {
@@ -240,12 +252,13 @@ pub fn lookup_in(t: &impl Neighbours, hp: HostAddr, size: u64) -> Option<(HostAd
 }
 
 impl Neighbours for Table {
+    type Value = Entry;
     #[inline]
     fn last_below(&self, x: HostAddr) -> Option<(HostAddr, &Entry)> {
         match &self.store {
             Store::Small { keys, entries } => {
                 let i = keys.partition_point(|&k| k < x).checked_sub(1)?;
-                self.hint.set(i);
+                self.hint.store(i, Ordering::Relaxed);
                 Some((keys[i], &*entries[i]))
             }
             Store::Large(map) => map.range(..x).next_back().map(|(&k, e)| (k, &**e)),
@@ -257,7 +270,7 @@ impl Neighbours for Table {
             Store::Small { keys, entries } => {
                 let i = keys.partition_point(|&k| k <= x);
                 let &k = keys.get(i)?;
-                self.hint.set(i);
+                self.hint.store(i, Ordering::Relaxed);
                 Some((k, &*entries[i]))
             }
             Store::Large(map) => map
@@ -278,7 +291,7 @@ impl Table {
     pub fn get(&self, key: HostAddr) -> Option<&Entry> {
         match &self.store {
             Store::Small { keys, entries } => {
-                position(keys, key, self.hint.get()).map(|i| &*entries[i])
+                position(keys, key, self.hint.load(Ordering::Relaxed)).map(|i| &*entries[i])
             }
             Store::Large(map) => map.get(&key).map(|b| &**b),
         }
@@ -287,14 +300,15 @@ impl Table {
     pub fn get_mut(&mut self, key: HostAddr) -> Option<&mut Entry> {
         match &mut self.store {
             Store::Small { keys, entries } => {
-                position(keys, key, self.hint.get()).map(|i| &mut *entries[i])
+                position(keys, key, self.hint.load(Ordering::Relaxed)).map(|i| &mut *entries[i])
             }
             Store::Large(map) => map.get_mut(&key).map(|b| &mut **b),
         }
     }
 
-    /// File `e` under its host begin (replacing an entry with that key).
-    pub fn insert(&mut self, e: Entry) {
+    /// File `e` under its host begin (replacing an entry with that key,
+    /// which is returned).
+    pub fn insert(&mut self, e: Entry) -> Option<Entry> {
         let key = e.key();
         let boxed = match self.spare.pop() {
             Some(mut b) => {
@@ -305,28 +319,28 @@ impl Table {
         };
         match &mut self.store {
             Store::Small { keys, entries } => match keys.binary_search(&key) {
-                Ok(i) => entries[i] = boxed,
+                Ok(i) => Some(*std::mem::replace(&mut entries[i], boxed)),
                 Err(i) if keys.len() < SMALL_MAX => {
                     keys.insert(i, key);
                     entries.insert(i, boxed);
+                    None
                 }
                 Err(_) => {
                     let mut map: BTreeMap<HostAddr, Box<Entry>> =
                         keys.drain(..).zip(entries.drain(..)).collect();
                     map.insert(key, boxed);
                     self.store = Store::Large(map);
+                    None
                 }
             },
-            Store::Large(map) => {
-                map.insert(key, boxed);
-            }
+            Store::Large(map) => map.insert(key, boxed).map(|b| *b),
         }
     }
 
     pub fn remove(&mut self, key: HostAddr) -> Option<Entry> {
         let mut b = match &mut self.store {
             Store::Small { keys, entries } => {
-                let i = position(keys, key, self.hint.get())?;
+                let i = position(keys, key, self.hint.load(Ordering::Relaxed))?;
                 keys.remove(i);
                 entries.remove(i)
             }
@@ -356,6 +370,46 @@ impl Table {
         match &self.store {
             Store::Small { entries, .. } => Box::new(entries.iter().map(|b| &**b)),
             Store::Large(map) => Box::new(map.values().map(|b| &**b)),
+        }
+    }
+}
+
+impl RangeStore for Table {
+    #[inline]
+    fn get(&self, key: HostAddr) -> Option<&Entry> {
+        Table::get(self, key)
+    }
+    #[inline]
+    fn get_mut(&mut self, key: HostAddr) -> Option<&mut Entry> {
+        Table::get_mut(self, key)
+    }
+    #[inline]
+    fn insert(&mut self, e: Entry) -> Option<Entry> {
+        Table::insert(self, e)
+    }
+    #[inline]
+    fn remove(&mut self, key: HostAddr) -> Option<Entry> {
+        Table::remove(self, key)
+    }
+    fn len(&self) -> usize {
+        Table::len(self)
+    }
+    fn values(&self) -> Box<dyn Iterator<Item = &Entry> + '_> {
+        Table::values(self)
+    }
+    fn retain(&mut self, keep: &mut dyn FnMut(&mut Entry) -> bool) {
+        let dropped: Vec<HostAddr> = match &mut self.store {
+            Store::Small { entries, .. } => entries
+                .iter_mut()
+                .filter_map(|e| (!keep(e)).then(|| e.key()))
+                .collect(),
+            Store::Large(map) => map
+                .iter_mut()
+                .filter_map(|(&k, e)| (!keep(e)).then_some(k))
+                .collect(),
+        };
+        for k in dropped {
+            Table::remove(self, k);
         }
     }
 }

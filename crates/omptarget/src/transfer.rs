@@ -72,7 +72,7 @@ pub(crate) fn reapply_shadows(d: &DevState, shadows: &[Shadow], hp: HostAddr, si
         // SAFETY: the source is the shadow's own 8-byte value; a shadow's
         // device slot lies inside the device memory of the live entry
         // that holds it (recorded by `attach`).
-        unsafe { d.h2d(s.tgt_ptr_addr, HostAddr::of(&s.tgt_value), 8) };
+        unsafe { d.h2d(s.tgt_ptr_addr, HostAddr::of(&s.tgt_value.0), 8) };
     }
 }
 
@@ -82,6 +82,6 @@ pub(crate) fn restore_shadows(shadows: &[Shadow], hp: HostAddr, size: u64) {
         // SAFETY: the pointer slot lies inside `[hp, hp + size)` (checked
         // by `shadows_in`), host memory of a live entry the program mapped
         // (`Args::from_raw`'s contract when it was mapped).
-        unsafe { std::ptr::write_unaligned(s.host_ptr_addr.as_mut_ptr::<u64>(), s.host_value) };
+        unsafe { std::ptr::write_unaligned(s.host_ptr_addr.as_mut_ptr::<u64>(), s.host_value.0) };
     }
 }
