@@ -25,33 +25,27 @@ fn kernels() -> Vec<u8> {
     kernels_with(&[])
 }
 
-/// group_kernels.c built with `flags` added.
+/// group_kernels.c built as a shared object with `flags` added.
 fn kernels_with(flags: &[&str]) -> Vec<u8> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("group_kernels.so");
-    let status = Command::new("clang-22")
-        .args(["-O2", "-fPIC", "-shared", "-Wall", "-Werror"])
-        .args(flags)
-        .arg("-I")
-        .arg(root.join("../../include"))
-        .arg(root.join("tests/kernels/group_kernels.c"))
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("clang-22 must be installed (see scripts/setup.sh)");
-    assert!(status.success(), "clang-22 failed on group_kernels.c");
-    std::fs::read(out).unwrap()
+    let mut all = vec!["-shared"];
+    all.extend_from_slice(flags);
+    build_kernels(&all, "group_kernels.so")
 }
 
 /// group_kernels.c as LLVM bitcode: loading it compiles it (the JIT), and
 /// its barrier kernels get work-item loops instead of coroutines.
 fn bitcode_kernels() -> Vec<u8> {
+    build_kernels(&["-emit-llvm", "-c"], "group_kernels.bc")
+}
+
+/// The bytes clang-22 makes of group_kernels.c with `flags`.
+fn build_kernels(flags: &[&str], name: &str) -> Vec<u8> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("group_kernels.bc");
+    let out = dir.path().join(name);
     let status = Command::new("clang-22")
-        .args(["-O2", "-fPIC", "-emit-llvm", "-c", "-Wall", "-Werror"])
+        .args(["-O2", "-fPIC", "-Wall", "-Werror"])
+        .args(flags)
         .arg("-I")
         .arg(root.join("../../include"))
         .arg(root.join("tests/kernels/group_kernels.c"))
