@@ -104,6 +104,15 @@ pub struct HostItem {
 
 pub const HOST_ITEM_ABI_VERSION: u32 = 2;
 
+// The JIT's work-item loops (offload-core's `work_item_loops`) write these
+// offsets into the group forms they generate; they must match this layout.
+const _: () = {
+    assert!(std::mem::size_of::<HostItem>() == 104);
+    assert!(std::mem::offset_of!(HostItem, group_size) == 20);
+    assert!(std::mem::offset_of!(HostItem, local_id) == 44);
+    assert!(std::mem::offset_of!(HostItem, barrier) == 72);
+};
+
 /// `OFFLOAD_HOST_GROUP_ARGS_MAX`: a group loop copies the arguments into a
 /// local buffer of this size, so larger argument buffers are passed to the
 /// per-item entry instead.
