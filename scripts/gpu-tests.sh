@@ -73,10 +73,15 @@
 #      launch + sync and <= 1.00x LLVM's libomptarget; STREAM triad over
 #      2^27 doubles >= 0.90x the CUDA C kernel; a 2^27-double sum
 #      reduction >= 0.80x a two-pass CUDA reduction; omp_bench built with
-#      `clang-flags --no-lto` once, as a reference; then, as diagnostics
-#      in omp-profile.txt (GPU_PROFILE=0: not), nsys per-kernel GPU times
-#      of omp_bench and raw_saxpy and ncu sections of the first triad and
-#      reduction kernels;
+#      `clang-flags --no-lto` once, as a reference; the grids both
+#      runtimes launched omp_bench's kernels with (LIBOMPTARGET_INFO=16, in
+#      gpu-run.log) and omp_bench on both without block reuse
+#      (LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT=0: one team per 128
+#      iterations), references; then, as diagnostics in omp-profile.txt
+#      (GPU_PROFILE=0: not), nsys per-kernel GPU times of omp_bench and
+#      raw_saxpy where nsys is installed and ncu sections (speed of light,
+#      occupancy, launch, instructions, warp states, memory) of the first
+#      triad and reduction kernels;
 #   8. benchmarks, ${GPU_BENCH_ROUNDS:-5} rounds of ol_saxpy --bench and
 #      raw_saxpy alternating (${GPU_BENCH_ITERS:-20000} launches, 16 copies
 #      of 64 MiB each way), the best round of each kept, against the goals
@@ -628,7 +633,7 @@ profile_openmp() {
         echo "== ncu: the first ${what%%:*} launch of omp_bench omp 10 (OMP_BENCH_ELEMS=2^24)"
         OMP_BENCH_ELEMS=16777216 timeout 120 "$ncu" --launch-skip "$skip" --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
-            --section InstructionStats ./omp_bench omp 10 2>&1 | tail -n 120 || true
+            --section InstructionStats --section WarpStateStats --section MemoryWorkloadAnalysis ./omp_bench omp 10 2>&1 | tail -n 200 || true
     done
 }
 
@@ -656,6 +661,23 @@ if [[ $omp_gpu == 1 ]]; then
     done
     check "benchmark: OpenMP built without device LTO (reference), our libomptarget" \
         ./omp_bench_nolto omp-nolto "$iters"
+    # Diagnostics (references, no goal): the grids each runtime launched
+    # omp_bench's kernels with, and both without block reuse (one team per
+    # 128 iterations instead of 3200 teams looping over chunks): what the
+    # device runtime's per-chunk loop costs against the hardware's block
+    # scheduler.
+    echo "== omp_bench launch lines, LIBOMPTARGET_INFO=16, 2^20 elements (ours, then LLVM's)" >> "$log"
+    OMP_BENCH_ELEMS=1048576 LIBOMPTARGET_INFO=16 timeout 60 ./omp_bench omp 1 2>&1 \
+        | grep -v '^bench' | sort | uniq -c >> "$log" || true
+    check "benchmark: OpenMP without block reuse (reference), our libomptarget" \
+        env LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT=0 ./omp_bench omp-noreuse 2000
+    if [[ -n $llvm_rt ]]; then
+        OMP_BENCH_ELEMS=1048576 LIBOMPTARGET_INFO=16 LD_LIBRARY_PATH="$llvm_rt:$here/lib" timeout 60 \
+            ./omp_bench llvm 1 2>&1 | grep -v '^bench' | sort | uniq -c >> "$log" || true
+        check "benchmark: OpenMP without block reuse (reference), LLVM 22's libomptarget" \
+            env LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT=0 LD_LIBRARY_PATH="$llvm_rt:$here/lib" \
+            ./omp_bench llvm-noreuse 2000
+    fi
     # Where the time goes (no check; omp-profile.txt, in outputs.tgz):
     # per-kernel GPU time from nsys for our launches and the bare driver's
     # (launch cost or run time?), and ncu's view of the first triad and
@@ -740,6 +762,11 @@ if [[ $omp_gpu == 1 ]]; then
             if (("omp_launch_sync_us", "omp-nolto") in best) printf "| empty region launch + sync, us: built without device LTO (reference) | %s | - | - | - | - |\n", best["omp_launch_sync_us", "omp-nolto"]
             if (("triad_GBps", "omp-nolto") in best) printf "| STREAM triad, GB/s: built without device LTO (reference) | %s | - | - | - | - |\n", best["triad_GBps", "omp-nolto"]
             if (("reduce_GBps", "omp-nolto") in best) printf "| sum reduction, GB/s: built without device LTO (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "omp-nolto"]
+            split("omp-noreuse llvm-noreuse", nr, " ")
+            for (i = 1; i <= 2; i++) {
+                if (("triad_GBps", nr[i]) in best) printf "| STREAM triad, GB/s: %s, one team per 128 iterations (reference) | %s | - | - | - | - |\n", nr[i], best["triad_GBps", nr[i]]
+                if (("reduce_GBps", nr[i]) in best) printf "| sum reduction, GB/s: %s, one team per 128 iterations (reference) | %s | - | - | - | - |\n", nr[i], best["reduce_GBps", nr[i]]
+            }
             exit m ? 3 : 0
         }' bench.txt) || omp_verdict=$?
     [[ $omp_verdict == 0 ]] || verdict=3

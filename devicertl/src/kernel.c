@@ -96,6 +96,7 @@ RTL_EXPORT RTL_ALWAYS_INLINE int32_t __kmpc_target_init(KernelEnvironmentTy *env
   uint32_t tid = plat_thread_id();
   /* Each thread's own state, before anything reads it. */
   rtl_parallel_init_thread();
+  rtl_state_init_thread();
   if (env->Configuration.ExecMode != OMP_TGT_EXEC_MODE_GENERIC) {
     if (tid == 0)
       init_team(env, launch);

@@ -49,6 +49,12 @@
 #define RTL_INLINE_ENTRY
 #define RTL_ALWAYS_INLINE
 #endif
+/* Rare paths of hot entry points (e.g. a barrier of a partial team): out
+ * of line, so that each kernel inlining the hot path carries less code. It
+ * does not lower a kernel's registers below the callee's own: on NVIDIA a
+ * kernel gets the most that any function it calls uses, so a cold path
+ * that needs many registers must be made lighter, not moved (state.c). */
+#define RTL_COLD __attribute__((noinline, cold))
 /* Code every thread of a warp/block must reach together. */
 #define RTL_CONVERGENT __attribute__((convergent))
 

@@ -3,12 +3,16 @@
  * Barriers use the non-aligned `barrier.sync` forms: in generic mode the
  * main thread and the workers meet at different call sites, which the
  * aligned `bar.sync` (__syncthreads) does not allow. Barrier 0 is the whole
- * block, barrier 8 the partial one (the first N threads). */
+ * block, barrier 1 the partial one (the first N threads). */
 #if defined(__NVPTX__)
 
 #include "platform.h"
 
-enum { NVPTX_WARP_SIZE = 32, NVPTX_PARTIAL_BARRIER = 8 };
+/* The partial barrier's id: 1, the lowest after the block barrier's 0.
+ * ptxas reserves every id up to the highest one a kernel names, and an SM
+ * holds a fixed number of barriers: with id 8 a kernel reserved 9 and
+ * occupancy was capped at 7 blocks of the reduction kernel (ncu, H200). */
+enum { NVPTX_WARP_SIZE = 32, NVPTX_PARTIAL_BARRIER = 1 };
 
 /* Provided by the CUDA driver (the device-side printf). */
 int vprintf(const char *format, void *packed_args);

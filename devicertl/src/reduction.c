@@ -19,8 +19,8 @@
  *   glcpy/glred(buffer, slot, data): load / combine a slot into data.
  *
  * Team-shared state: the lane mask each warp's group is shuffling over
- * (red_warp_mask), written by the group's lane 0 and published by a warp
- * sync before the first shuffle.
+ * (red_warp_mask), written by every lane of the group before its first
+ * shuffle (group_begin).
  */
 #include "rtl.h"
 
@@ -39,7 +39,11 @@ static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
  * live lanes of its warp. */
 static uint64_t shuffle_mask(void) {
   uint32_t w = plat_warp_size(), tid = plat_thread_id();
+#if RTL_DEVICE_TARGET
   uint64_t m = red_warp_mask[tid / w];
+#else
+  uint64_t m = __atomic_load_n(&red_warp_mask[tid / w], __ATOMIC_RELAXED);
+#endif
   if (!((m >> (tid % w)) & 1))
     m = plat_active_mask();
   return m;
@@ -63,11 +67,21 @@ RTL_EXPORT RTL_CONVERGENT int64_t __kmpc_shuffle_int64(int64_t val, int16_t delt
 /* ------------------------------------------------------------------------ */
 
 /* Every lane of `mask` (lanes 0..k-1 of the caller's warp) calls this
- * before shuffling together, so that __kmpc_shuffle_* names exactly them. */
+ * before shuffling together, so that __kmpc_shuffle_* names exactly them.
+ * Every lane stores the same mask and reads back its own store, so no warp
+ * sync is needed to publish it, and on GPUs (plain accesses) the optimiser
+ * forwards the store to the shuffles' reads: the mask stays in a register
+ * (a reduction runs once per distribute chunk of clang's combined
+ * constructs). The emulation uses relaxed atomics: same protocol, and
+ * ThreadSanitizer does not report the equal-value stores. */
 RTL_CONVERGENT RTL_ALWAYS_INLINE static void group_begin(uint32_t lane, uint64_t mask) {
-  if (lane == 0)
-    red_warp_mask[plat_thread_id() / plat_warp_size()] = mask;
-  plat_sync_warp(mask);
+  (void)lane;
+  uint64_t *slot = &red_warp_mask[plat_thread_id() / plat_warp_size()];
+#if RTL_DEVICE_TARGET
+  *slot = mask;
+#else
+  __atomic_store_n(slot, mask, __ATOMIC_RELAXED);
+#endif
 }
 
 /* Combine the values of lanes 0..size-1 into lane 0. Every lane of the

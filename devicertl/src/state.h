@@ -10,10 +10,23 @@
  * shared-memory ones. */
 #define RTL_TEAM_PTR(type, var) ((type *)&(var))
 
-/* Relaxed accessors for team state that several threads may write with the
- * same value (SPMD threads all run the sequential part of a region). */
+/* Accessors for team state that several threads may write with the same
+ * value (SPMD threads all run the sequential part of a region) and that is
+ * published to other threads by a block barrier, never by spinning on it.
+ * On GPUs they are plain accesses: a barrier orders them (bar.sync, s_barrier
+ * with its fences), and the optimiser may merge the repeated reads of one
+ * barrier interval (an SPMD kernel reads the execution mode, the region's
+ * size and the ICVs several times per distribute chunk; as relaxed atomics
+ * each was a `ld.relaxed.sys` of its own). The emulation keeps relaxed
+ * atomics so that ThreadSanitizer sees the same protocol without reporting
+ * the equal-value stores. */
+#if RTL_DEVICE_TARGET
+static inline uint32_t rtl_load32(const uint32_t *p) { return *p; }
+static inline void rtl_store32(uint32_t *p, uint32_t v) { *p = v; }
+#else
 static inline uint32_t rtl_load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 static inline void rtl_store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+#endif
 
 /* The lanes that act together with the caller where lanes must not wait on
  * one another: with lockstep warps the lanes executing with it (their
@@ -74,6 +87,7 @@ void rtl_sync_init(void);
 /* Every thread of the block, in __kmpc_target_init, before it reads team
  * state: the calling thread's own part of it. */
 void rtl_parallel_init_thread(void);
+void rtl_state_init_thread(void);
 /* Generic __kmpc_target_deinit, once no other thread uses the team's state. */
 void rtl_state_fini(void);
 /* SPMD __kmpc_target_deinit, every thread: leave without waiting for the
@@ -82,6 +96,9 @@ void rtl_state_leave_spmd(void);
 
 /* --- state.c: data environments ---------------------------------------- */
 RtlDataEnv *rtl_env_top(void);
+/* Whether rtl_env_top() is not NULL, from the calling thread's own flag
+ * (one plain load, which the optimiser can reuse). */
+bool rtl_thread_has_env(void);
 /* Make `env` the calling thread's innermost environment, starting as a copy
  * of what the thread sees now. */
 void rtl_env_push(RtlDataEnv *env, uint32_t kind);

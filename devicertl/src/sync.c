@@ -51,14 +51,28 @@ RTL_CONVERGENT void rtl_counter_barrier(uint32_t num_threads) {
 
 /* --- barriers ---------------------------------------------------------------- */
 
-RTL_EXPORT RTL_CONVERGENT void __kmpc_barrier(IdentTy *ident, int32_t gtid) {
-  /* SPMD threads outside any region all run the sequential code: a barrier
-   * there is one of the whole block, as in LLVM's runtime. */
+/* A thread with an environment of its own, or a region smaller than the
+ * block. */
+RTL_COLD RTL_CONVERGENT static void barrier_slow(void) {
   if (rtl_is_spmd() && rtl_level() == 0) {
     plat_sync_block();
     return;
   }
   rtl_barrier();
+}
+
+RTL_EXPORT RTL_CONVERGENT void __kmpc_barrier(IdentTy *ident, int32_t gtid) {
+  /* SPMD threads outside any region all run the sequential code: a barrier
+   * there is one of the whole block, as in LLVM's runtime. So is one of an
+   * active region of the whole block, the common case (clang's reduction
+   * callbacks call this four times per distribute chunk): decided from the
+   * thread's own flags and the region's size, without its environment. */
+  if (rtl_is_spmd() && !rtl_thread_has_env() &&
+      (!rtl_team_level() || rtl_team_size() == plat_block_size())) {
+    plat_sync_block();
+    return;
+  }
+  barrier_slow();
 }
 
 RTL_EXPORT RTL_CONVERGENT void __kmpc_barrier_simple_spmd(IdentTy *ident, int32_t gtid) {

@@ -190,6 +190,8 @@ impl Forbidden {
                 Path::new("/etc/passwd"),
                 Path::new("/dev/null"),
                 Path::new(&tmp_file),
+                Path::new("/proc/thread-self/comm"),
+                Path::new("/proc/1/comm"),
             ],
         );
         let eacces = libc::EACCES as i64;
@@ -207,6 +209,10 @@ impl Forbidden {
             got[5].1, 0,
             "creating a file in the session's own /tmp: {got:?}"
         );
+        // The worker's own /proc entries are writable (CUDA names its
+        // threads there), no other process's: the session's init is pid 1.
+        assert_eq!(got[6], (0, 0), "/proc/thread-self/comm: {got:?}");
+        assert_eq!(got[7].1, eacces, "writing /proc/1/comm: {got:?}");
         assert_eq!(
             std::fs::read_to_string(&self.secret).unwrap(),
             "secret of the server's user\n"
