@@ -458,3 +458,87 @@ fn device_lto_inlines_the_runtime_and_no_lto_calls_it() {
         "--no-lto inlined __kmpc_parallel_60: {no_lto:?}"
     );
 }
+
+/// Registers per thread of each kernel of a linked NVIDIA image, as the
+/// driver gives them to a block: the REGCOUNT attributes of the cubin's
+/// `.nv.info` section (`ptxas -c -v` shows only the kernel's own count,
+/// not the most of everything the kernel may call, which is what counts).
+fn kernel_registers(image: &Path) -> Vec<(String, u32)> {
+    use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
+    const EIFMT_NVAL: u8 = 1;
+    const EIFMT_BVAL: u8 = 2;
+    const EIFMT_HVAL: u8 = 3;
+    const EIATTR_REGCOUNT: u8 = 0x2f;
+    let data = std::fs::read(image).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let symbols = elf.symbol_table().expect("a symbol table");
+    let info = elf
+        .section_by_name(".nv.info")
+        .expect("a .nv.info section")
+        .data()
+        .unwrap();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 2 <= info.len() {
+        let (format, attr) = (info[at], info[at + 1]);
+        at += match format {
+            EIFMT_NVAL => 2,
+            EIFMT_BVAL => 3,
+            EIFMT_HVAL => 4,
+            _ => {
+                let size = u16::from_le_bytes([info[at + 2], info[at + 3]]) as usize;
+                let value = &info[at + 4..at + 4 + size];
+                if attr == EIATTR_REGCOUNT {
+                    let word = |i: usize| u32::from_le_bytes(value[i..i + 4].try_into().unwrap());
+                    let symbol = symbols
+                        .symbol_by_index(object::SymbolIndex(word(0) as usize))
+                        .unwrap();
+                    out.push((symbol.name().unwrap().to_string(), word(4)));
+                }
+                4 + size
+            }
+        };
+    }
+    out
+}
+
+/// The device runtime's hot path keeps OpenMP kernels light in registers,
+/// which sets how many blocks an SM holds (and so the bandwidth of a
+/// STREAM-like loop, which has one iteration per thread between barriers).
+/// Two regressions found on an H200 (devicertl/README.md, "Inlining"): the
+/// serialised-region path out of line made every kernel's region an
+/// indirect call (94 registers each, triad at 0.30 of CUDA), and the
+/// device heap's allocator inlined on the data-environment path set every
+/// kernel with a parallel region to its count (56 for the triad).
+#[test]
+fn openmp_kernels_keep_registers_low() {
+    let Some(lto) = clang_flags("sm_90") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("plugins/cuda/tests/gpu/omp_bench.c");
+    let o = Command::new("clang-22")
+        .current_dir(dir.path())
+        .args(["-fopenmp", "-O2", "-save-temps"])
+        .args(&lto)
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.path().join("omp_bench"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "build: {}", text(&o));
+    let regs = kernel_registers(&dir.path().join("omp_bench.nvptx64.sm_90.img"));
+    let kernels: Vec<&(String, u32)> = regs
+        .iter()
+        .filter(|(name, _)| name.starts_with("__omp_offloading_"))
+        .collect();
+    // Five kernels: two empty loops, the initialisation, the triad and the
+    // sum reduction (the one that may take more: its reduction callbacks).
+    assert_eq!(kernels.len(), 5, "{regs:?}");
+    assert!(kernels.iter().all(|(_, n)| *n <= 64), "{regs:?}");
+    let light = kernels.iter().filter(|(_, n)| *n <= 40).count();
+    assert!(
+        light >= 4,
+        "more than the reduction kernel above 40: {regs:?}"
+    );
+}
