@@ -99,6 +99,27 @@ received=$(grep -c "peer copy received" "$WORK/peer.err" || true)
 }
 echo "   4 copies went rank to rank"
 
+echo "== a region with map(tofrom:) is one round trip (its copies in, launch and read back batched)"
+clang-22 -fopenmp -fopenmp-targets=x86_64-unknown-linux-gnu -O1 \
+  crates/offload-bench/c/omp_regions.c -o "$WORK/omp_regions"
+OFFLOAD_PLUGINS=mpi OFFLOAD_LOG=offload_server::mpi=info timeout 120 "${MPIRUN[@]}" \
+  -np 1 "$WORK/omp_regions" tofrom 500 : -np 1 "$OFFLOAD" serve --mpi \
+  >"$WORK/regions.out" 2>"$WORK/regions.err" || {
+  cat "$WORK/regions.out" "$WORK/regions.err" >&2
+  exit 1
+}
+grep -q "^regions tofrom 500 " "$WORK/regions.out" || { cat "$WORK/regions.out" "$WORK/regions.err" >&2; exit 1; }
+# 501 regions (one warm-up) and the session's set-up and teardown (hello,
+# image, kernels, allocations, unload: a few dozen); three per region
+# before the batching.
+requests=$(sed -n 's/.*session closed.*requests=\([0-9]*\).*/\1/p' "$WORK/regions.err" | head -n 1)
+[ -n "$requests" ] && [ "$requests" -ge 501 ] && [ "$requests" -le 600 ] || {
+  echo "mpi-tests: 501 tofrom regions took ${requests:-no logged} requests (one each expected)" >&2
+  cat "$WORK/regions.err" >&2
+  exit 1
+}
+echo "   501 regions: $requests requests"
+
 echo "== a serving rank is killed"
 start=$SECONDS
 set +e

@@ -88,6 +88,9 @@ pub enum Op {
     Ping = 16,
     /// `MpiBench`: a bare MPI loop with the client (benchmark baseline).
     Bench = 17,
+    /// `MpiQueueBatch`: deferred queue operations run in order; the reply
+    /// holds the reads' bytes.
+    QueueBatch = 18,
 }
 
 impl Op {
@@ -111,6 +114,7 @@ impl Op {
             15 => Bye,
             16 => Ping,
             17 => Bench,
+            18 => QueueBatch,
             _ => return None,
         })
     }

@@ -53,6 +53,9 @@ pub fn serve(runtime: Arc<Runtime>) -> Result<()> {
     let server = format!("{} rank {}", crate::service::server_name(), t.rank);
     // By client rank (ranks are small numbers).
     let mut sessions: Vec<Option<Session>> = Vec::new();
+    // Requests of each client's session (the log line at its end: what
+    // the tests count round trips with).
+    let mut requests: Vec<u64> = Vec::new();
     let mut done = 0usize;
     let result = (|| {
         while done < clients.len() {
@@ -71,11 +74,20 @@ pub fn serve(runtime: Arc<Runtime>) -> Result<()> {
             };
             if sessions.len() <= slot {
                 sessions.resize_with(slot + 1, || None);
+                requests.resize(slot + 1, 0);
             }
+            requests[slot] += 1;
             if op == Op::Bye {
                 if let Some(s) = sessions[slot].take() {
                     let (freed, programs) = s.release();
-                    info!(client = from, freed, programs, "session closed");
+                    info!(
+                        client = from,
+                        freed,
+                        programs,
+                        requests = requests[slot],
+                        "session closed"
+                    );
+                    requests[slot] = 0;
                 }
                 done += 1;
                 continue;
@@ -176,6 +188,14 @@ fn handle(
         Op::Queue => decode::<QueueOp>(body).and_then(|op| {
             let mut queue = None;
             run_queue_op(s, &mut queue, op)
+        }),
+        Op::QueueBatch => decode::<MpiQueueBatch>(body).and_then(|batch| {
+            let mut queue = None;
+            let mut reads = Vec::new();
+            for op in batch.ops {
+                reads.extend(run_queue_op(s, &mut queue, op)?);
+            }
+            Ok(reads)
         }),
         Op::WriteBulk => {
             // The data follows whatever we answer: take it first.

@@ -18,8 +18,8 @@
 //!   (launch, write, read, copy, fill) the plugins' queues send.
 //!
 //! Queues stay with the transports: gRPC queues are pipelined streams with
-//! a data side channel for large copies; MPI queues complete each operation
-//! in one round trip and move large copies as raw MPI messages.
+//! a data side channel for large copies; MPI queues defer operations into
+//! one batch per round trip and move large copies as raw MPI messages.
 
 mod device;
 pub mod request;

@@ -1,22 +1,26 @@
 //! A device of a serving rank, its programs, kernels and queues.
 //!
-//! Queues complete every operation before the call returns (one request and
-//! its reply each); the core puts its executor in front where a face needs
-//! asynchronous queues.
+//! A queue defers what needs no answer (small writes, launches, copies and
+//! fills on the device, small reads into the caller's buffer) and sends it
+//! with the next request that does: a synchronisation, a unary call, a
+//! bulk copy. So an OpenMP region's copies in, launch and reads back are
+//! one MPI round trip (`Op::QueueBatch`). It defers only while it is its
+//! link's one queue (one thread offloading): then every error of a batch
+//! is its own. With several queues each operation is its own round trip.
 
 use std::ffi::c_int;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
 use offload_core::{Error, Result};
 use offload_forward::{request, ForwardDevice, ForwardKernel};
 use offload_proto::{
     queue_op, AllocReply, AllocRequest, Empty, FreeRequest, GlobalReply, KernelReply,
-    LoadProgramReply, LoadProgramRequest, MpiPeerCopy, QueueOp, RegisterBinaryReply,
+    LoadProgramReply, LoadProgramRequest, MpiPeerCopy, MpiQueueBatch, QueueOp, RegisterBinaryReply,
     RegisterBinaryRequest, SymbolRequest, UnloadProgramRequest, UnregisterBinaryRequest,
 };
 
-use crate::transport::{Op, Transport, BULK_MIN, TAG_DATA};
+use crate::transport::{Link, Op, Transport, BULK_MIN, TAG_DATA};
 use crate::{call, decode};
 
 /// A device of a serving rank.
@@ -25,16 +29,122 @@ pub type MpiDevice = ForwardDevice<RankLink>;
 pub type MpiKernel = ForwardKernel<RankLink>;
 
 /// The link to one serving rank: the forwarding layer's transport, each
-/// request one MPI request/reply exchange with MPI held for both.
+/// request one MPI request/reply exchange with MPI held for both, after
+/// the queue operations deferred so far.
 pub struct RankLink {
     pub t: Arc<Transport>,
     /// The serving rank.
     pub rank: c_int,
+    deferred: Mutex<Deferred>,
+}
+
+/// Where a deferred read's bytes go.
+struct ReadBack {
+    dst: *mut u8,
+    size: usize,
+}
+
+// SAFETY: `dst` is written only when the batch holding its read is sent,
+// under the link's lock, while the queue's caller keeps it valid (until the
+// queue is synchronised: the `plugin::Queue` contract); nothing else reads
+// or writes through it.
+unsafe impl Send for ReadBack {}
+
+/// What the link's queue left for the next request.
+#[derive(Default)]
+struct Deferred {
+    /// Operations not sent yet, in order.
+    ops: Vec<QueueOp>,
+    /// Where the deferred reads' bytes go, in the order of their operations.
+    reads: Vec<ReadBack>,
+    /// Live queues of the link: operations are deferred only while it is one.
+    queues: usize,
+    /// Operations that may have changed device memory, sent or deferred
+    /// (`memory_snapshot`).
+    changes: u64,
+    /// The error of a batch that a request other than the queue's own sent
+    /// (a unary call, a second queue's creation): its next synchronisation
+    /// reports it.
+    failed: Option<Error>,
 }
 
 impl RankLink {
+    pub fn new(t: Arc<Transport>, rank: c_int) -> RankLink {
+        RankLink {
+            t,
+            rank,
+            deferred: Mutex::new(Deferred::default()),
+        }
+    }
+
+    fn deferred(&self) -> MutexGuard<'_, Deferred> {
+        self.deferred.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn call<M: prost::Message + Default>(&self, op: Op, body: &impl prost::Message) -> Result<M> {
-        decode(self.rank, &call(&self.t, self.rank, op, body)?)
+        decode(self.rank, &self.request(op, body)?)
+    }
+
+    /// A unary request after the deferred batch (whose error, kept for the
+    /// queue, is this call's too).
+    fn request(&self, op: Op, body: &impl prost::Message) -> Result<Vec<u8>> {
+        let link = self.t.lock()?;
+        self.flush(&link, None, true)?;
+        if !matches!(op, Op::GetKernel | Op::GetGlobal | Op::Ping) {
+            self.deferred().changes += 1;
+        }
+        link.send_request(self.rank, op, body)?;
+        link.recv_reply(self.rank)
+    }
+
+    /// Sends the deferred operations, then `last`, as one request (`last`
+    /// alone when nothing is deferred) and returns `last`'s reply data.
+    /// `for_other`: a request other than the queue's own (its error is
+    /// kept for the queue's next synchronisation).
+    fn flush(&self, link: &Link<'_>, last: Option<QueueOp>, for_other: bool) -> Result<Vec<u8>> {
+        let mut d = self.deferred();
+        if d.ops.is_empty() {
+            drop(d);
+            let Some(op) = last else {
+                return Ok(Vec::new());
+            };
+            link.send_request(self.rank, Op::Queue, &op)?;
+            return link.recv_reply(self.rank);
+        }
+        let mut ops = std::mem::take(&mut d.ops);
+        let reads = std::mem::take(&mut d.reads);
+        ops.extend(last);
+        link.send_request(self.rank, Op::QueueBatch, &MpiQueueBatch { ops })?;
+        let data = match link.recv_reply(self.rank) {
+            Ok(data) => data,
+            Err(e) => {
+                if for_other {
+                    d.failed = Some(e.clone());
+                }
+                return Err(e);
+            }
+        };
+        let deferred_bytes: usize = reads.iter().map(|r| r.size).sum();
+        if data.len() < deferred_bytes {
+            let e = Error::backend(format!(
+                "MPI rank {} returned {} bytes for reads of {deferred_bytes}",
+                self.rank,
+                data.len()
+            ));
+            if for_other {
+                d.failed = Some(e.clone());
+            }
+            return Err(e);
+        }
+        let mut at = 0;
+        for r in reads {
+            // SAFETY: the read's caller keeps `dst` writable for `size`
+            // bytes until the queue is synchronised (`ReadBack`); `data`
+            // holds them at `at`.
+            unsafe { std::ptr::copy_nonoverlapping(data[at..].as_ptr(), r.dst, r.size) };
+            at += r.size;
+        }
+        Ok(data[at..].to_vec())
     }
 }
 
@@ -54,7 +164,7 @@ impl offload_forward::Transport for RankLink {
     }
 
     fn free(&self, req: FreeRequest) -> Result<()> {
-        call(&self.t, self.rank, Op::Free, &req).map(|_| ())
+        self.request(Op::Free, &req).map(|_| ())
     }
 
     fn register_binary(&self, req: RegisterBinaryRequest) -> Result<RegisterBinaryReply> {
@@ -62,7 +172,7 @@ impl offload_forward::Transport for RankLink {
     }
 
     fn unregister_binary(&self, req: UnregisterBinaryRequest) -> Result<()> {
-        call(&self.t, self.rank, Op::UnregisterBinary, &req).map(|_| ())
+        self.request(Op::UnregisterBinary, &req).map(|_| ())
     }
 
     fn load_program(&self, req: LoadProgramRequest) -> Result<LoadProgramReply> {
@@ -71,7 +181,7 @@ impl offload_forward::Transport for RankLink {
 
     fn unload_program(&self, req: UnloadProgramRequest) {
         // Fails quietly once the transport is closed (exit).
-        let _ = call(&self.t, self.rank, Op::UnloadProgram, &req);
+        let _ = self.request(Op::UnloadProgram, &req);
     }
 
     fn get_kernel(&self, req: SymbolRequest) -> Result<KernelReply> {
@@ -83,6 +193,18 @@ impl offload_forward::Transport for RankLink {
     }
 
     fn create_queue(link: &Arc<Self>, device: u32) -> Result<Arc<dyn plugin::Queue>> {
+        let second = {
+            let mut d = link.deferred();
+            d.queues += 1;
+            d.queues == 2
+        };
+        if second {
+            // The first queue's deferred work goes now, as its own: from
+            // here on every operation is its own round trip.
+            if let Ok(l) = link.t.lock() {
+                let _ = link.flush(&l, None, true);
+            }
+        }
         Ok(Arc::new(MpiQueue {
             link: link.clone(),
             device,
@@ -90,7 +212,7 @@ impl offload_forward::Transport for RankLink {
     }
 }
 
-/// A queue of a device on a serving rank: every operation is one round trip.
+/// A queue of a device on a serving rank (see the module doc).
 pub struct MpiQueue {
     link: Arc<RankLink>,
     device: u32,
@@ -108,13 +230,51 @@ impl plugin::Event for DoneEvent {
 }
 
 impl MpiQueue {
-    fn op(&self, op: queue_op::Op) -> Result<Vec<u8>> {
-        let req = QueueOp {
+    fn queue_op(&self, op: queue_op::Op) -> QueueOp {
+        QueueOp {
             ticket: 0,
             device: self.device,
             op: Some(op),
-        };
-        call(&self.link.t, self.link.rank, Op::Queue, &req)
+        }
+    }
+
+    /// `op` now, after what is deferred; its reply data.
+    fn run(&self, op: queue_op::Op) -> Result<Vec<u8>> {
+        let op = self.queue_op(op);
+        let link = self.link.t.lock()?;
+        self.link.flush(&link, Some(op), false)
+    }
+
+    /// `op` (no reply data) deferred while this is the link's one queue,
+    /// else run now.
+    fn defer(&self, op: queue_op::Op) -> Result<()> {
+        let op = self.queue_op(op);
+        {
+            let mut d = self.link.deferred();
+            d.changes += 1;
+            if d.queues == 1 {
+                d.ops.push(op);
+                return Ok(());
+            }
+        }
+        let link = self.link.t.lock()?;
+        self.link.flush(&link, Some(op), false).map(|_| ())
+    }
+
+    /// Sends what is deferred (before a bulk or rank-to-rank copy).
+    fn send_deferred(&self) -> Result<()> {
+        let link = self.link.t.lock()?;
+        self.link.flush(&link, None, false).map(|_| ())
+    }
+}
+
+impl Drop for MpiQueue {
+    fn drop(&mut self) {
+        if !self.link.t.is_closed() {
+            // Best effort: a queue dropped unsynchronised still runs its work.
+            let _ = self.send_deferred();
+        }
+        self.link.deferred().queues -= 1;
     }
 }
 
@@ -124,9 +284,10 @@ impl plugin::Queue for MpiQueue {
             // SAFETY: the caller guarantees `src` is readable for `size` bytes.
             let data = unsafe { std::slice::from_raw_parts(src, size) };
             let write = request::write(self.device, dst, size, data.to_vec());
-            self.op(queue_op::Op::Write(write))?;
-            return Ok(());
+            return self.defer(queue_op::Op::Write(write));
         }
+        self.send_deferred()?;
+        self.link.deferred().changes += 1;
         let req = request::write(self.device, dst, size, Vec::new());
         let rank = self.link.rank;
         let link = self.link.t.lock()?;
@@ -136,11 +297,31 @@ impl plugin::Queue for MpiQueue {
         link.recv_reply(rank).map(|_| ())
     }
 
+    unsafe fn copy_to_device_unsynced(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        size: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's guarantee; `src` is read (copied or sent)
+        // before this returns, and what is deferred runs before anything
+        // sent later.
+        unsafe { self.copy_to_device(dst, src, size) }
+    }
+
     unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
         let req = request::read(self.device, src, size);
         let rank = self.link.rank;
         if size < BULK_MIN {
-            let data = self.op(queue_op::Op::Read(req))?;
+            {
+                let mut d = self.link.deferred();
+                if d.queues == 1 {
+                    d.ops.push(self.queue_op(queue_op::Op::Read(req)));
+                    d.reads.push(ReadBack { dst, size });
+                    return Ok(());
+                }
+            }
+            let data = self.run(queue_op::Op::Read(req))?;
             if data.len() != size {
                 return Err(Error::backend(format!(
                     "MPI rank {rank} returned {} bytes for a read of {size}",
@@ -151,6 +332,7 @@ impl plugin::Queue for MpiQueue {
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, size) };
             return Ok(());
         }
+        self.send_deferred()?;
         let link = self.link.t.lock()?;
         link.send_request(rank, Op::ReadBulk, &req)?;
         link.recv_reply(rank)?;
@@ -159,8 +341,7 @@ impl plugin::Queue for MpiQueue {
     }
 
     unsafe fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
-        self.op(request::copy(self.device, src, self.device, dst, size))
-            .map(|_| ())
+        self.defer(request::copy(self.device, src, self.device, dst, size))
     }
 
     unsafe fn copy_to_peer(
@@ -176,7 +357,7 @@ impl plugin::Queue for MpiQueue {
         let (rank, peer_rank) = (self.link.rank, peer.link().rank);
         if peer_rank == rank {
             // Two devices of one rank: that rank copies.
-            self.op(request::copy(self.device, src, peer.remote_id(), dst, size))?;
+            self.defer(request::copy(self.device, src, peer.remote_id(), dst, size))?;
             return Ok(true);
         }
         if !self.link.t.ranks_with(crate::Role::Client).is_empty() {
@@ -186,6 +367,13 @@ impl plugin::Queue for MpiQueue {
             // through its own application rank instead.
             return Ok(false);
         }
+        // What either side deferred runs first.
+        self.send_deferred()?;
+        {
+            let l = self.link.t.lock()?;
+            peer.link().flush(&l, None, true)?;
+        }
+        peer.link().deferred().changes += 1;
         // Rank to rank: the receiver first (it posts its receive), then the
         // sender; both reply once their side is done.
         let link = self.link.t.lock()?;
@@ -215,8 +403,7 @@ impl plugin::Queue for MpiQueue {
     }
 
     unsafe fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
-        self.op(request::fill(self.device, dst, pattern, size))
-            .map(|_| ())
+        self.defer(request::fill(self.device, dst, pattern, size))
     }
 
     fn launch(
@@ -227,15 +414,18 @@ impl plugin::Queue for MpiQueue {
     ) -> Result<()> {
         let k = MpiKernel::id_of(kernel)
             .ok_or_else(|| Error::invalid_argument("kernel of another plugin"))?;
-        self.op(request::launch(k, args, config)).map(|_| ())
+        self.defer(request::launch(k, args, config))
     }
 
     fn host_function(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        self.synchronize()?;
         f();
         Ok(())
     }
 
     fn record_event(&self) -> Result<Arc<dyn plugin::Event>> {
+        // Everything before it has run once the event exists.
+        self.synchronize()?;
         Ok(Arc::new(DoneEvent))
     }
 
@@ -244,15 +434,25 @@ impl plugin::Queue for MpiQueue {
     }
 
     fn synchronize(&self) -> Result<()> {
-        Ok(())
+        self.send_deferred()?;
+        match self.link.deferred().failed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn is_idle(&self) -> Result<bool> {
-        Ok(true)
+        self.synchronize().map(|()| true)
     }
 
-    fn completes_inline(&self) -> bool {
-        true
+    fn memory_snapshot(&self) -> Option<u64> {
+        let d = self.link.deferred();
+        (d.queues == 1).then_some(d.changes)
+    }
+
+    fn unchanged_since(&self, token: u64) -> bool {
+        let d = self.link.deferred();
+        d.queues == 1 && d.changes == token
     }
 }
 

@@ -231,7 +231,7 @@ impl Plugin for MpiPlugin {
                 },
             )?;
             let hello: HelloEvent = decode(rank, &data)?;
-            let link = Arc::new(RankLink { t: t.clone(), rank });
+            let link = Arc::new(RankLink::new(t.clone(), rank));
             for d in &hello.devices {
                 let info = offload_forward::request::device_info(
                     d,
