@@ -10,8 +10,9 @@
 //!
 //! * read and execute: the system hierarchies a worker, its device drivers
 //!   and its JIT compiler (clang under `/usr`) need: [`SYSTEM_READ`];
-//! * read: `/proc` (the session's own PID namespace) and `/sys`; write as
-//!   well: the worker's own `/proc/<pid>` (CUDA's cuInit needs it);
+//! * read: `/proc` (the session's own PID namespace) and `/sys`; write and
+//!   truncate as well: the worker's own `/proc/<pid>` (CUDA's cuInit
+//!   needs it);
 //! * everything: the session's private `/tmp` and `/dev/shm`;
 //! * read, write and device `ioctl`s: the device nodes in [`DEVICES`] and
 //!   GPU nodes (`/dev/nvidia*`, `/dev/nvidia-caps`, `/dev/kfd`, `/dev/dri`)
@@ -105,11 +106,15 @@ pub fn allowlist(extra_read: &[PathBuf]) -> Vec<(PathBuf, BitFlags<AccessFs>)> {
     list.extend(SYSTEM_READ.iter().map(|p| (PathBuf::from(p), read_exec)));
     list.push(("/proc".into(), read));
     // The worker's own /proc/<pid> (resolved when the ruleset is built, in
-    // the worker) may also be written: CUDA's cuInit writes there (names its
-    // threads through /proc/self/task/<tid>/comm) and fails with
-    // CUDA_ERROR_OPERATING_SYSTEM without it (found on an H200). Its
-    // children's and other processes' entries stay read-only.
-    list.push(("/proc/self".into(), read | AccessFs::WriteFile));
+    // the worker) may also be written, truncating opens included: CUDA's
+    // cuInit writes there (it opens its files there as fopen "w" does) and
+    // fails with CUDA_ERROR_OPERATING_SYSTEM without both rights (found on
+    // an H200: write alone was not enough). Its children's and other
+    // processes' entries stay read-only.
+    list.push((
+        "/proc/self".into(),
+        read | AccessFs::WriteFile | AccessFs::Truncate,
+    ));
     list.push(("/sys".into(), read));
     list.push(("/tmp".into(), AccessFs::from_all(TARGET_ABI)));
     list.push(("/dev/shm".into(), AccessFs::from_all(TARGET_ABI)));
