@@ -11,7 +11,9 @@
 #   llvm    LLVM 22's libomptarget (Debian's) on its host device
 #   remote  OFFLOAD_PLUGINS=remote against `offload serve --listen
 #           127.0.0.1:0` (a sandboxed worker process per session, as
-#           deployed)
+#           deployed): queues in shared memory (same-host queues)
+#   grpc    the same with OFFLOAD_REMOTE_LOCAL_QUEUES=0: queues over the
+#           gRPC stream, as for a server on another machine
 #   mpi     `mpirun --bind-to none -np 1 omp_regions : -np 1 offload serve
 #           --mpi` with OFFLOAD_PLUGINS=mpi (skipped without mpirun)
 # for ROUNDS rounds (5; --quick: 2, with fewer regions), and prints per
@@ -64,6 +66,8 @@ run() { # MODE CASE N -> microseconds per region
     llvm) out=$("$work/omp_regions" "$2" "$3") ;;
     remote) out=$(LD_LIBRARY_PATH="$lib" OFFLOAD_PLUGINS=remote OFFLOAD_REMOTE="$addr" \
       "$work/omp_regions" "$2" "$3") ;;
+    grpc) out=$(LD_LIBRARY_PATH="$lib" OFFLOAD_PLUGINS=remote OFFLOAD_REMOTE="$addr" \
+      OFFLOAD_REMOTE_LOCAL_QUEUES=0 "$work/omp_regions" "$2" "$3") ;;
     # The serving rank reads OFFLOAD_PLUGINS=mpi as "every local plugin".
     mpi) out=$(LD_LIBRARY_PATH="$lib" OFFLOAD_PLUGINS=mpi OFFLOAD_LOG=warn timeout 600 \
       mpirun --oversubscribe --allow-run-as-root --bind-to none \
@@ -75,7 +79,7 @@ run() { # MODE CASE N -> microseconds per region
 }
 median() { sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-modes="local llvm remote"
+modes="local llvm remote grpc"
 [ $have_mpi = 1 ] && modes="$modes mpi"
 printf '%-8s %-7s %8s %14s %10s\n' case mode regions "us/region" "x local"
 for c in $cases; do

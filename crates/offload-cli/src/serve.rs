@@ -27,6 +27,11 @@ pub struct Args {
     /// (default: the --listen IP with a free port; not used under TLS).
     #[arg(long)]
     data_listen: Option<SocketAddr>,
+    /// Do not offer same-host queues: clients on this machine (connecting
+    /// over loopback) otherwise run their queues through shared memory,
+    /// not a gRPC stream (offered with the bulk-data channel, so not under TLS).
+    #[arg(long)]
+    no_local_queues: bool,
     /// Most sessions (clients) served at once; more are refused with a clear error.
     #[arg(long)]
     max_sessions: Option<usize>,
@@ -148,6 +153,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         insecure: args.insecure,
         tls,
         data_listen: args.data_listen,
+        no_local_queues: args.no_local_queues,
         max_sessions: args.max_sessions,
         max_session_memory: args.max_session_memory,
         metrics_listen: args.metrics_listen,

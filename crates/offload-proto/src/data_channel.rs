@@ -2,7 +2,7 @@
 //! remote plugin (plain TCP next to gRPC; see offload-server's `data`
 //! module for the exchange).
 
-use std::io::{IoSlice, Write};
+use std::io::{IoSlice, Read, Write};
 
 /// Host to device: the client sends `len` bytes, the server answers a status.
 pub const OP_WRITE: u32 = 1;
@@ -25,4 +25,25 @@ pub fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> s
         }
     }
     Ok(())
+}
+
+/// Read a status (`code:u32 msg_len:u32 msg`, what the server answers a
+/// request or a same-host queue): the code (0: success) and the message,
+/// of which at most 64 KiB is kept (the rest is read and dropped, so the
+/// stream stays in step).
+pub fn read_status(r: &mut impl Read) -> std::io::Result<(u32, String)> {
+    let mut st = [0u8; 8];
+    r.read_exact(&mut st)?;
+    let code = u32::from_le_bytes([st[0], st[1], st[2], st[3]]);
+    let len = u64::from(u32::from_le_bytes([st[4], st[5], st[6], st[7]]));
+    let mut msg = Vec::new();
+    r.take(len.min(64 << 10)).read_to_end(&mut msg)?;
+    std::io::copy(
+        &mut r.take(len.saturating_sub(64 << 10)),
+        &mut std::io::sink(),
+    )?;
+    if (msg.len() as u64) < len.min(64 << 10) {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok((code, String::from_utf8_lossy(&msg).into_owned()))
 }

@@ -8,6 +8,8 @@ pub mod v1 {
 }
 
 pub mod data_channel;
+pub mod fdpass;
+pub mod local_ring;
 pub mod session_connection;
 
 pub use bytes::Bytes;

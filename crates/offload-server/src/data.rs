@@ -35,7 +35,7 @@ pub use offload_proto::data_channel::{HEADER_BYTES, OP_READ, OP_WRITE};
 /// Staging buffer for devices whose memory is not ours to address.
 const STAGING: usize = 1 << 20;
 
-type Sessions = Arc<Mutex<HashMap<String, Arc<Session>>>>;
+pub(crate) type Sessions = Arc<Mutex<HashMap<String, Arc<Session>>>>;
 
 /// Where authenticated data connections go.
 #[derive(Clone)]
@@ -93,7 +93,7 @@ pub(crate) fn spawn(listener: TcpListener, destination: Destination) {
 
 /// The session whose data secret is `secret`: every open session's secret is
 /// compared, each in constant time.
-fn find_session(sessions: &Sessions, secret: &str) -> Option<Arc<Session>> {
+pub(crate) fn find_session(sessions: &Sessions, secret: &str) -> Option<Arc<Session>> {
     if secret.is_empty() {
         return None;
     }
@@ -107,7 +107,7 @@ fn find_session(sessions: &Sessions, secret: &str) -> Option<Arc<Session>> {
     found
 }
 
-fn still_open(sessions: &Sessions, session: &Session) -> bool {
+pub(crate) fn still_open(sessions: &Sessions, session: &Session) -> bool {
     sessions
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -175,14 +175,36 @@ fn serve_connection(
     }
 }
 
+/// A socket whose reads can be bounded in time (the secret line's
+/// deadline): the data channel's TCP and the same-host queues' Unix sockets.
+pub(crate) trait Handshake {
+    fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> std::io::Result<()>;
+}
+
+impl Handshake for TcpStream {
+    fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> std::io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+}
+
+impl Handshake for std::os::unix::net::UnixStream {
+    fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> std::io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, timeout)
+    }
+}
+
 /// The secret line, read byte by byte: nothing after it may be consumed
 /// here (the connection may go to another process, and the client sends
 /// its first request right behind the line). The whole line must arrive by
 /// `deadline` (each read waits only for what is left of it).
-fn read_secret_line(
-    mut stream: &TcpStream,
+pub(crate) fn read_secret_line<S: Handshake>(
+    stream: &S,
     deadline: std::time::Instant,
-) -> std::io::Result<String> {
+) -> std::io::Result<String>
+where
+    for<'a> &'a S: Read,
+{
+    let mut stream = stream;
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     // The secret line is short; refuse anything long.
@@ -367,7 +389,7 @@ fn status_bytes(result: Result<(), Error>) -> Vec<u8> {
 }
 
 /// A status alone, in one write.
-fn send_status(w: &mut impl Write, result: Result<(), Error>) -> std::io::Result<()> {
+pub(crate) fn send_status(w: &mut impl Write, result: Result<(), Error>) -> std::io::Result<()> {
     w.write_all(&status_bytes(result))?;
     w.flush()
 }

@@ -16,8 +16,8 @@
 //! * Logs are structured (`tracing`): one line per session event.
 
 mod data;
-mod fdpass;
 mod incoming;
+mod local;
 pub mod metrics;
 pub mod mpi;
 pub mod output;
@@ -80,6 +80,9 @@ pub struct ServeOptions {
     /// IP with a free port). Must be reachable by clients (publish it too
     /// when the server runs in a container).
     pub data_listen: Option<SocketAddr>,
+    /// Do not offer same-host queues (`--no-local-queues`): clients on this
+    /// machine run their queues over gRPC too.
+    pub no_local_queues: bool,
     /// Sessions served at once (`--max-sessions`); more are refused.
     pub max_sessions: Option<usize>,
     /// Device memory one session may hold (`--max-session-memory`, bytes).
@@ -191,6 +194,19 @@ pub async fn serve(
         Some(l) => l.local_addr()?.port(),
         None => 0,
     };
+    // Same-host queues, offered with the data channel (they share its
+    // secret): a failure to bind only leaves them out.
+    let local_queues = match data_listener.is_some() && !options.no_local_queues {
+        true => match local::bind() {
+            Ok(bound) => Some(bound),
+            Err(e) => {
+                tracing::warn!(error = %e, "same-host queues not offered: cannot bind their socket");
+                None
+            }
+        },
+        false => None,
+    };
+    let local_name = local_queues.as_ref().map(|(_, name)| name.clone());
     // Shutdown: the signal stops accepting and ends every session stream;
     // calls in flight get DRAIN_GRACE to finish.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -245,6 +261,7 @@ pub async fn serve(
     // Hello lifts its connection's deadline.
     let grpc_peers = Arc::new(peers::Peers::default());
     let service = service
+        .offer_local_queues(local_name)
         .stop_sessions_on(stop_rx.clone())
         .with_limits(limits)
         .mark_sessions_on(grpc_peers.clone());
@@ -266,12 +283,16 @@ pub async fn serve(
         };
         metrics::spawn(listener, metrics.clone(), active);
     }
+    let destination = match &workers {
+        Some(w) => data::Destination::Workers(w.clone()),
+        None => data::Destination::InProcess(service.sessions()),
+    };
     if let Some(listener) = data_listener {
-        let destination = match &workers {
-            Some(w) => data::Destination::Workers(w.clone()),
-            None => data::Destination::InProcess(service.sessions()),
-        };
-        data::spawn(listener, destination);
+        data::spawn(listener, destination.clone());
+    }
+    if let Some((listener, name)) = local_queues {
+        tracing::info!(socket = %format!("@{name}"), "same-host queues listening");
+        local::spawn(listener, destination);
     }
     let supervising = workers.is_some();
     let svc = if supervising {

@@ -47,7 +47,7 @@ fn region(stream: usize) -> u64 {
 pub struct Spool(File);
 
 /// Lengths of what a [`Spool`] holds (a copy of its header).
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
 struct Lengths {
     held: [u64; 2],
     dropped: [u64; 2],
@@ -126,8 +126,10 @@ impl Spool {
             *o = bytes;
         }
         let dropped = l.dropped;
-        *l = Lengths::default();
-        self.write_lengths(l);
+        if *l != Lengths::default() {
+            *l = Lengths::default();
+            self.write_lengths(l);
+        }
         finish(out, dropped)
     }
 }

@@ -25,6 +25,8 @@ pub struct Service {
     mode: Mode,
     /// Port of the bulk-data listener (0 = none).
     data_port: u16,
+    /// Abstract socket name of the same-host queues, if offered.
+    local_queues: Option<String>,
     /// The server's token, kept only hashed.
     token: Option<crate::secret::Hashed>,
     sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
@@ -71,6 +73,12 @@ impl Service {
         self
     }
 
+    /// Greetings name the same-host queues' socket (`local::bind`).
+    pub(crate) fn offer_local_queues(mut self, name: Option<String>) -> Self {
+        self.local_queues = name;
+        self
+    }
+
     /// Sessions end (their Hello streams close) once `stopping` turns true.
     pub fn stop_sessions_on(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
         self.stopping = stopping;
@@ -85,6 +93,7 @@ impl Service {
         Service {
             mode,
             data_port,
+            local_queues: None,
             token: token.as_deref().map(crate::secret::Hashed::new),
             sessions: Default::default(),
             server_name: server_name(),
@@ -251,6 +260,7 @@ impl Service {
         } else {
             String::new()
         };
+        greeting.local_queues = self.local_queues.clone().unwrap_or_default();
         let mut stopping = self.stopping.clone();
         let stopped = Box::pin(async move {
             if stopping.wait_for(|s| *s).await.is_err() {
@@ -278,12 +288,14 @@ impl Service {
 /// Most output bytes in one Hello event (clients decode at most 4 MiB).
 const LAST_OUTPUT_EVENT: usize = 1 << 20;
 
-/// `output` in pieces of at most [`LAST_OUTPUT_EVENT`] bytes (stdout's
-/// pieces first).
-fn split_output(output: offload_proto::Output) -> Vec<offload_proto::Output> {
+/// `output` in pieces of at most `piece` bytes (stdout's pieces first).
+pub(crate) fn split_output(
+    output: offload_proto::Output,
+    piece: usize,
+) -> Vec<offload_proto::Output> {
     let mut pieces = Vec::new();
     for (bytes, is_stdout) in [(output.stdout, true), (output.stderr, false)] {
-        for chunk in bytes.chunks(LAST_OUTPUT_EVENT) {
+        for chunk in bytes.chunks(piece) {
             let chunk = bytes.slice_ref(chunk);
             pieces.push(if is_stdout {
                 offload_proto::Output {
@@ -370,7 +382,7 @@ impl Stream for SupervisedStream {
             // Its last output first: the client prints it before it reports
             // (or dies of) the end.
             if let Some(output) = ended.output {
-                for o in split_output(output) {
+                for o in split_output(output, LAST_OUTPUT_EVENT) {
                     self.last.push_back(Ok(HelloEvent {
                         output: Some(o),
                         ..Default::default()
@@ -598,6 +610,7 @@ impl Offload for Service {
             protocol_version: PROTOCOL_VERSION,
             devices: crate::requests::device_descs(&runtime),
             session_connection: false,
+            local_queues: self.local_queues.clone().unwrap_or_default(),
             output: None,
         };
         let guard = SessionGuard {
@@ -785,7 +798,7 @@ impl Offload for Service {
         tokio::task::spawn_blocking(move || {
             // The thread's synchronous core queue per device serves the
             // operations in order; the client sees them pipelined.
-            let mut queue: Option<u32> = None;
+            let mut queue = ServedQueue::default();
             loop {
                 let op = match handle.block_on(ops.message()) {
                     Ok(Some(op)) => op,
@@ -796,32 +809,8 @@ impl Offload for Service {
                         break;
                     }
                 };
-                let ticket = op.ticket;
-                let result = run_queue_op(&s, &mut queue, op);
-                if ticket == 0 && result.is_ok() {
+                let Some(completion) = queue.complete(&s, op) else {
                     continue;
-                }
-                // What the device code printed comes out before the
-                // client's wait for this operation returns.
-                let output = crate::output::take();
-                let completion = match result {
-                    Ok(data) => QueueCompletion {
-                        ticket,
-                        code: 0,
-                        message: String::new(),
-                        data: data.into(),
-                        output,
-                    },
-                    Err(e) => QueueCompletion {
-                        ticket,
-                        code: {
-                            ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            e.code().as_raw()
-                        },
-                        message: e.message().to_string(),
-                        data: Default::default(),
-                        output,
-                    },
                 };
                 if tx.blocking_send(Ok(completion)).is_err() {
                     break;
@@ -831,6 +820,57 @@ impl Offload for Service {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
+    }
+}
+
+/// One client queue as the server runs it (a gRPC stream's or a same-host
+/// queue's): its device, and whether device code ran since the output was
+/// last collected.
+#[derive(Default)]
+pub(crate) struct ServedQueue {
+    device: Option<u32>,
+    output_due: bool,
+}
+
+impl ServedQueue {
+    /// Run one operation; what the client must hear of it: the completion
+    /// of a ticketed operation or any error, with what device code printed
+    /// since the last completion that said (None for an untracked success).
+    pub(crate) fn complete(&mut self, s: &Session, op: QueueOp) -> Option<QueueCompletion> {
+        let ticket = op.ticket;
+        // Only device code prints: copies, fills and markers add nothing
+        // to collect (collecting costs a flush of every C stream and a
+        // read of each pipe).
+        self.output_due |= matches!(op.op, Some(queue_op::Op::Launch(_)));
+        let result = run_queue_op(s, &mut self.device, op);
+        if ticket == 0 && result.is_ok() {
+            return None;
+        }
+        // What the device code printed comes out before the client's wait
+        // for this operation returns.
+        let output = match std::mem::take(&mut self.output_due) {
+            true => crate::output::take(),
+            false => None,
+        };
+        Some(match result {
+            Ok(data) => QueueCompletion {
+                ticket,
+                code: 0,
+                message: String::new(),
+                data: data.into(),
+                output,
+            },
+            Err(e) => QueueCompletion {
+                ticket,
+                code: {
+                    ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    e.code().as_raw()
+                },
+                message: e.message().to_string(),
+                data: Default::default(),
+                output,
+            },
+        })
     }
 }
 

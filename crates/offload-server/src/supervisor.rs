@@ -20,7 +20,7 @@ use offload_proto::{HelloEvent, WorkerConfig, WorkerReady};
 use prost::Message;
 
 use crate::secret::{random_hex, Hashed};
-use crate::worker::{read_frame, write_frame, CONTROL_FD_ENV, TAG_DATA, TAG_GRPC};
+use crate::worker::{read_frame, write_frame, CONTROL_FD_ENV, TAG_DATA, TAG_GRPC, TAG_LOCAL};
 
 /// How to start a worker: this executable and the arguments that make it
 /// one (`offload serve-worker`).
@@ -143,10 +143,10 @@ impl Worker {
     }
 
     /// Hand a client socket to the worker.
-    fn hand_over(&self, tag: u8, stream: &std::net::TcpStream) -> std::io::Result<()> {
+    fn hand_over(&self, tag: u8, stream: &impl AsRawFd) -> std::io::Result<()> {
         let control = self.control.lock().unwrap_or_else(|e| e.into_inner());
         match control.as_ref() {
-            Some(c) => crate::fdpass::send_fd(c, tag, stream.as_raw_fd()),
+            Some(c) => offload_proto::fdpass::send_fd(c, tag, stream.as_raw_fd()),
             None => Err(std::io::Error::other("session closing")),
         }
     }
@@ -239,7 +239,7 @@ fn receive_output_handles(c: &UnixStream) -> std::io::Result<Option<OutputHandle
     use crate::worker::{TAG_SPOOL, TAG_STDERR, TAG_STDOUT};
     let mut got: [Option<std::os::fd::OwnedFd>; 3] = Default::default();
     for _ in 0..3 {
-        match crate::fdpass::recv_fd(c)? {
+        match offload_proto::fdpass::recv_fd(c)? {
             None => {
                 return Err(std::io::Error::other(
                     "the worker closed its control socket",
@@ -782,6 +782,16 @@ impl Workers {
     /// Hand a bulk-data connection to the session whose data secret is
     /// `secret` (every open session compared, each in constant time).
     pub fn hand_data_connection(&self, secret: &str, stream: &std::net::TcpStream) -> bool {
+        self.hand_by_data_secret(TAG_DATA, secret, stream)
+    }
+
+    /// Hand a same-host queue connection (see [`crate::local`]) to the
+    /// session whose data secret is `secret`.
+    pub fn hand_local_connection(&self, secret: &str, stream: &UnixStream) -> bool {
+        self.hand_by_data_secret(TAG_LOCAL, secret, stream)
+    }
+
+    fn hand_by_data_secret(&self, tag: u8, secret: &str, stream: &impl AsRawFd) -> bool {
         if secret.is_empty() {
             return false;
         }
@@ -793,7 +803,7 @@ impl Workers {
             }
         }
         match found {
-            Some(w) => w.hand_over(TAG_DATA, stream).is_ok(),
+            Some(w) => w.hand_over(tag, stream).is_ok(),
             None => false,
         }
     }

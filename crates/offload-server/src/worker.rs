@@ -9,9 +9,10 @@
 //!
 //! Control socket, after the [`WorkerConfig`] / [`WorkerReady`] exchange:
 //! the supervisor sends client sockets, one per message (see
-//! [`crate::fdpass`]), tagged [`TAG_GRPC`] (a session connection, its
-//! preamble already read) or [`TAG_DATA`] (a bulk-data connection, its
-//! secret line already read and checked).
+//! [`offload_proto::fdpass`]), tagged [`TAG_GRPC`] (a session connection, its
+//! preamble already read), [`TAG_DATA`] (a bulk-data connection, its
+//! secret line already read and checked) or [`TAG_LOCAL`] (a same-host
+//! queue connection, likewise).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -29,6 +30,8 @@ use crate::session::Session;
 pub const TAG_GRPC: u8 = b'g';
 /// Tag of a handed-over bulk-data connection.
 pub const TAG_DATA: u8 = b'd';
+/// Tag of a handed-over same-host queue connection ([`crate::local`]).
+pub const TAG_LOCAL: u8 = b'q';
 /// Tags of the descriptors a worker sends the supervisor at start: its
 /// output spool and the read ends of its stdout and stderr pipes (see
 /// [`crate::output`]).
@@ -94,7 +97,7 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     let handles = crate::output::handles().ok_or("output not captured")?;
     for (tag, fd) in [TAG_SPOOL, TAG_STDOUT, TAG_STDERR].into_iter().zip(handles) {
         use std::os::fd::AsRawFd;
-        crate::fdpass::send_fd(&control, tag, fd.as_raw_fd())
+        offload_proto::fdpass::send_fd(&control, tag, fd.as_raw_fd())
             .map_err(|e| format!("sending the output handles: {e}"))?;
     }
     let idle = std::env::var(IDLE_ENV)
@@ -165,6 +168,8 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     let handle = rt.handle().clone();
     let data_session = session.clone();
     let data_activity = activity.clone();
+    let served_queues = Arc::new(crate::local::Served::default());
+    let local_queues = served_queues.clone();
     let reports = control
         .try_clone()
         .map_err(|e| format!("control socket: {e}"))?;
@@ -179,7 +184,14 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
     std::thread::Builder::new()
         .name("offload-worker-control".into())
         .spawn(move || {
-            receive_connections(&control, &handle, &conns_tx, &data_session, &data_activity);
+            receive_connections(
+                &control,
+                &handle,
+                &conns_tx,
+                &data_session,
+                &data_activity,
+                &local_queues,
+            );
             let _ = closed_tx.send(());
         })
         .map_err(|e| format!("starting the control thread: {e}"))?;
@@ -205,6 +217,10 @@ pub fn run(mut control: UnixStream) -> Result<(), String> {
             .serve_with_incoming_shutdown(incoming, closed)
             .await
     });
+    // Same-host queues finish what their clients sent, as the gRPC calls
+    // in flight did (the supervisor kills this process after the drain
+    // timeout all the same).
+    served_queues.stop(std::time::Duration::from_secs(3600));
     // The last totals, before the supervisor sees the socket close.
     let _ = write_frame(
         &mut last_report,
@@ -241,9 +257,10 @@ fn receive_connections(
     grpc: &tokio::sync::mpsc::Sender<std::io::Result<tokio::net::TcpStream>>,
     session: &Arc<Session>,
     activity: &Activity,
+    served: &Arc<crate::local::Served>,
 ) {
     loop {
-        let (tag, fd) = match crate::fdpass::recv_fd(control) {
+        let (tag, fd) = match offload_proto::fdpass::recv_fd(control) {
             Ok(Some(m)) => m,
             Ok(None) => return,
             Err(e) => {
@@ -251,6 +268,15 @@ fn receive_connections(
                 return;
             }
         };
+        if tag == TAG_LOCAL {
+            serve_local_queue(
+                std::os::unix::net::UnixStream::from(fd),
+                session,
+                activity,
+                served,
+            );
+            continue;
+        }
         let stream = TcpStream::from(fd);
         match tag {
             TAG_GRPC => {
@@ -281,6 +307,28 @@ fn receive_connections(
             }
             other => tracing::warn!(tag = other, "unknown connection tag from the supervisor"),
         }
+    }
+}
+
+/// Serve a same-host queue on its own thread; each operation counts as
+/// the session's activity, as each message of a gRPC queue stream does.
+fn serve_local_queue(
+    stream: std::os::unix::net::UnixStream,
+    session: &Arc<Session>,
+    activity: &Activity,
+    served: &Arc<crate::local::Served>,
+) {
+    let (session, activity, served) = (session.clone(), activity.clone(), served.clone());
+    let spawned = std::thread::Builder::new()
+        .name("offload-local".into())
+        .spawn(move || {
+            let touch = || activity.touch();
+            if let Err(e) = crate::local::serve(stream, &session, || true, &served, touch) {
+                tracing::debug!(error = %e, "same-host queue ended");
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no thread for a same-host queue");
     }
 }
 

@@ -112,6 +112,8 @@ pub struct Connection {
     pub chunk_size: usize,
     /// Bulk-data side channel, when the server offers one.
     pub data: Option<crate::data::DataChannel>,
+    /// Same-host queues, when the server offers them and is on this machine.
+    pub(crate) local: Option<crate::local::LocalQueues>,
     /// The session's queues, for [`crate::queue::fence`].
     pub(crate) queues: std::sync::Mutex<Vec<std::sync::Weak<crate::queue::Shared>>>,
     /// Some queue has handed over a copy unsynced (the fence has work).
@@ -322,6 +324,12 @@ impl Connection {
                     timeout,
                 ),
             };
+            let local = crate::local::LocalQueues::new(
+                &addr_owned,
+                &first.local_queues,
+                &first.data_secret,
+                timeout,
+            );
             Ok(Arc::new(Connection {
                 addr: addr_owned,
                 client,
@@ -333,6 +341,7 @@ impl Connection {
                 signal,
                 timeout,
                 chunk_size: config.remote_chunk_size,
+                local,
                 data,
                 queues: Default::default(),
                 unsynced_copies: AtomicBool::new(false),

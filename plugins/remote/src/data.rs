@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use offload_core::{DevicePtr, Error, ErrorCode, Result};
 
-use offload_proto::data_channel::{write_all_vectored, OP_READ, OP_WRITE};
+use offload_proto::data_channel::{read_status, write_all_vectored, OP_READ, OP_WRITE};
 
 /// Copies at least this large use the side channel.
 pub const MIN_BYTES: usize = 64 << 10;
@@ -139,23 +139,14 @@ impl DataChannel {
 
     /// Read a status; `Ok(Err(..))` is an error the server reported.
     fn status(&self, s: &mut TcpStream) -> std::io::Result<Result<()>> {
-        let mut st = [0u8; 8];
-        s.read_exact(&mut st)?;
-        let code = u32::from_le_bytes(st[0..4].try_into().unwrap());
-        let n = u32::from_le_bytes(st[4..8].try_into().unwrap()) as usize;
-        let mut msg = vec![0u8; n.min(64 << 10)];
-        s.read_exact(&mut msg)?;
+        let (code, msg) = read_status(s)?;
         if code == 0 {
             return Ok(Ok(()));
         }
         let code = ErrorCode::from_raw(code).unwrap_or(ErrorCode::BackendFailure);
         Ok(Err(Error::new(
             code,
-            format!(
-                "remote server {}: {}",
-                self.label,
-                String::from_utf8_lossy(&msg)
-            ),
+            format!("remote server {}: {msg}", self.label),
         )))
     }
 

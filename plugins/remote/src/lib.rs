@@ -19,6 +19,7 @@
 mod connection;
 mod data;
 mod device;
+mod local;
 mod memory;
 mod output;
 mod queue;

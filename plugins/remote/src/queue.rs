@@ -10,11 +10,18 @@ use std::time::Duration;
 use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
 use offload_core::{Error, ErrorCode, Result};
 use offload_forward::request;
-use offload_proto::{queue_op, Empty, QueueOp};
+use offload_proto::local_ring::RingError;
+use offload_proto::prost::Message;
+use offload_proto::{queue_op, Empty, QueueCompletion, QueueOp};
 use tokio::sync::mpsc;
 
 use crate::connection::{io_runtime, rpc_error, Connection};
 use crate::device::{RemoteDevice, RemoteKernel};
+use crate::local::LocalLink;
+
+/// Bytes per message of a copy carried in a same-host queue (its ring
+/// holds 1 MiB).
+const LOCAL_CHUNK: usize = 256 << 10;
 
 #[derive(Default)]
 struct Progress {
@@ -34,11 +41,110 @@ struct Progress {
 pub(crate) struct Shared {
     progress: Mutex<Progress>,
     cv: Condvar,
+    /// The queue's rings when it runs through shared memory: whoever waits
+    /// reads the completions (no reader task in between).
+    local: Option<LocalLink>,
+    spin: Duration,
 }
+
+/// How long a wait sleeps before it looks at the session again.
+const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take in the completions waiting in the rings (local queues only).
+    fn drain(&self, p: &mut Progress, conn: &Connection) {
+        let Some(link) = &self.local else { return };
+        if p.broken.is_some() {
+            return;
+        }
+        let mut message = Vec::new();
+        let mut taken = 0;
+        loop {
+            match link.ring.recv(&mut message) {
+                Ok(true) => match QueueCompletion::decode(message.as_slice()) {
+                    Ok(c) => {
+                        complete(p, c, &conn.addr);
+                        taken += 1;
+                    }
+                    Err(e) => {
+                        p.broken = Some(Error::backend(format!(
+                            "remote server {}: undecodable completion on the same-host queue: {e}",
+                            conn.addr
+                        )));
+                        break;
+                    }
+                },
+                Ok(false) => break,
+                Err(RingError::Closed) => {
+                    p.broken = Some(if conn.is_alive() {
+                        Error::backend(format!(
+                            "remote server {}: the same-host queue was closed by the server",
+                            conn.addr
+                        ))
+                    } else {
+                        conn.gone("queue")
+                    });
+                    break;
+                }
+                Err(e) => {
+                    p.broken = Some(Error::backend(format!("remote server {}: {e}", conn.addr)));
+                    break;
+                }
+            }
+        }
+        if taken > 0 {
+            // Other threads waiting on this queue look at what was taken.
+            link.ring.nudge();
+        }
+    }
+
+    /// Let go of the lock until something may have changed: a completion
+    /// arrived, or a while passed (the caller looks at the session again).
+    fn pause<'a>(
+        &'a self,
+        p: std::sync::MutexGuard<'a, Progress>,
+    ) -> std::sync::MutexGuard<'a, Progress> {
+        match &self.local {
+            None => {
+                self.cv
+                    .wait_timeout(p, CHECK_EVERY)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            Some(link) => {
+                // Read before the lock goes: a drain by another thread
+                // after this point moves it.
+                let seen = link.ring.doorbell();
+                drop(p);
+                link.ring.wait(seen, self.spin, CHECK_EVERY);
+                self.lock()
+            }
+        }
+    }
+}
+
+/// Apply one completion: its output, a read's bytes, its error, its ticket.
+fn complete(p: &mut Progress, c: QueueCompletion, addr: &str) {
+    // Out before the wait for this operation returns.
+    crate::output::emit(c.output.as_ref());
+    if let Some((dst, len)) = p.pending_reads.remove(&c.ticket) {
+        let n = len.min(c.data.len());
+        // SAFETY: the enqueuer keeps `dst` valid until the queue syncs.
+        unsafe { std::ptr::copy_nonoverlapping(c.data.as_ptr(), dst as *mut u8, n) };
+    }
+    if c.code != 0 && p.first_error.is_none() {
+        let code = ErrorCode::from_raw(c.code).unwrap_or(ErrorCode::BackendFailure);
+        p.first_error = Some(Error::new(
+            code,
+            format!("remote server {addr}: {}", c.message),
+        ));
+    }
+    if c.ticket > p.completed {
+        p.completed = c.ticket;
     }
 }
 
@@ -47,7 +153,9 @@ pub struct RemoteQueue {
     /// This queue's number in its session (`Connection::writer`).
     id: u64,
     device: u32,
-    tx: mpsc::UnboundedSender<QueueOp>,
+    /// The gRPC stream's sender; None for a same-host queue
+    /// (`Shared::local`).
+    tx: Option<mpsc::UnboundedSender<QueueOp>>,
     shared: Arc<Shared>,
 }
 
@@ -60,19 +168,40 @@ pub struct RemoteEvent {
 impl RemoteQueue {
     pub fn open(conn: Arc<Connection>, device: u32) -> Result<RemoteQueue> {
         conn.check_alive("create queue")?;
-        let (tx, rx) = mpsc::unbounded_channel::<QueueOp>();
+        let local = conn.local.as_ref().and_then(|l| l.open());
+        let spin = conn.local.as_ref().map(|l| l.spin).unwrap_or_default();
+        let same_host = local.is_some();
         let shared = Arc::new(Shared {
             progress: Mutex::new(Progress::default()),
             cv: Condvar::new(),
+            local,
+            spin,
         });
         conn.queues
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::downgrade(&shared));
+        let id = conn.next_queue.fetch_add(1, Ordering::Relaxed);
+        let tx = match same_host {
+            true => None,
+            false => Some(Self::stream(&conn, &shared)),
+        };
+        Ok(RemoteQueue {
+            conn,
+            id,
+            device,
+            tx,
+            shared,
+        })
+    }
+
+    /// Open the queue's gRPC stream; a task applies its completions.
+    fn stream(conn: &Arc<Connection>, shared: &Arc<Shared>) -> mpsc::UnboundedSender<QueueOp> {
+        let (tx, rx) = mpsc::unbounded_channel::<QueueOp>();
         let mut client = conn.client.clone();
         let sh = shared.clone();
         let addr = conn.addr.clone();
-        let weak = Arc::downgrade(&conn);
+        let weak = Arc::downgrade(conn);
         io_runtime().spawn(async move {
             let lost;
             let mut end = match client
@@ -90,31 +219,7 @@ impl RemoteQueue {
                     loop {
                         match completions.message().await {
                             Ok(Some(c)) => {
-                                // Out before the wait for this operation returns.
-                                crate::output::emit(c.output.as_ref());
-                                let mut p = sh.lock();
-                                if let Some((dst, len)) = p.pending_reads.remove(&c.ticket) {
-                                    let n = len.min(c.data.len());
-                                    // SAFETY: the enqueuer keeps `dst` valid until the queue syncs.
-                                    unsafe {
-                                        std::ptr::copy_nonoverlapping(
-                                            c.data.as_ptr(),
-                                            dst as *mut u8,
-                                            n,
-                                        )
-                                    };
-                                }
-                                if c.code != 0 && p.first_error.is_none() {
-                                    let code = ErrorCode::from_raw(c.code)
-                                        .unwrap_or(ErrorCode::BackendFailure);
-                                    p.first_error = Some(Error::new(
-                                        code,
-                                        format!("remote server {addr}: {}", c.message),
-                                    ));
-                                }
-                                if c.ticket > p.completed {
-                                    p.completed = c.ticket;
-                                }
+                                complete(&mut sh.lock(), c, &addr);
                                 sh.cv.notify_all();
                             }
                             Ok(None) => {
@@ -142,14 +247,7 @@ impl RemoteQueue {
             sh.lock().broken = Some(end);
             sh.cv.notify_all();
         });
-        let id = conn.next_queue.fetch_add(1, Ordering::Relaxed);
-        Ok(RemoteQueue {
-            conn,
-            id,
-            device,
-            tx,
-            shared,
-        })
+        tx
     }
 
     fn send(&self, ticketed: bool, op: queue_op::Op) -> Result<u64> {
@@ -175,12 +273,55 @@ impl RemoteQueue {
     }
 
     fn push(&self, op: QueueOp) -> Result<()> {
-        self.tx.send(op).map_err(|_| {
+        let closed = || {
             Error::backend(format!(
                 "remote server {}: queue stream is closed",
                 self.conn.addr
             ))
-        })
+        };
+        match (&self.tx, &self.shared.local) {
+            (Some(tx), _) => tx.send(op).map_err(|_| closed()),
+            (None, Some(link)) => self.push_local(link, &op.encode_to_vec()),
+            (None, None) => Err(closed()),
+        }
+    }
+
+    /// Put an operation into the rings; while they are full, take in
+    /// completions (the server may be waiting for room to reply).
+    fn push_local(&self, link: &LocalLink, bytes: &[u8]) -> Result<()> {
+        let mut pause = Duration::from_micros(10);
+        loop {
+            match link.ring.send(bytes) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(RingError::Closed) if !self.conn.is_alive() => {
+                    return Err(self.conn.gone("queue"))
+                }
+                Err(e) => {
+                    return Err(Error::backend(format!(
+                        "remote server {}: {e}",
+                        self.conn.addr
+                    )))
+                }
+            }
+            let mut p = self.shared.lock();
+            self.shared.drain(&mut p, &self.conn);
+            if let Some(e) = &p.broken {
+                return Err(e.clone());
+            }
+            drop(p);
+            self.conn.check_alive("queue operation")?;
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    /// Bytes per message of a copy carried in the queue.
+    fn chunk(&self) -> usize {
+        match self.shared.local {
+            Some(_) => self.conn.chunk_size.min(LOCAL_CHUNK),
+            None => self.conn.chunk_size,
+        }
     }
 
     /// A host-to-device copy carried in the stream, in `chunk_size` pieces
@@ -201,7 +342,7 @@ impl RemoteQueue {
         self.conn.check_alive("queue operation")?;
         fence(&self.conn, Some(&self.shared));
         self.writes();
-        let chunk = self.conn.chunk_size;
+        let chunk = self.chunk();
         let mut off = 0;
         while off < size {
             let n = chunk.min(size - off);
@@ -285,13 +426,11 @@ pub(crate) fn fence(conn: &Connection, own: Option<&Arc<Shared>>) {
             continue;
         }
         let mut p = sh.lock();
+        sh.drain(&mut p, conn);
         // A broken stream runs nothing more: there is nothing to order after.
         while p.completed < p.unsynced && p.broken.is_none() && conn.is_alive() {
-            p = sh
-                .cv
-                .wait_timeout(p, Duration::from_millis(100))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            p = sh.pause(p);
+            sh.drain(&mut p, conn);
         }
     }
 }
@@ -300,6 +439,7 @@ pub(crate) fn fence(conn: &Connection, own: Option<&Arc<Shared>>) {
 fn wait(shared: &Shared, conn: &Connection, ticket: u64) -> Result<()> {
     let mut p = shared.lock();
     loop {
+        shared.drain(&mut p, conn);
         if p.completed >= ticket {
             return match p.first_error.take() {
                 Some(e) => Err(e),
@@ -312,11 +452,7 @@ fn wait(shared: &Shared, conn: &Connection, ticket: u64) -> Result<()> {
         if !conn.is_alive() {
             return Err(conn.gone("queue"));
         }
-        p = shared
-            .cv
-            .wait_timeout(p, Duration::from_millis(100))
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
+        p = shared.pause(p);
     }
 }
 
@@ -366,7 +502,7 @@ impl plugin::Queue for RemoteQueue {
         }
         self.conn.check_alive("queue operation")?;
         fence(&self.conn, Some(&self.shared));
-        let chunk = self.conn.chunk_size;
+        let chunk = self.chunk();
         let mut off = 0;
         while off < size {
             let n = chunk.min(size - off);
@@ -458,7 +594,8 @@ impl plugin::Queue for RemoteQueue {
     }
 
     fn is_idle(&self) -> Result<bool> {
-        let p = self.shared.lock();
+        let mut p = self.shared.lock();
+        self.shared.drain(&mut p, &self.conn);
         Ok(p.completed >= p.next_ticket)
     }
 
@@ -480,7 +617,8 @@ impl plugin::Event for RemoteEvent {
         wait(&self.shared, &self.conn, self.ticket)
     }
     fn is_complete(&self) -> Result<bool> {
-        let p = self.shared.lock();
+        let mut p = self.shared.lock();
+        self.shared.drain(&mut p, &self.conn);
         if let Some(e) = &p.broken {
             if p.completed < self.ticket {
                 return Err(e.clone());

@@ -3,7 +3,7 @@
 //! listens, when it cannot be reached, frees racing writes on it).
 
 mod common;
-use common::{client, offload_bin, raw_remote_devices, read, read_into, write, Server};
+use common::{client, offload_bin, raw_remote_devices, read, read_into, write, RawSession, Server};
 
 use std::process::Command;
 use std::sync::Arc;
@@ -231,51 +231,6 @@ fn an_unreachable_data_port_falls_back_to_grpc() {
     dev.free(p).unwrap();
 }
 
-/// A session opened by hand, without the plugin: the Hello stream (the
-/// session lives while it is held), the greeting, and a client on the
-/// session's own connection. Calls carry the credential with [`as_session`].
-struct RawSession {
-    _hello: tonic::Streaming<offload_proto::HelloEvent>,
-    greeting: offload_proto::HelloEvent,
-    client: offload_proto::offload_client::OffloadClient<tonic::transport::Channel>,
-}
-
-impl RawSession {
-    async fn open(addr: &str) -> RawSession {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap();
-        let mut main =
-            offload_proto::offload_client::OffloadClient::new(endpoint.connect().await.unwrap());
-        let mut hello = main
-            .hello(offload_proto::HelloRequest {
-                client: "raw".into(),
-                protocol_version: offload_proto::PROTOCOL_VERSION,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let greeting = hello.message().await.unwrap().unwrap();
-        let channel = offload_plugin_remote::connect_session(&endpoint, &greeting.session)
-            .await
-            .unwrap();
-        RawSession {
-            _hello: hello,
-            greeting,
-            client: offload_proto::offload_client::OffloadClient::new(channel),
-        }
-    }
-
-    fn req<T>(&self, msg: T) -> tonic::Request<T> {
-        as_session(&self.greeting.session, msg)
-    }
-}
-
-fn as_session<T>(credential: &str, msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert(offload_proto::SESSION_HEADER, credential.parse().unwrap());
-    r
-}
-
 /// A data-channel request header (see offload-server's data module).
 fn data_header(op: u32, device: u32, addr: u64, len: usize) -> Vec<u8> {
     let mut h = Vec::with_capacity(offload_proto::data_channel::HEADER_BYTES);
@@ -285,19 +240,6 @@ fn data_header(op: u32, device: u32, addr: u64, len: usize) -> Vec<u8> {
     h.extend_from_slice(&(len as u64).to_le_bytes());
     h.extend_from_slice(&[0; 8]);
     h
-}
-
-/// A data-channel status: (code, message).
-fn data_status(s: &mut impl std::io::Read) -> (u32, String) {
-    let mut st = [0u8; 8];
-    s.read_exact(&mut st).unwrap();
-    let n = u32::from_le_bytes(st[4..8].try_into().unwrap()) as usize;
-    let mut msg = vec![0u8; n];
-    s.read_exact(&mut msg).unwrap();
-    (
-        u32::from_le_bytes(st[0..4].try_into().unwrap()),
-        String::from_utf8_lossy(&msg).into_owned(),
-    )
 }
 
 /// Issue 22 item 8: a free racing a data-channel write must not let the
@@ -340,7 +282,12 @@ fn a_free_waits_for_a_data_channel_write_in_flight() {
         .unwrap();
     // One round trip: the connection is with the session's worker now.
     data.write_all(&data_header(OP_READ, 0, p, 1)).unwrap();
-    assert_eq!(data_status(&mut data).0, 0);
+    assert_eq!(
+        offload_proto::data_channel::read_status(&mut data)
+            .unwrap()
+            .0,
+        0
+    );
     let mut one = [0u8; 1];
     std::io::Read::read_exact(&mut data, &mut one).unwrap();
     // Half of a write of N bytes of 0xEE.
@@ -375,7 +322,7 @@ fn a_free_waits_for_a_data_channel_write_in_flight() {
     }
     // The rest of the write: it lands in the buffer it named.
     data.write_all(&junk[N / 2..]).unwrap();
-    let (code, msg) = data_status(&mut data);
+    let (code, msg) = offload_proto::data_channel::read_status(&mut data).unwrap();
     assert_eq!(code, 0, "the write failed: {msg}");
     io.block_on(async {
         tokio::time::timeout(Duration::from_secs(10), free)

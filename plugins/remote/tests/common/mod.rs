@@ -120,3 +120,48 @@ pub fn exec_remote(server: &Server, exe: &Path) -> Command {
         .env("OFFLOAD_REMOTE_TIMEOUT", "20");
     cmd
 }
+
+/// A session opened by hand, without the plugin: the Hello stream (the
+/// session lives while it is held), the greeting, and a client on the
+/// session's own connection. Calls carry the credential with [`as_session`].
+pub struct RawSession {
+    pub _hello: tonic::Streaming<offload_proto::HelloEvent>,
+    pub greeting: offload_proto::HelloEvent,
+    pub client: offload_proto::offload_client::OffloadClient<tonic::transport::Channel>,
+}
+
+impl RawSession {
+    pub async fn open(addr: &str) -> RawSession {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap();
+        let mut main =
+            offload_proto::offload_client::OffloadClient::new(endpoint.connect().await.unwrap());
+        let mut hello = main
+            .hello(offload_proto::HelloRequest {
+                client: "raw".into(),
+                protocol_version: offload_proto::PROTOCOL_VERSION,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let greeting = hello.message().await.unwrap().unwrap();
+        let channel = offload_plugin_remote::connect_session(&endpoint, &greeting.session)
+            .await
+            .unwrap();
+        RawSession {
+            _hello: hello,
+            greeting,
+            client: offload_proto::offload_client::OffloadClient::new(channel),
+        }
+    }
+
+    pub fn req<T>(&self, msg: T) -> tonic::Request<T> {
+        as_session(&self.greeting.session, msg)
+    }
+}
+
+pub fn as_session<T>(credential: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert(offload_proto::SESSION_HEADER, credential.parse().unwrap());
+    r
+}
