@@ -29,12 +29,18 @@ section clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
 # emulation of blocks, warps, barriers and shared memory on threads.
 section devicertl-emu ./devicertl/emu/run.sh
 section cargo-test cargo test --workspace --no-fail-fast
+# The remote plugin's tests run their queues through shared memory (the
+# server is on loopback); these run the queue, copy and failure tests again
+# with queues over the gRPC stream, as for a server on another machine.
+section remote-grpc-queues env OFFLOAD_REMOTE_LOCAL_QUEUES=0 \
+  cargo test -p offload-plugin-remote --test kernels --test data --test failures
 section light-deps ./scripts/check-light-deps.sh   # an outside crate on offload-runtime's default features: <= 60 crates, builds offline
 # The GPU bundle (scripts/gpu-tests.sh) rehearsed against the fake CUDA
 # driver: built from the debug build above, then run as on a GPU machine
 # (no clang or cargo on PATH). Only its checks count; its timings mean nothing.
 section gpu-rehearsal ./scripts/gpu-tests.sh rehearse
-# OpenMP programs against `offload serve` (loopback, then a network namespace).
+# OpenMP programs against `offload serve` (loopback: same-host queues; then
+# a network namespace: gRPC queues).
 section remote-tests ./scripts/remote-tests.sh
 # The MPI plugin under mpirun: the OpenMP programs on 2 serving ranks,
 # rank-to-rank copies, a killed rank.
