@@ -419,6 +419,12 @@ pub(crate) fn fence(conn: &Connection, own: Option<&Arc<Shared>>) {
     let queues: Vec<Arc<Shared>> = {
         let mut all = conn.queues.lock().unwrap_or_else(|e| e.into_inner());
         all.retain(|q| q.strong_count() > 0);
+        let is_own =
+            |q: &Weak<Shared>| own.is_some_and(|o| std::ptr::eq(q.as_ptr(), Arc::as_ptr(o)));
+        if all.iter().all(is_own) {
+            // The session's only queue: nothing to order after.
+            return;
+        }
         all.iter().filter_map(Weak::upgrade).collect()
     };
     for sh in &queues {
