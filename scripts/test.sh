@@ -32,8 +32,10 @@ section cargo-test cargo test --workspace --no-fail-fast
 # The remote plugin's tests run their queues through shared memory (the
 # server is on loopback); these run the queue, copy and failure tests again
 # with queues over the gRPC stream, as for a server on another machine.
+# (`--workspace`: the binaries cargo-test built, not a rebuild with the
+# plugin's own feature set; only the remote plugin has tests of these names.)
 section remote-grpc-queues env OFFLOAD_REMOTE_LOCAL_QUEUES=0 \
-  cargo test -p offload-plugin-remote --test kernels --test data --test failures
+  cargo test --workspace --test kernels --test data --test failures
 section light-deps ./scripts/check-light-deps.sh   # an outside crate on offload-runtime's default features: <= 60 crates, builds offline
 # The GPU bundle (scripts/gpu-tests.sh) rehearsed against the fake CUDA
 # driver: built from the debug build above, then run as on a GPU machine
