@@ -630,6 +630,51 @@ mod tests {
         );
     }
 
+    /// A peer that scribbles anything anywhere: counters, lengths, message
+    /// bytes, doorbells. The other side's calls return (an error or not),
+    /// never panic, never read or write outside the mapping (the process
+    /// would fault), and the messages it hands out are never longer than
+    /// the ring allows.
+    #[test]
+    fn random_scribbles_by_the_peer_are_survived() {
+        let (client, server) = pair(MIN_RING_BYTES);
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut got = Vec::new();
+        for _ in 0..20_000 {
+            let r = next();
+            let offset = [
+                REQUESTS.tail,
+                REQUESTS.head,
+                replies(MIN_RING_BYTES).tail,
+                replies(MIN_RING_BYTES).head,
+            ][(r % 4) as usize];
+            let value = match (r >> 8) % 4 {
+                0 => next(),
+                1 => next() % (2 * MIN_RING_BYTES as u64),
+                2 => next() & !7,
+                _ => 0,
+            };
+            client.word64(offset).store(value, Ordering::SeqCst);
+            if r % 3 == 0 {
+                let at = (next() as usize) % MIN_RING_BYTES;
+                client.put(REQUESTS, at as u64, &next().to_le_bytes()[..4]);
+            }
+            for _ in 0..4 {
+                if let Ok(true) = server.recv(&mut got) {
+                    assert!(got.len() <= server.max_message());
+                }
+                let _ = server.send(&got[..got.len().min(64)]);
+                let _ = server.readable();
+            }
+        }
+    }
+
     #[test]
     fn memory_that_could_shrink_or_is_not_a_ring_is_refused() {
         // SAFETY: plain calls on a descriptor this test owns.
