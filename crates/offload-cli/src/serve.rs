@@ -29,7 +29,7 @@ pub struct Args {
     data_listen: Option<SocketAddr>,
     /// Do not offer same-host queues: clients on this machine (connecting
     /// over loopback) otherwise run their queues through shared memory,
-    /// not a gRPC stream (offered with the bulk-data channel, so not under TLS).
+    /// not a gRPC stream (also under TLS: nothing of it crosses the network).
     #[arg(long)]
     no_local_queues: bool,
     /// Most sessions (clients) served at once; more are refused with a clear error.

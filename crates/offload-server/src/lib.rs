@@ -194,9 +194,10 @@ pub async fn serve(
         Some(l) => l.local_addr()?.port(),
         None => 0,
     };
-    // Same-host queues, offered with the data channel (they share its
-    // secret): a failure to bind only leaves them out.
-    let local_queues = match data_listener.is_some() && !options.no_local_queues {
+    // Same-host queues (authenticated by the session's data secret; never
+    // on the network, so offered under TLS too): a failure to bind only
+    // leaves them out.
+    let local_queues = match !options.no_local_queues {
         true => match local::bind() {
             Ok(bound) => Some(bound),
             Err(e) => {

@@ -3,8 +3,8 @@
 //!
 //! The server listens on an abstract Unix socket with a random name (in
 //! its network namespace: only processes that can reach the server over
-//! loopback can reach it), offered in the greeting with the bulk-data
-//! channel. A connection starts, as a data connection does, with the
+//! loopback can reach it), offered in the greeting (under TLS too: the
+//! rings never cross the network). A connection starts, as a data connection does, with the
 //! session's `data_secret` and a newline; the supervisor hands it to the
 //! session's worker ([`crate::worker::TAG_LOCAL`]). Then the client sends
 //! one byte with a sealed memfd holding the rings; the server maps it,

@@ -255,7 +255,8 @@ impl Service {
         greeting.protocol_version = PROTOCOL_VERSION;
         greeting.session_connection = true;
         greeting.data_port = self.data_port as u32;
-        greeting.data_secret = if self.data_port != 0 {
+        // The secret authenticates data connections and same-host queues.
+        greeting.data_secret = if self.data_port != 0 || self.local_queues.is_some() {
             data_secret
         } else {
             String::new()
@@ -600,7 +601,7 @@ impl Offload for Service {
         info!(session = %id, client = %hello.client, %peer, "session opened");
         let greeting = HelloEvent {
             data_port: self.data_port as u32,
-            data_secret: if self.data_port != 0 {
+            data_secret: if self.data_port != 0 || self.local_queues.is_some() {
                 session.data_secret.clone()
             } else {
                 String::new()

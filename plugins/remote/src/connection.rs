@@ -314,7 +314,6 @@ impl Connection {
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
             // The credential is `<id>.<secret>`: log only the public id.
             let public_id = first.session.split('.').next().unwrap_or_default();
-            tracing::info!(server = %addr_owned, session = %public_id, devices = first.devices.len(), "remote session opened");
             let data = match first.data_port {
                 0 => None,
                 port => crate::data::DataChannel::new(
@@ -330,6 +329,7 @@ impl Connection {
                 &first.data_secret,
                 timeout,
             );
+            tracing::info!(server = %addr_owned, session = %public_id, devices = first.devices.len(), same_host_queues = local.is_some(), "remote session opened");
             Ok(Arc::new(Connection {
                 addr: addr_owned,
                 client,

@@ -9,7 +9,7 @@ use common::{
 };
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -117,7 +117,7 @@ fn tls_with_a_trusted_certificate() {
     }
     let cert = PathBuf::from(cert);
     let key = PathBuf::from(key);
-    let server = Server::start_with(
+    let server = Server::start_env(
         Some("tls-token"),
         &[
             "--tls-cert",
@@ -125,6 +125,8 @@ fn tls_with_a_trusted_certificate() {
             "--tls-key",
             key.to_str().unwrap(),
         ],
+        2,
+        &[("OFFLOAD_LOG", Path::new("info,offload_server=debug"))],
     );
     let config = Config {
         plugins: Some(vec!["remote".into()]),
@@ -144,6 +146,16 @@ fn tls_with_a_trusted_certificate() {
     write(dev, p, &data).unwrap();
     let back = read(dev, p, n);
     assert!(back == data, "round trip over TLS differs");
+    // Queues still go through shared memory: nothing of it leaves the machine.
+    let queue = offload_core::Queue::new(Some(dev)).unwrap();
+    queue.fill(p, &[0xAB], 64).unwrap();
+    queue.synchronize().unwrap();
+    assert_eq!(read(dev, p, 2), [0xAB, 0xAB]);
+    assert!(
+        server.log().contains("same-host queue opened"),
+        "{}",
+        server.log()
+    );
     // A plain-text client cannot talk to the TLS server.
     let plain = client(&server.addr, Some("tls-token"));
     assert!(plain.devices().is_empty());
