@@ -40,6 +40,20 @@ const MAGIC: u64 = u64::from_le_bytes(*b"OFLDRNG1");
 const VERSION: u32 = 1;
 /// Where the message bytes start (one page of control words before them).
 const DATA_OFFSET: usize = 4096;
+/// How long a waiting side polls before it sleeps, unless
+/// `OFFLOAD_LOCAL_SPIN_US` says otherwise ([`spin_setting`]).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
+
+/// How long waiting sides poll before they sleep: `OFFLOAD_LOCAL_SPIN_US`
+/// (microseconds), else [`DEFAULT_SPIN`]. Read by both ends.
+pub fn spin_setting() -> Duration {
+    std::env::var("OFFLOAD_LOCAL_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_micros)
+        .unwrap_or(DEFAULT_SPIN)
+}
+
 /// How long a waiting side polls without giving up its core.
 const BUSY_POLL: Duration = Duration::from_micros(5);
 /// Bytes of each direction's ring in rings this side creates.
@@ -148,9 +162,13 @@ impl LocalRing {
     /// A new pair of rings in a sealed memfd (client side), and the
     /// descriptor to hand to the server.
     pub fn create(ring_bytes: usize) -> io::Result<(LocalRing, OwnedFd)> {
-        assert!(
-            ring_bytes.is_power_of_two() && (MIN_RING_BYTES..=MAX_RING_BYTES).contains(&ring_bytes)
-        );
+        if !ring_bytes.is_power_of_two() || !(MIN_RING_BYTES..=MAX_RING_BYTES).contains(&ring_bytes)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a queue ring of {ring_bytes} bytes: a power of two from {MIN_RING_BYTES} to {MAX_RING_BYTES} is needed"),
+            ));
+        }
         let total = DATA_OFFSET + 2 * ring_bytes;
         // SAFETY: a NUL-terminated name and valid flags.
         let raw = unsafe {
@@ -576,6 +594,8 @@ mod tests {
         let mut got = Vec::new();
         assert!(server.recv(&mut got).unwrap());
         assert!(client.send(&msg).unwrap(), "room again after one read");
+        assert!(LocalRing::create(3000).is_err(), "not a power of two");
+        assert!(LocalRing::create(MAX_RING_BYTES * 2).is_err(), "too large");
         assert!(matches!(
             client.send(&vec![0; MIN_RING_BYTES]),
             Err(RingError::TooLarge(_))

@@ -30,9 +30,6 @@ use crate::session::Session;
 
 /// Connections that have not yet named their session, at most.
 const MAX_UNAUTHENTICATED: usize = 64;
-/// How long a waiting side spins before it sleeps, unless
-/// `OFFLOAD_LOCAL_SPIN_US` says otherwise.
-const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 /// A sleeping server thread looks at the connection and the session this
 /// often.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -144,14 +141,6 @@ impl Served {
     }
 }
 
-fn spin() -> Duration {
-    std::env::var("OFFLOAD_LOCAL_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_micros)
-        .unwrap_or(DEFAULT_SPIN)
-}
-
 /// Serve one queue for `session` on an authenticated connection: take its
 /// rings, answer, then run its operations until the client closes or
 /// `still_open` says the session is gone.
@@ -224,7 +213,7 @@ fn run(
     touch: &impl Fn(),
     counts: &mut Counts,
 ) -> Result<(), RingError> {
-    let spin = spin();
+    let spin = offload_proto::local_ring::spin_setting();
     let mut queue = crate::service::ServedQueue::default();
     let mut message = Vec::new();
     loop {

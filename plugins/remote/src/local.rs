@@ -17,10 +17,6 @@ use offload_proto::local_ring::{LocalRing, DEFAULT_RING_BYTES};
 /// The byte that carries the ring's descriptor (any byte will do).
 const RING_TAG: u8 = b'r';
 
-/// How long a waiting queue spins before it sleeps, unless
-/// `OFFLOAD_LOCAL_SPIN_US` says otherwise.
-const DEFAULT_SPIN: Duration = Duration::from_micros(100);
-
 /// A server's same-host queue socket, when this client may use it.
 pub struct LocalQueues {
     socket: String,
@@ -60,14 +56,6 @@ fn enabled() -> bool {
     )
 }
 
-pub(crate) fn spin() -> Duration {
-    std::env::var("OFFLOAD_LOCAL_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_micros)
-        .unwrap_or(DEFAULT_SPIN)
-}
-
 impl LocalQueues {
     /// The offer of a server at `server`, if it made one, it is on this
     /// machine, and `OFFLOAD_REMOTE_LOCAL_QUEUES` does not turn them off.
@@ -81,7 +69,7 @@ impl LocalQueues {
             label: server.to_string(),
             timeout,
             failed: AtomicBool::new(false),
-            spin: spin(),
+            spin: offload_proto::local_ring::spin_setting(),
         })
     }
 
@@ -117,9 +105,15 @@ impl LocalQueues {
         stream
             .write_all(format!("{}\n", self.secret).as_bytes())
             .map_err(io)?;
-        offload_proto::fdpass::send_fd(&stream, RING_TAG, fd.as_raw_fd()).map_err(io)?;
+        // A server that refuses the secret answers and closes at once, so
+        // sending the rings may fail: its answer says why better.
+        let sent = offload_proto::fdpass::send_fd(&stream, RING_TAG, fd.as_raw_fd());
         drop(fd);
-        self.status(&mut stream).map_err(io)??;
+        match (sent, self.status(&mut stream)) {
+            (_, Ok(Err(refused))) => return Err(refused),
+            (Err(e), _) | (Ok(()), Err(e)) => return Err(io(e)),
+            (Ok(()), Ok(Ok(()))) => {}
+        }
         Ok(LocalLink {
             ring,
             _stream: stream,

@@ -146,7 +146,9 @@ fn connect(name: &str) -> UnixStream {
 fn offer(name: &str, secret: &str, fd: &impl AsRawFd) -> (UnixStream, (u32, String)) {
     let mut s = connect(name);
     s.write_all(format!("{secret}\n").as_bytes()).unwrap();
-    offload_proto::fdpass::send_fd(&s, b'r', fd.as_raw_fd()).unwrap();
+    // A refusal may close the connection before the descriptor is sent:
+    // the answer is what counts.
+    let _ = offload_proto::fdpass::send_fd(&s, b'r', fd.as_raw_fd());
     let st = offload_proto::data_channel::read_status(&mut s).unwrap();
     (s, st)
 }
