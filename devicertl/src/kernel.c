@@ -56,6 +56,8 @@ KernelLaunchEnvironmentTy *rtl_launch_environment(void) {
 
 bool rtl_is_spmd(void) { return rtl_load32(&kernel()->exec_mode) != OMP_TGT_EXEC_MODE_GENERIC; }
 
+bool rtl_is_frontend_spmd(void) { return rtl_load32(&kernel()->exec_mode) == OMP_TGT_EXEC_MODE_SPMD; }
+
 bool rtl_is_main_thread(void) { return !rtl_is_spmd() && plat_thread_id() == main_thread_id(); }
 
 uint32_t rtl_max_team_threads(void) {
@@ -71,6 +73,7 @@ static void init_team(KernelEnvironmentTy *env, KernelLaunchEnvironmentTy *launc
   rtl_state_init();
   rtl_parallel_init();
   rtl_sync_init();
+  rtl_reduction_init_team();
 }
 
 /* Workers wait for the main thread's parallel regions. Each round is two

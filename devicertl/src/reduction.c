@@ -49,12 +49,22 @@ static uint64_t shuffle_mask(void) {
   return m;
 }
 
+/* Deferred reductions (below) call clang's shuffle-and-reduce callback with
+ * these offsets; real offsets are below the warp size. */
+enum { OFFSET_FOLD = 0x7ffd, OFFSET_STASH = 0x7ffe, LANE_STASH = 0x7fff };
+
+static uint64_t stash_word(uint64_t val, int16_t delta);
+
 RTL_EXPORT RTL_CONVERGENT int32_t __kmpc_shuffle_int32(int32_t val, int16_t delta, int16_t size) {
+  if (delta == OFFSET_FOLD || delta == OFFSET_STASH)
+    return (int32_t)(uint32_t)stash_word((uint32_t)val, delta);
   return plat_shfl_down_i32(shuffle_mask(), val, (uint32_t)(uint16_t)delta,
                             (uint32_t)(uint16_t)size);
 }
 
 RTL_EXPORT RTL_CONVERGENT int64_t __kmpc_shuffle_int64(int64_t val, int16_t delta, int16_t size) {
+  if (delta == OFFSET_FOLD || delta == OFFSET_STASH)
+    return (int64_t)stash_word((uint64_t)val, delta);
   uint64_t mask = shuffle_mask();
   uint32_t d = (uint32_t)(uint16_t)delta, w = (uint32_t)(uint16_t)size;
   uint32_t lo = (uint32_t)plat_shfl_down_i32(mask, (int32_t)(uint32_t)val, d, w);
@@ -101,6 +111,117 @@ RTL_CONVERGENT RTL_ALWAYS_INLINE static void group_reduce(void *data, ShuffleRed
 }
 
 /* ------------------------------------------------------------------------ */
+/* Deferred parallel reductions (SPMD composite loops)                       */
+/* ------------------------------------------------------------------------ */
+
+/* clang-22 compiles `teams distribute parallel for reduction(...)` into a
+ * distribute loop of chunks of block-size iterations with one parallel
+ * region per chunk, and each region ends in
+ * __kmpc_nvptx_parallel_reduce_nowait_v2: a block-wide reduction per
+ * iteration of each thread, more work than the loop itself. In a kernel
+ * the frontend made SPMD, nothing runs between those regions (SPMD is
+ * chosen only when the distribute loop's body is the parallel loop alone),
+ * so nothing can read the team-level variable between chunks, and a thread
+ * may carry its partial value from chunk to chunk and reduce once:
+ *
+ *   - __kmpc_distribute_static_init (chunked schedule) tells every thread
+ *     how many chunks its team runs (rtl_reduction_distribute);
+ *   - each parallel reduction then counts one chunk down. Before the last,
+ *     every thread folds its value into its stash and returns 0: nobody
+ *     combines. In the last, it folds its stash in and the block reduction
+ *     runs as before.
+ *
+ * The stash is read and written through clang's own shuffle-and-reduce
+ * callback, so any type and combiner work: called with OFFSET_FOLD and
+ * algorithm 0 it combines what __kmpc_shuffle_* return, which is then the
+ * stash; called with OFFSET_STASH, algorithm 1 and a lane above the offset
+ * it copies what they return, which is then the value they were given,
+ * after they stored it. Every thread of the region takes the same
+ * decisions: the chunk count and the callback's words are the same in each.
+ * Only regions of the whole block (<= DEFER_MAX_THREADS threads) defer, and
+ * only lists of at most DEFER_WORDS shuffles; others reduce every chunk. */
+enum { DEFER_MAX_THREADS = 128, DEFER_WORDS = 2 };
+#define DEFER_HOLDS 0x80000000u
+
+/* Team: 1 while the kernel's distribute loop defers (the per-thread state
+ * below is valid), written with the same value by every thread. */
+RTL_SHARED static uint32_t red_defer_team;
+/* Per thread, touched only by its own thread: chunks left in the team's
+ * distribute loop, and DEFER_HOLDS when the stash holds a value. */
+RTL_SHARED static uint32_t red_defer_state[DEFER_MAX_THREADS];
+RTL_SHARED static uint8_t red_stash_cursor[DEFER_MAX_THREADS];
+RTL_SHARED static uint64_t red_stash[DEFER_WORDS][DEFER_MAX_THREADS];
+
+static uint32_t load_defer_team(void) {
+#if RTL_DEVICE_TARGET
+  return red_defer_team;
+#else
+  return __atomic_load_n(&red_defer_team, __ATOMIC_RELAXED);
+#endif
+}
+
+static void store_defer_team(uint32_t v) {
+#if RTL_DEVICE_TARGET
+  red_defer_team = v;
+#else
+  __atomic_store_n(&red_defer_team, v, __ATOMIC_RELAXED);
+#endif
+}
+
+void rtl_reduction_init_team(void) { store_defer_team(0); }
+
+void rtl_reduction_distribute(uint64_t team_chunks) {
+  uint32_t tid = plat_thread_id();
+  bool defer = rtl_is_frontend_spmd() && plat_block_size() <= DEFER_MAX_THREADS &&
+               team_chunks < DEFER_HOLDS;
+  uint32_t chunks = defer ? (uint32_t)team_chunks : 0;
+  store_defer_team(defer);
+  if (tid < DEFER_MAX_THREADS)
+    red_defer_state[tid] = chunks;
+}
+
+/* __kmpc_shuffle_* with a reserved offset: the next word of the stash. */
+static uint64_t stash_word(uint64_t val, int16_t delta) {
+  uint32_t tid = plat_thread_id();
+  if (tid >= DEFER_MAX_THREADS)
+    rtl_fatal("reduction: a stash shuffle outside a deferred reduction");
+  uint8_t word = red_stash_cursor[tid];
+  if (word < UINT8_MAX)
+    red_stash_cursor[tid] = word + 1;
+  if (word >= DEFER_WORDS)
+    return val; /* too long to keep: the caller reduces this chunk */
+  if (delta == OFFSET_FOLD)
+    return red_stash[word][tid];
+  red_stash[word][tid] = val;
+  return val;
+}
+
+/* One chunk's reduction; true when the thread's value went into its stash
+ * (the caller returns 0), false when the block must reduce now (the stash,
+ * if any, already folded into `data`). */
+RTL_CONVERGENT RTL_ALWAYS_INLINE static bool defer_chunk(void *data, ShuffleReductFnTy shfl,
+                                                         uint32_t tid) {
+  uint32_t state = red_defer_state[tid];
+  uint32_t left = state & ~DEFER_HOLDS;
+  if (left)
+    left--; /* this chunk */
+  if (state & DEFER_HOLDS) {
+    red_stash_cursor[tid] = 0;
+    shfl(data, 0, OFFSET_FOLD, 0);
+  }
+  if (left) {
+    red_stash_cursor[tid] = 0;
+    shfl(data, LANE_STASH, OFFSET_STASH, 1);
+    if (red_stash_cursor[tid] <= DEFER_WORDS) {
+      red_defer_state[tid] = left | DEFER_HOLDS;
+      return true;
+    }
+  }
+  red_defer_state[tid] = left;
+  return false;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Parallel reduction                                                        */
 /* ------------------------------------------------------------------------ */
 
@@ -115,6 +236,8 @@ RTL_EXPORT RTL_CONVERGENT RTL_ALWAYS_INLINE int32_t __kmpc_nvptx_parallel_reduce
   if (plat_thread_id() != tid)
     rtl_fatal("parallel reduction: OpenMP thread number differs from the hardware thread id");
   uint32_t warp = tid / w, lane = tid % w;
+  if (n == plat_block_size() && load_defer_team() && defer_chunk(reduce_data, shfl, tid))
+    return 0;
 
   /* 1. Within each warp; the last warp of the region may be partial. */
   uint32_t in_warp = min_u32(w, n - warp * w);

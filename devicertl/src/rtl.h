@@ -49,6 +49,9 @@
 /* --- kernel.c: facts of the running kernel ----------------------------- */
 /* True when every thread runs the region (SPMD, generic-SPMD, bare). */
 bool rtl_is_spmd(void);
+/* True for kernels the frontend made SPMD (not generic ones OpenMPOpt
+ * turned into SPMD ones, whose sequential code may run between regions). */
+bool rtl_is_frontend_spmd(void);
 const KernelEnvironmentTy *rtl_kernel_environment(void);
 /* The launch environment the host passed (may be NULL for bare kernels or
  * hosts that pass none). */
@@ -71,6 +74,12 @@ uint32_t rtl_num_teams(void);   /* omp_get_num_teams() */
 /* Synchronise the threads of the innermost parallel region (nothing when it
  * has one thread). */
 RTL_CONVERGENT void rtl_barrier(void);
+
+/* --- reduction.c: deferred parallel reductions ------------------------- */
+void rtl_reduction_init_team(void);
+/* Every thread of a team, from a chunked distribute schedule (increment
+ * 1): how many chunks, so parallel regions, its team's loop runs. */
+void rtl_reduction_distribute(uint64_t team_chunks);
 
 /* --- state.c ------------------------------------------------------------ */
 void *rtl_alloc_shared(uint64_t bytes);

@@ -224,11 +224,22 @@ static void empty_bounds(const ws_space *s, uint64_t *plb, uint64_t *pub) {
   }
 }
 
+/* The chunks clang's distribute loop runs for a team (increment 1): from
+ * its first chunk's lower bound, `stride` at a time, while not past the
+ * loop's last value. Never more than it runs: a count too high would make
+ * a deferred reduction wait for a chunk that never comes. */
+static uint64_t team_chunks(ws_type t, uint64_t first, uint64_t last, int64_t stride) {
+  if (stride <= 0)
+    return 0;
+  bool past = t.is_signed ? (int64_t)first > (int64_t)last : first > last;
+  return past ? 0 : (last - first) / (uint64_t)stride + 1;
+}
+
 /* The common part of every __kmpc_{for,distribute}_static_init_*. */
 static void static_init(ws_type t, int32_t sched, int32_t *plast, uint64_t *plb, uint64_t *pub,
                         int64_t *pstride, int64_t incr, int64_t chunk) {
   ws_space s = space_make(t, *plb, *pub, incr);
-  uint64_t id, n, c = 0;
+  uint64_t global_ub = *pub, id, n, c = 0;
   bool chunked = false;
   uint32_t nthreads = rtl_num_threads(), tid = rtl_thread_num();
   if (nthreads == 0)
@@ -274,9 +285,15 @@ static void static_init(ws_type t, int32_t sched, int32_t *plast, uint64_t *plb,
   if (n == 0)
     n = 1;
 
+  /* The chunks of clang's composite `distribute parallel for` (reduction.c
+   * lets a thread reduce once for all of them). */
+  bool composite_chunks =
+      sched_base(sched) == KMP_SCHED_DISTR_STATIC_CHUNKED && chunked && s.incr == 1;
   if (s.empty) { /* bounds already describe an empty loop */
     *plast = 0;
     *pstride = stride_value(1, s.incr, t.bits);
+    if (composite_chunks)
+      rtl_reduction_distribute(0);
     return;
   }
   ws_range r = {false, false, 0, 0};
@@ -291,6 +308,8 @@ static void static_init(ws_type t, int32_t sched, int32_t *plast, uint64_t *plb,
   }
   *pstride = chunked ? stride_value(sat_mul(c, n), s.incr, t.bits)
                      : stride_value(space_trip(&s), s.incr, t.bits);
+  if (composite_chunks)
+    rtl_reduction_distribute(r.has ? team_chunks(t, *plb, global_ub, *pstride) : 0);
 }
 
 /* Typed wrappers: widen, run static_init, narrow (exact: results lie in the

@@ -37,6 +37,14 @@ void rtl_fatal(const char *what) {
   fprintf(stderr, "rtl_fatal: %s\n", what);
   abort();
 }
+/* What distribute_static_init told the reductions: the chunks this team's
+ * loop runs (checked against the loop test_dpf runs). */
+static _Thread_local uint64_t t_team_chunks;
+static _Thread_local int t_team_chunks_calls;
+void rtl_reduction_distribute(uint64_t team_chunks) {
+  t_team_chunks = team_chunks;
+  t_team_chunks_calls++;
+}
 static uint32_t g_run_kind = 1; static int32_t g_run_chunk = 0;
 void rtl_run_schedule(uint32_t *kind, int32_t *chunk) {
   *kind = g_run_kind;
@@ -256,9 +264,13 @@ static void test_dpf(int t, wide lb, wide ub, int64_t dchunk, uint32_t nthreads,
   int nlast = 0, last_owner = -1;
   for (uint32_t tm = 0; tm < nteams; tm++) {
     t_team = tm; t_nteams = nteams; t_tid = 0; t_nthreads = 1;
+    t_team_chunks_calls = 0;
     sres d = call_static(true, t, 91, lb, ub, 1, dchunk);
+    if (t_team_chunks_calls != 1)
+      fail("distribute init did not report its chunk count once");
+    uint64_t reported = t_team_chunks, ran = 0;
     wide dlb = d.lb, dub = d.ub < ub ? d.ub : ub;
-    for (long guard = 0; dlb <= ub; guard++) {
+    for (long guard = 0; dlb <= ub; guard++, ran++) {
       if (guard > 1000000) { fail("distribute loop does not end"); break; }
       for (uint32_t th = 0; th < nthreads; th++) {
         t_tid = th; t_nthreads = nthreads;
@@ -280,6 +292,15 @@ static void test_dpf(int t, wide lb, wide ub, int64_t dchunk, uint32_t nthreads,
       dlb += d.st;
       dub = dub + d.st < ub ? dub + d.st : ub;
       if (d.st <= 0) { fail("bad distribute stride"); break; }
+    }
+    /* More than it runs would strand a deferred reduction's values. (An
+     * unsigned loop "to -1" reaches the runtime as the type's whole range;
+     * clang never calls it for an empty loop.) */
+    if (ub >= tmin(t) && reported != ran) {
+      char m[96];
+      snprintf(m, sizeof m, "team %u: %llu chunks reported, %llu run", tm,
+               (unsigned long long)reported, (unsigned long long)ran);
+      fail(m);
     }
   }
   check_cover(&L, nlast, last_owner);

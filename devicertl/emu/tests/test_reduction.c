@@ -14,6 +14,7 @@
 #include "omp_shapes.h"
 
 #include <limits.h>
+#include <pthread.h>
 
 /* clang: `weak addrspace(3) global [32 x i32]` ([64 x i32] on amdgcn). */
 __attribute__((weak)) volatile int32_t __openmp_nvptx_data_transfer_temporary_storage[64];
@@ -405,6 +406,197 @@ static void run_teams(int generic, int k, uint32_t teams, uint32_t threads, uint
   tf_end();
 }
 
+/* --- `teams distribute parallel for reduction(...)` as clang-22 emits it --- */
+/* SPMD: every thread runs the distribute loop (schedule 91, chunk = block
+ * size); per chunk, a parallel region runs the inner loop (schedule 33,
+ * chunk 1) over the chunk and ends in the parallel reduction, whose thread
+ * with 1 combines into its own team-level copy; after the loop, thread 0's
+ * copy is the team's value (here added to the result directly: the teams
+ * reduction is tested above). The runtime may defer the parallel reduction
+ * to the team's last chunk (reduction.c): then it returns 1 once per team,
+ * else once per chunk; the tests check which happened. */
+
+/* A third kind for these tests only: three sums of doubles, more shuffles
+ * than a deferred reduction keeps. */
+enum { K_SUM3 = 3 };
+static void red_sum3(void **lhs, void **rhs) {
+  for (int i = 0; i < 3; i++)
+    ((double *)lhs[0])[i] += ((double *)rhs[0])[i];
+}
+static void sar_sum3(void *rl_, int16_t lane, int16_t off, int16_t algo) {
+  void **rl = rl_;
+  double remote[3];
+  void *remote_list[1] = {remote};
+  for (int i = 0; i < 3; i++) {
+    int64_t v;
+    memcpy(&v, (double *)rl[0] + i, 8);
+    int64_t r = __kmpc_shuffle_int64(v, off, (int16_t)__kmpc_get_warp_size());
+    memcpy(&remote[i], &r, 8);
+  }
+  if (sar_do_reduce(lane, off, algo))
+    red_sum3(rl, remote_list);
+  if (sar_do_copy(lane, off, algo))
+    memcpy(rl[0], remote, sizeof remote);
+}
+#define DEFINE_IWC3(W, LOG)                                                                    \
+  static void iwc_sum3_##W(void *rl_, int32_t warp_num) {                                      \
+    void **rl = rl_;                                                                           \
+    int32_t tid = __kmpc_get_hardware_thread_id_in_block();                                    \
+    int32_t lane = __kmpc_get_hardware_thread_id_in_block() & (W - 1);                         \
+    int32_t warp = __kmpc_get_hardware_thread_id_in_block() >> LOG;                            \
+    for (int i = 0; i < 6; i++)                                                                \
+      IWC_WORD(W, LOG, (int32_t *)rl[0] + i);                                                  \
+  }
+DEFINE_IWC3(32, 5)
+DEFINE_IWC3(64, 6)
+
+static int64_t dpf_n;                      /* iterations */
+static KernelEnvironmentTy *dpf_env;       /* SPMD or generic-SPMD */
+static int32_t dpf_ones[64];               /* per team: parallel reductions that returned 1 */
+static double dpf_s, dpf_s3[3];            /* results (under dpf_lock) */
+static int dpf_m;
+static pthread_mutex_t dpf_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double it_d(int64_t i) { return (double)(i % 1000) * 0.25 + 1; }
+static int it_i(int64_t i) { return (int)((i * 7919) % 100003) - 50000; }
+
+typedef struct dpf_team {
+  double s, s3[3];
+  int m;
+} dpf_team;
+
+static void dpf_region(int32_t *gtid, int32_t *btid, void *lb_, void *ub_, dpf_team *team) {
+  (void)btid;
+  int64_t lb = (int64_t)(intptr_t)lb_, ub = (int64_t)(intptr_t)ub_, st = 1;
+  int32_t last = 0;
+  double ls = 0, ls3[3] = {0, 0, 0};
+  int lm = INT_MIN;
+  __kmpc_for_static_init_8(&loc_for, *gtid, 33, &last, &lb, &ub, &st, 1, 1);
+  for (int64_t i = lb; i <= (int64_t)(intptr_t)ub_; i += st) {
+    ls += it_d(i);
+    lm = it_i(i) > lm ? it_i(i) : lm;
+    for (int j = 0; j < 3; j++)
+      ls3[j] += it_d(i) * (j + 1);
+  }
+  __kmpc_for_static_fini(&loc_for, *gtid);
+  void *list[2] = {ls3, NULL};
+  int r;
+  if (kind == K_SUM3) {
+    r = __kmpc_nvptx_parallel_reduce_nowait_v2(&loc, 24, list, sar_sum3,
+                                               warp_size == 64 ? iwc_sum3_64 : iwc_sum3_32);
+  } else {
+    reduce_parallel(&ls, &lm, *gtid, &r);
+  }
+  if (r == 1) {
+    __atomic_fetch_add(&dpf_ones[omp_get_team_num()], 1, __ATOMIC_RELAXED);
+    if (omp_get_thread_num() != 0)
+      __atomic_fetch_add(&one_not_t0, 1, __ATOMIC_RELAXED);
+    team->s += ls;
+    team->m = lm > team->m ? lm : team->m;
+    for (int j = 0; j < 3; j++)
+      team->s3[j] += ls3[j];
+  }
+}
+
+static void k_dpf(KernelLaunchEnvironmentTy *dyn_ptr) {
+  if (__kmpc_target_init(dpf_env, dyn_ptr) != -1)
+    return;
+  int32_t gtid = __kmpc_global_thread_num(&loc);
+  dpf_team team = {0, {0, 0, 0}, INT_MIN}; /* each SPMD thread's own copy */
+  int64_t n = dpf_n, lb = 0, ub = n - 1, st = 1;
+  int32_t last = 0;
+  int64_t block = (int64_t)__kmpc_get_hardware_num_threads_in_block();
+  __kmpc_distribute_static_init_8(&loc_dist, gtid, 91, &last, &lb, &ub, &st, 1, block);
+  ub = ub < n - 1 ? ub : n - 1;
+  for (; lb < n; lb += st, ub = ub + st < n - 1 ? ub + st : n - 1) {
+    void *args[3] = {(void *)(intptr_t)lb, (void *)(intptr_t)ub, &team};
+    __kmpc_parallel_60(&loc, gtid, 1, -1, -1, (void *)dpf_region, NULL, args, 3, 0);
+  }
+  __kmpc_distribute_static_fini(&loc_dist, gtid);
+  if (__kmpc_get_hardware_thread_id_in_block() == 0) {
+    pthread_mutex_lock(&dpf_lock);
+    dpf_s += team.s;
+    dpf_m = team.m > dpf_m ? team.m : dpf_m;
+    for (int j = 0; j < 3; j++)
+      dpf_s3[j] += team.s3[j];
+    pthread_mutex_unlock(&dpf_lock);
+  }
+  __kmpc_target_deinit();
+}
+static void e_dpf(void *dyn, void **args) {
+  (void)args;
+  k_dpf(dyn);
+}
+
+/* expect_defer: the runtime should reduce once per team (else per chunk). */
+static void run_composite(int generic_spmd, int k, int64_t n, uint32_t teams, uint32_t threads,
+                          uint32_t warp, int expect_defer) {
+  kind = k;
+  warp_size = warp;
+  dpf_n = n;
+  dpf_env = generic_spmd ? &env_generic_spmd : &env_spmd;
+  dpf_s = 0;
+  dpf_m = INT_MIN;
+  memset(dpf_s3, 0, sizeof dpf_s3);
+  memset(dpf_ones, 0, sizeof dpf_ones);
+  one_not_t0 = 0;
+  tf_begin("distribute parallel for reduction (%s), %s, %lld iterations, %u teams x %u threads, "
+           "warp %u",
+           k == K_SUM3 ? "three sums" : kind_name[k], generic_spmd ? "generic-SPMD" : "SPMD",
+           (long long)n, teams, threads, warp);
+  env_set(dpf_env, (int32_t)threads, (int32_t)teams, 0, 0);
+  memset(&launch_env, 0, sizeof launch_env);
+  tf_launch(teams, threads, warp, 0, e_dpf, &launch_env, NULL);
+  double s = 0, s3[3] = {0, 0, 0};
+  int m = INT_MIN;
+  for (int64_t i = 0; i < n; i++) {
+    s += it_d(i);
+    m = it_i(i) > m ? it_i(i) : m;
+    for (int j = 0; j < 3; j++)
+      s3[j] += it_d(i) * (j + 1);
+  }
+  if (k == K_SUM3) {
+    for (int j = 0; j < 3; j++)
+      CHECK_MSG(dpf_s3[j] == s3[j], "sum %d: %.17g, want %.17g", j, dpf_s3[j], s3[j]);
+  } else {
+    if (k != K_MAX_I)
+      CHECK_MSG(dpf_s == s, "sum %.17g, want %.17g", dpf_s, s);
+    if (k != K_SUM_D)
+      CHECK_MSG(dpf_m == m, "max %d, want %d", dpf_m, m);
+  }
+  CHECK_EQ(one_not_t0, 0);
+  /* Chunks of `threads` iterations dealt round robin over the teams. */
+  int64_t chunks = (n + threads - 1) / threads;
+  for (uint32_t t = 0; t < teams; t++) {
+    int64_t mine = chunks > t ? (chunks - t + teams - 1) / teams : 0;
+    int64_t want = threads == 1 ? mine : expect_defer ? (mine > 0) : mine;
+    CHECK_MSG(dpf_ones[t] == want, "team %u (%lld chunks): the reduction returned 1 %d times, want %lld",
+              t, (long long)mine, dpf_ones[t], (long long)want);
+  }
+  tf_end();
+}
+
+static void composite_tests(int quick) {
+  /* (iterations, teams, threads, warp) */
+  static const int64_t shapes[][4] = {{1000, 3, 32, 32}, {1000, 3, 33, 32}, {4096, 4, 128, 32},
+                                      {777, 2, 100, 64}, {130, 5, 64, 64},  {5, 3, 32, 32},
+                                      {0, 2, 32, 32},    {64, 1, 1, 32},    {2000, 2, 5, 32}};
+  for (int k = 0; k < 4; k++)
+    for (unsigned s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+      if (quick && k != K_BOTH && k != K_SUM3 && s != 1)
+        continue;
+      uint32_t threads = (uint32_t)shapes[s][2];
+      run_composite(0, k, shapes[s][0], (uint32_t)shapes[s][1], threads, (uint32_t)shapes[s][3],
+                    k != K_SUM3);
+    }
+  /* Not deferred: kernels OpenMPOpt made SPMD, and teams above 128 threads. */
+  run_composite(1, K_SUM_D, 1000, 3, 32, 32, 0);
+  run_composite(1, K_BOTH, 1000, 2, 64, 64, 0);
+  run_composite(0, K_SUM_D, 2000, 2, 129, 32, 0);
+  if (!quick)
+    run_composite(0, K_BOTH, 3000, 2, 256, 64, 0);
+}
+
 /* __kmpc_reduction_get_fixed_buffer returns the launch's buffer. */
 static void *fixed_seen[4];
 static void k_fixed(KernelLaunchEnvironmentTy *dyn_ptr) {
@@ -462,5 +654,6 @@ int main(int argc, char **argv) {
           continue;
         run_teams(generic, k, tshapes[s][0], tshapes[s][1], tshapes[s][2], tshapes[s][3]);
       }
+  composite_tests(quick);
   return tf_summary();
 }
