@@ -143,41 +143,54 @@ RTL_CONVERGENT RTL_ALWAYS_INLINE static void group_reduce(void *data, ShuffleRed
 enum { DEFER_MAX_THREADS = 128, DEFER_WORDS = 2 };
 #define DEFER_HOLDS 0x80000000u
 
-/* Team: 1 while the kernel's distribute loop defers (the per-thread state
- * below is valid), written with the same value by every thread. */
-RTL_SHARED static uint32_t red_defer_team;
+/* Team: whether the kernel's distribute loop defers (the per-thread state
+ * below is valid) and the team's chunks, written with the same values by
+ * every thread. */
+typedef struct DeferTeam {
+  uint64_t first, last;
+  int64_t stride;
+  uint32_t defer, is_signed;
+} DeferTeam;
+RTL_SHARED static DeferTeam red_defer_team;
 /* Per thread, touched only by its own thread: chunks left in the team's
- * distribute loop, and DEFER_HOLDS when the stash holds a value. */
+ * distribute loop (DEFER_UNCOUNTED until its first reduction counts them),
+ * and DEFER_HOLDS when the stash holds a value. */
 RTL_SHARED static uint32_t red_defer_state[DEFER_MAX_THREADS];
 RTL_SHARED static uint8_t red_stash_cursor[DEFER_MAX_THREADS];
 RTL_SHARED static uint64_t red_stash[DEFER_WORDS][DEFER_MAX_THREADS];
+#define DEFER_UNCOUNTED 0x7fffffffu
 
-static uint32_t load_defer_team(void) {
 #if RTL_DEVICE_TARGET
-  return red_defer_team;
+#define TEAM_STORE(field, v) (red_defer_team.field = (v))
+#define TEAM_LOAD(field) (red_defer_team.field)
 #else
-  return __atomic_load_n(&red_defer_team, __ATOMIC_RELAXED);
+#define TEAM_STORE(field, v) __atomic_store_n(&red_defer_team.field, (v), __ATOMIC_RELAXED)
+#define TEAM_LOAD(field) __atomic_load_n(&red_defer_team.field, __ATOMIC_RELAXED)
 #endif
-}
 
-static void store_defer_team(uint32_t v) {
-#if RTL_DEVICE_TARGET
-  red_defer_team = v;
-#else
-  __atomic_store_n(&red_defer_team, v, __ATOMIC_RELAXED);
-#endif
-}
+void rtl_reduction_init_team(void) { TEAM_STORE(defer, 0u); }
 
-void rtl_reduction_init_team(void) { store_defer_team(0); }
-
-void rtl_reduction_distribute(uint64_t team_chunks) {
+void rtl_reduction_distribute(bool has_chunk, uint64_t first, uint64_t last, int64_t stride,
+                              bool is_signed) {
   uint32_t tid = plat_thread_id();
-  bool defer = rtl_is_frontend_spmd() && plat_block_size() <= DEFER_MAX_THREADS &&
-               team_chunks < DEFER_HOLDS;
-  uint32_t chunks = defer ? (uint32_t)team_chunks : 0;
-  store_defer_team(defer);
+  bool defer = rtl_is_frontend_spmd() && plat_block_size() <= DEFER_MAX_THREADS;
+  TEAM_STORE(first, first);
+  TEAM_STORE(last, last);
+  TEAM_STORE(stride, stride);
+  TEAM_STORE(is_signed, (uint32_t)is_signed);
+  TEAM_STORE(defer, (uint32_t)defer);
   if (tid < DEFER_MAX_THREADS)
-    red_defer_state[tid] = chunks;
+    red_defer_state[tid] = defer && has_chunk ? DEFER_UNCOUNTED : 0;
+}
+
+/* The thread's chunks left, counted on its first reduction of the loop. */
+static uint32_t defer_state(uint32_t tid) {
+  uint32_t state = red_defer_state[tid];
+  if (state != DEFER_UNCOUNTED)
+    return state;
+  uint64_t chunks = rtl_loop_chunks(TEAM_LOAD(first), TEAM_LOAD(last), TEAM_LOAD(stride),
+                                    TEAM_LOAD(is_signed));
+  return chunks < DEFER_UNCOUNTED ? (uint32_t)chunks : 0;
 }
 
 /* __kmpc_shuffle_* with a reserved offset: the next word of the stash. */
@@ -201,7 +214,7 @@ static uint64_t stash_word(uint64_t val, int16_t delta) {
  * if any, already folded into `data`). */
 RTL_CONVERGENT RTL_ALWAYS_INLINE static bool defer_chunk(void *data, ShuffleReductFnTy shfl,
                                                          uint32_t tid) {
-  uint32_t state = red_defer_state[tid];
+  uint32_t state = defer_state(tid);
   uint32_t left = state & ~DEFER_HOLDS;
   if (left)
     left--; /* this chunk */
@@ -236,7 +249,7 @@ RTL_EXPORT RTL_CONVERGENT RTL_ALWAYS_INLINE int32_t __kmpc_nvptx_parallel_reduce
   if (plat_thread_id() != tid)
     rtl_fatal("parallel reduction: OpenMP thread number differs from the hardware thread id");
   uint32_t warp = tid / w, lane = tid % w;
-  if (n == plat_block_size() && load_defer_team() && defer_chunk(reduce_data, shfl, tid))
+  if (n == plat_block_size() && TEAM_LOAD(defer) && defer_chunk(reduce_data, shfl, tid))
     return 0;
 
   /* 1. Within each warp; the last warp of the region may be partial. */

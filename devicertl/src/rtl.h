@@ -78,8 +78,16 @@ RTL_CONVERGENT void rtl_barrier(void);
 /* --- reduction.c: deferred parallel reductions ------------------------- */
 void rtl_reduction_init_team(void);
 /* Every thread of a team, from a chunked distribute schedule (increment
- * 1): how many chunks, so parallel regions, its team's loop runs. */
-void rtl_reduction_distribute(uint64_t team_chunks);
+ * 1): the team's first chunk (if it has one), the loop's last iteration
+ * and the stride from chunk to chunk (rtl_loop_chunks counts them, when a
+ * reduction first needs it: a 64-bit division). */
+void rtl_reduction_distribute(bool has_chunk, uint64_t first, uint64_t last, int64_t stride,
+                              bool is_signed);
+
+/* --- workshare.c -------------------------------------------------------- */
+/* The chunks clang's distribute loop runs from `first`, `stride` at a
+ * time, while not past `last`. */
+uint64_t rtl_loop_chunks(uint64_t first, uint64_t last, int64_t stride, bool is_signed);
 
 /* --- state.c ------------------------------------------------------------ */
 void *rtl_alloc_shared(uint64_t bytes);

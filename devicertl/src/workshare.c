@@ -228,10 +228,10 @@ static void empty_bounds(const ws_space *s, uint64_t *plb, uint64_t *pub) {
  * its first chunk's lower bound, `stride` at a time, while not past the
  * loop's last value. Never more than it runs: a count too high would make
  * a deferred reduction wait for a chunk that never comes. */
-static uint64_t team_chunks(ws_type t, uint64_t first, uint64_t last, int64_t stride) {
+uint64_t rtl_loop_chunks(uint64_t first, uint64_t last, int64_t stride, bool is_signed) {
   if (stride <= 0)
     return 0;
-  bool past = t.is_signed ? (int64_t)first > (int64_t)last : first > last;
+  bool past = is_signed ? (int64_t)first > (int64_t)last : first > last;
   return past ? 0 : (last - first) / (uint64_t)stride + 1;
 }
 
@@ -293,7 +293,7 @@ static void static_init(ws_type t, int32_t sched, int32_t *plast, uint64_t *plb,
     *plast = 0;
     *pstride = stride_value(1, s.incr, t.bits);
     if (composite_chunks)
-      rtl_reduction_distribute(0);
+      rtl_reduction_distribute(false, 0, 0, 0, t.is_signed);
     return;
   }
   ws_range r = {false, false, 0, 0};
@@ -309,7 +309,7 @@ static void static_init(ws_type t, int32_t sched, int32_t *plast, uint64_t *plb,
   *pstride = chunked ? stride_value(sat_mul(c, n), s.incr, t.bits)
                      : stride_value(space_trip(&s), s.incr, t.bits);
   if (composite_chunks)
-    rtl_reduction_distribute(r.has ? team_chunks(t, *plb, global_ub, *pstride) : 0);
+    rtl_reduction_distribute(r.has, *plb, global_ub, *pstride, t.is_signed);
 }
 
 /* Typed wrappers: widen, run static_init, narrow (exact: results lie in the

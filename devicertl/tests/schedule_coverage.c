@@ -41,8 +41,9 @@ void rtl_fatal(const char *what) {
  * loop runs (checked against the loop test_dpf runs). */
 static _Thread_local uint64_t t_team_chunks;
 static _Thread_local int t_team_chunks_calls;
-void rtl_reduction_distribute(uint64_t team_chunks) {
-  t_team_chunks = team_chunks;
+void rtl_reduction_distribute(bool has_chunk, uint64_t first, uint64_t last, int64_t stride,
+                              bool is_signed) {
+  t_team_chunks = has_chunk ? rtl_loop_chunks(first, last, stride, is_signed) : 0;
   t_team_chunks_calls++;
 }
 static uint32_t g_run_kind = 1; static int32_t g_run_chunk = 0;

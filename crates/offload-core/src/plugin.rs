@@ -409,6 +409,13 @@ pub trait Kernel: Send + Sync + AsAny {
     fn openmp(&self) -> Option<crate::launch::OpenMpKernel> {
         None
     }
+    /// How many groups of `group_size` work-items, each with
+    /// `dyn_group_memory` bytes of dynamic group memory, the whole device
+    /// runs at once (the vendor's occupancy calculator); `None`: unknown.
+    /// A long OpenMP loop gets that many teams ([`crate::launch`]).
+    fn resident_groups(&self, _group_size: u32, _dyn_group_memory: u32) -> Option<u32> {
+        None
+    }
     /// What the plugin would refuse about a launch of this kernel with
     /// `args` and `config` (already resolved), checked when the launch is
     /// enqueued so that the caller gets the error at once rather than from

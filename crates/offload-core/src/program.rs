@@ -118,14 +118,18 @@ impl Kernel {
     /// kernel's execution mode; `None` for kernels launched as given.
     pub fn launch_plan(&self, config: &LaunchConfig) -> Option<(LaunchConfig, ExecMode)> {
         let omp = self.openmp.as_ref()?;
-        Some((omp.resolve(self.device().launch_tuning(), config), omp.mode))
+        Some((self.resolve_openmp(omp, config), omp.mode))
+    }
+    fn resolve_openmp(&self, omp: &OpenMpKernel, config: &LaunchConfig) -> LaunchConfig {
+        let resident = |threads, dyn_memory| self.raw.resident_groups(threads, dyn_memory);
+        omp.resolve_with(self.device().launch_tuning(), config, &resident)
     }
     /// What the plugin launches for `config` (see [`Kernel::launch_plan`]).
     #[inline]
     pub(crate) fn resolve(&self, config: &LaunchConfig) -> LaunchConfig {
         match &self.openmp {
             None => *config,
-            Some(omp) => omp.resolve(self.device().launch_tuning(), config),
+            Some(omp) => self.resolve_openmp(omp, config),
         }
     }
     #[inline]

@@ -1,7 +1,7 @@
 //! A kernel: a `CUfunction` of a loaded module.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use offload_core::launch::{GridValues, OpenMpKernel};
 use offload_core::openmp_env::{
@@ -18,6 +18,9 @@ pub const DEFAULT_GROUP_SIZE: u32 = 128;
 /// Dynamic shared memory a launch gets without opting in.
 pub const DEFAULT_DYNAMIC_SHARED: u32 = 48 * 1024;
 
+/// (block, dynamic shared memory) -> blocks the GPU runs at once.
+type ResidentAnswer = ((u32, u32), Option<u32>);
+
 pub struct CudaKernel {
     pub(crate) name: String,
     function: usize,
@@ -32,6 +35,10 @@ pub struct CudaKernel {
     /// For an OpenMP kernel: its mode and this GPU's grid values, from
     /// which the core picks launch sizes, and its teams-reduction buffer.
     pub(crate) openmp: Option<OpenMpKernel>,
+    /// The GPU's multiprocessors (for [`plugin::Kernel::resident_groups`]).
+    multiprocessors: u32,
+    /// Answers of the occupancy calculator. Launches ask with few sizes.
+    resident: Mutex<Vec<ResidentAnswer>>,
 }
 
 impl CudaKernel {
@@ -51,7 +58,13 @@ impl CudaKernel {
         let max_threads = attribute(sys::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?.max(1) as u32;
         let shared = attribute(sys::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?;
         let openmp = openmp_kernel(&module, name, max_threads)?;
+        let multiprocessors = module
+            .gpu
+            .attribute(sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            .max(0) as u32;
         Ok(CudaKernel {
+            multiprocessors,
+            resident: Mutex::new(Vec::new()),
             name: name.to_string(),
             function: function as usize,
             module,
@@ -117,6 +130,41 @@ impl plugin::Kernel for CudaKernel {
 
     fn openmp(&self) -> Option<OpenMpKernel> {
         self.openmp
+    }
+
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessor` x multiprocessors,
+    /// asked once per size.
+    fn resident_groups(&self, group_size: u32, dyn_group_memory: u32) -> Option<u32> {
+        let key = (group_size, dyn_group_memory);
+        let mut cache = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(_, answer)) = cache.iter().find(|(k, _)| *k == key) {
+            return answer;
+        }
+        let answer = self.occupancy(group_size, dyn_group_memory);
+        cache.push((key, answer));
+        answer
+    }
+}
+
+impl CudaKernel {
+    fn occupancy(&self, group_size: u32, dyn_group_memory: u32) -> Option<u32> {
+        let query = self
+            .module
+            .gpu
+            .driver
+            .cuOccupancyMaxActiveBlocksPerMultiprocessor?;
+        let (mut blocks, f) = (0, self.raw());
+        // SAFETY: writes one int for a valid function.
+        let r = self
+            .module
+            .gpu
+            .call("cuOccupancyMaxActiveBlocksPerMultiprocessor", |_| unsafe {
+                query(&mut blocks, f, group_size as i32, dyn_group_memory as usize)
+            });
+        match r {
+            Ok(()) if blocks > 0 => (blocks as u32).checked_mul(self.multiprocessors),
+            _ => None,
+        }
     }
 }
 

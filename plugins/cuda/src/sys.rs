@@ -260,6 +260,9 @@ driver_table! {
     cuLaunchKernel = "cuLaunchKernel": fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
     }
     optional {
+    // Blocks of a size one SM runs at once (since CUDA 6.5; optional so
+    // that a driver without it only loses the occupancy-sized grids).
+    cuOccupancyMaxActiveBlocksPerMultiprocessor = "cuOccupancyMaxActiveBlocksPerMultiprocessor": fn(*mut c_int, CUfunction, c_int, usize);
     // Stream-ordered allocation and memory pools: CUDA 11.2 and later.
     cuMemAllocAsync = "cuMemAllocAsync": fn(*mut CUdeviceptr, usize, CUstream);
     cuMemFreeAsync = "cuMemFreeAsync": fn(CUdeviceptr, CUstream);

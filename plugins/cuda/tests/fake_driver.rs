@@ -408,6 +408,39 @@ fn openmp_kernels_get_llvms_launch_sizes() {
         .unwrap();
     let l = fake.last_launch();
     assert_eq!((l.grid, l.block), ([3200, 1, 1], [128, 1, 1]));
+    // A long loop: teams of 64 threads, as many as the GPU runs at once
+    // (the fake's occupancy calculator: 32 blocks of 64 threads on each of
+    // 132 SMs), asked of the driver once for every launch of that size.
+    let occupancy = "cuOccupancyMaxActiveBlocksPerMultiprocessor";
+    let mut asked = 0;
+    for i in 0..3 {
+        d.launch(&spmd, KernelArgs::Packed(&args), &unset(1 << 27))
+            .unwrap();
+        let l = fake.last_launch();
+        assert_eq!((l.grid, l.block), ([4224, 1, 1], [64, 1, 1]));
+        if i == 0 {
+            asked = fake.calls(occupancy);
+            assert!(asked > 0);
+        }
+    }
+    assert_eq!(fake.calls(occupancy), asked);
+    let (plan, _) = spmd.launch_plan(&unset(1 << 27)).unwrap();
+    assert_eq!(
+        (plan.num_groups, plan.group_size),
+        ([4224, 1, 1], [64, 1, 1])
+    );
+    // With thread_limit(128): 16 blocks of 128 per SM.
+    d.launch(
+        &spmd,
+        KernelArgs::Packed(&args),
+        &LaunchConfig {
+            tripcount: 1 << 27,
+            ..LaunchConfig::linear(0, 128)
+        },
+    )
+    .unwrap();
+    let l = fake.last_launch();
+    assert_eq!((l.grid, l.block), ([2112, 1, 1], [128, 1, 1]));
     // Clauses given are kept.
     d.launch(
         &spmd,

@@ -1168,6 +1168,19 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, void *fn,
   return CUDA_SUCCESS;
 }
 
+/* Blocks per SM: as if 32 registers per thread of a 64 Ki-register SM
+ * held them, at most 32 blocks and 2048 threads (an H100-like SM). */
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *fn, int block, size_t dyn) {
+  ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  NEED_CTX();
+  (void)dyn;
+  if (!blocks || !fn || block <= 0 || block > 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  int n = 2048 / block;
+  *blocks = n > 32 ? 32 : n;
+  return CUDA_SUCCESS;
+}
+
 CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz,
                         unsigned bx, unsigned by, unsigned bz, unsigned shared,
                         void *s, void **params, void **extra) {
