@@ -304,7 +304,10 @@ impl OpenMpKernel {
             self.grid.long_loop_threads.min(long.max_threads).max(1)
         };
         for size in [preferred, *threads] {
-            let wanted = long.tripcount.div_ceil(u64::from(size));
+            // clang's chunks are the team size it assumed (the default),
+            // whatever size launches: teams past the chunks would idle.
+            let chunk = size.max(self.grid.default_threads);
+            let wanted = long.tripcount.div_ceil(u64::from(chunk));
             if let Some(r) = resident(size, long.dyn_group_memory) {
                 if r > 0 && r <= long.max_teams && wanted >= u64::from(r) {
                     *threads = size;
@@ -419,9 +422,10 @@ mod tests {
         // 2^27 iterations: one round of resident teams of 64 threads, not
         // LLVM's 3200 of 128.
         assert_eq!(with(spmd, &tuning, omp(0, 0, 1 << 27)), (3300, 64));
-        assert_eq!(with(spmd, &tuning, omp(0, 0, 3300 * 64)), (3300, 64));
-        // Too short for 3300 teams of 64 but enough for 1584 of 128.
-        assert_eq!(with(spmd, &tuning, omp(0, 0, 3299 * 64)), (1584, 128));
+        // A chunk of clang's 128 iterations for every one of 3300 teams.
+        assert_eq!(with(spmd, &tuning, omp(0, 0, 3300 * 128)), (3300, 64));
+        // Too short for 3300 teams but enough for 1584 of 128.
+        assert_eq!(with(spmd, &tuning, omp(0, 0, 3299 * 128)), (1584, 128));
         // Shorter loops keep LLVM's smaller teams (all of them fit).
         assert_eq!(with(spmd, &tuning, omp(0, 0, 1000)), (32, 32));
         // thread_limit and OMP_TEAMS_THREAD_LIMIT are kept.

@@ -20,6 +20,8 @@ pub const DEFAULT_DYNAMIC_SHARED: u32 = 48 * 1024;
 
 /// (block, dynamic shared memory) -> blocks the GPU runs at once.
 type ResidentAnswer = ((u32, u32), Option<u32>);
+/// Answers kept per kernel; sizes past these are asked every time.
+const RESIDENT_CACHE: usize = 16;
 
 pub struct CudaKernel {
     pub(crate) name: String,
@@ -58,10 +60,11 @@ impl CudaKernel {
         let max_threads = attribute(sys::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?.max(1) as u32;
         let shared = attribute(sys::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?;
         let openmp = openmp_kernel(&module, name, max_threads)?;
+        // 0 when unknown: launches then keep LLVM's grids.
         let multiprocessors = module
             .gpu
-            .attribute(sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
-            .max(0) as u32;
+            .attribute(sys::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_or(0, |n| n.max(0) as u32);
         Ok(CudaKernel {
             multiprocessors,
             resident: Mutex::new(Vec::new()),
@@ -141,7 +144,9 @@ impl plugin::Kernel for CudaKernel {
             return answer;
         }
         let answer = self.occupancy(group_size, dyn_group_memory);
-        cache.push((key, answer));
+        if cache.len() < RESIDENT_CACHE {
+            cache.push((key, answer));
+        }
         answer
     }
 }
@@ -162,7 +167,9 @@ impl CudaKernel {
                 query(&mut blocks, f, group_size as i32, dyn_group_memory as usize)
             });
         match r {
-            Ok(()) if blocks > 0 => (blocks as u32).checked_mul(self.multiprocessors),
+            Ok(()) if blocks > 0 => (blocks as u32)
+                .checked_mul(self.multiprocessors)
+                .filter(|&n| n > 0),
             _ => None,
         }
     }
