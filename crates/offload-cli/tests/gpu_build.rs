@@ -313,6 +313,7 @@ fn undefined_symbols_are_read_from_both_linkers() {
 /// wrote are read from the real cubin, so the `LIBOMPTARGET_INFO` launch
 /// lines show each kernel's mode and the sizes LLVM's plugin would pick
 /// (LLVM's own `small_trip_count.c` expects 4 x 32, 5 x 32 and 32 x 4),
+/// except for a long loop (occupancy-sized, see the CUDA plugin's README),
 /// and every kernel is found in the cubin.
 #[test]
 fn sm_90_kernels_launch_with_llvms_sizes_on_the_fake_driver() {
@@ -358,7 +359,10 @@ fn sm_90_kernels_launch_with_llvms_sizes_on_the_fake_driver() {
             "[4,1,1] blocks and [32,1,1] threads in SPMD mode",
             "[5,1,1] blocks and [32,1,1] threads in SPMD mode",
             "[32,1,1] blocks and [4,1,1] threads in SPMD mode",
-            "[3200,1,1] blocks and [128,1,1] threads in SPMD mode",
+            // 2^20 iterations: LLVM's plugin launches 3200 x 128; ours, on
+            // purpose, as many teams of 64 as the GPU runs at once (the
+            // fake's occupancy calculator: 32 per SM on 132 SMs).
+            "[4224,1,1] blocks and [64,1,1] threads in SPMD mode",
             // `target teams` + `parallel`: generic code, which OpenMPOpt
             // (device LTO) turned into Generic-SPMD; thread_limit(64) is
             // also the kernel's launch bound (clang's MaxThreads and
