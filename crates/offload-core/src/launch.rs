@@ -15,6 +15,12 @@
 //! `LIBOMPTARGET_INFO` launch line shows what actually launched, and a
 //! plugin only ever sees final sizes. Kernels without a description (host,
 //! ol* programs, `nvcc` code) launch with exactly the sizes they are given.
+//!
+//! One rule departs from LLVM on purpose: when the plugin can say how many
+//! teams of a size the device runs at once
+//! ([`crate::plugin::Kernel::resident_groups`]), a long SPMD loop gets that
+//! many teams of [`GridValues::long_loop_threads`] threads
+//! ([`OpenMpKernel::resolve_with`]).
 
 use crate::plugin::LaunchConfig;
 

@@ -122,6 +122,14 @@ static void sar_both(void *rl_, int16_t lane, int16_t off, int16_t algo) {
     for (int i = 0; i < 2; i++)                                                                \
       IWC_WORD(W, LOG, (int32_t *)rl[0] + i);                                                  \
     IWC_WORD(W, LOG, (int32_t *)rl[1]);                                                        \
+  }                                                                                            \
+  static void iwc_sum3_##W(void *rl_, int32_t warp_num) {                                      \
+    void **rl = rl_;                                                                           \
+    int32_t tid = __kmpc_get_hardware_thread_id_in_block();                                    \
+    int32_t lane = __kmpc_get_hardware_thread_id_in_block() & (W - 1);                         \
+    int32_t warp = __kmpc_get_hardware_thread_id_in_block() >> LOG;                            \
+    for (int i = 0; i < 6; i++)                                                                \
+      IWC_WORD(W, LOG, (int32_t *)rl[0] + i);                                                  \
   }
 DEFINE_IWC(32, 5)
 DEFINE_IWC(64, 6)
@@ -438,17 +446,6 @@ static void sar_sum3(void *rl_, int16_t lane, int16_t off, int16_t algo) {
   if (sar_do_copy(lane, off, algo))
     memcpy(rl[0], remote, sizeof remote);
 }
-#define DEFINE_IWC3(W, LOG)                                                                    \
-  static void iwc_sum3_##W(void *rl_, int32_t warp_num) {                                      \
-    void **rl = rl_;                                                                           \
-    int32_t tid = __kmpc_get_hardware_thread_id_in_block();                                    \
-    int32_t lane = __kmpc_get_hardware_thread_id_in_block() & (W - 1);                         \
-    int32_t warp = __kmpc_get_hardware_thread_id_in_block() >> LOG;                            \
-    for (int i = 0; i < 6; i++)                                                                \
-      IWC_WORD(W, LOG, (int32_t *)rl[0] + i);                                                  \
-  }
-DEFINE_IWC3(32, 5)
-DEFINE_IWC3(64, 6)
 
 static int64_t dpf_n;                      /* iterations */
 static KernelEnvironmentTy *dpf_env;       /* SPMD or generic-SPMD */
