@@ -288,7 +288,7 @@ pub fn warn_once(line: &str) {
     }
 }
 
-/// Read `name=value` (a number the environment sets) with [`strict_u64`];
+/// Read `name=value` (a number the environment sets) with `strict_u64`;
 /// a value that is set but not a number is warned about once (see
 /// [`ignored`]) and gives None. For settings read outside [`Config`].
 pub fn env_u64(name: &str, what: &str, default: &str) -> Option<u64> {

@@ -457,7 +457,7 @@ fn find_compiler() -> std::result::Result<Compiler, String> {
 }
 
 /// Where compiled images are kept (see the module documentation); not yet
-/// checked ([`usable_cache_dir`] checks it).
+/// checked (`usable_cache_dir` checks it).
 pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("OFFLOAD_JIT_CACHE").filter(|d| !d.is_empty()) {
         return d.into();

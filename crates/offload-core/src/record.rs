@@ -10,7 +10,7 @@
 //! `OFFLOAD_RECORD_MAX_BYTES` (default 256 MiB) is launched unrecorded, with
 //! a warning.
 //!
-//! `launch.json` is written and read through one schema, [`Manifest`]
+//! `launch.json` is written and read through one schema, `Manifest`
 //! (serde), which needs the `record` feature (serde, serde_json). A build
 //! without it keeps the environment handling, but a launch it would record
 //! fails with an error that names the feature: a recording that silently
