@@ -73,7 +73,8 @@
 #      launch + sync and <= 1.00x LLVM's libomptarget; STREAM triad over
 #      2^27 doubles >= 0.90x the CUDA C kernel; a 2^27-double sum
 #      reduction >= 0.80x a two-pass CUDA reduction; omp_bench built with
-#      `clang-flags --no-lto` once, as a reference; the grids both
+#      `clang-flags --no-lto` and with `--ptxas-relocatable` once each, as
+#      references; the grids both
 #      runtimes launched omp_bench's kernels with (LIBOMPTARGET_INFO=16, in
 #      gpu-run.log) and omp_bench on both without block reuse
 #      (LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT=0: one team per 128
@@ -148,6 +149,13 @@ build_openmp() { # build_openmp OUT TARGETDIR ROOT
     # shellcheck disable=SC2086
     clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_nolto" \
         || die "building omp_bench without LTO for $arch failed"
+    # And with clang's relocatable ptxas compile (no CUDA tool shim): what
+    # compiling the whole program (fewer registers per thread) is worth.
+    flags=$("$t/offload" clang-flags --ptxas-relocatable --offload-arch="$arch") \
+        || die "clang-flags --ptxas-relocatable failed"
+    # shellcheck disable=SC2086
+    clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_reloc" \
+        || die "building omp_bench with relocatable ptxas for $arch failed"
     cp "$src/cuda_bench.cu" "$out/cuda_bench.cu"
     echo "$arch" > "$out/OMP-ARCH"
     # The project's OpenMP test programs that make sense on a GPU (the
@@ -238,7 +246,7 @@ build_bundle() { # build_bundle DIR PROFILE
     # Everything must load from the bundle plus Ubuntu's base libraries.
     local f lib where glibc
     local programs=("$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api)
-    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_progs/*)
+    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_bench_reloc "$out"/omp_progs/*)
     for f in "${programs[@]}" "$out"/lib/*.so*; do
         while read -r lib where; do
             [[ $lib == /* ]] && lib=${lib##*/}
@@ -661,6 +669,8 @@ if [[ $omp_gpu == 1 ]]; then
     done
     check "benchmark: OpenMP built without device LTO (reference), our libomptarget" \
         ./omp_bench_nolto omp-nolto "$iters"
+    check "benchmark: OpenMP built with relocatable ptxas (reference), our libomptarget" \
+        ./omp_bench_reloc omp-reloc "$iters"
     # Diagnostics (references, no goal): the grids each runtime launched
     # omp_bench's kernels with, and both without block reuse (one team per
     # 128 iterations instead of 3200 teams looping over chunks): what the
@@ -762,6 +772,8 @@ if [[ $omp_gpu == 1 ]]; then
             if (("omp_launch_sync_us", "omp-nolto") in best) printf "| empty region launch + sync, us: built without device LTO (reference) | %s | - | - | - | - |\n", best["omp_launch_sync_us", "omp-nolto"]
             if (("triad_GBps", "omp-nolto") in best) printf "| STREAM triad, GB/s: built without device LTO (reference) | %s | - | - | - | - |\n", best["triad_GBps", "omp-nolto"]
             if (("reduce_GBps", "omp-nolto") in best) printf "| sum reduction, GB/s: built without device LTO (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "omp-nolto"]
+            if (("triad_GBps", "omp-reloc") in best) printf "| STREAM triad, GB/s: relocatable ptxas compile (reference) | %s | - | - | - | - |\n", best["triad_GBps", "omp-reloc"]
+            if (("reduce_GBps", "omp-reloc") in best) printf "| sum reduction, GB/s: relocatable ptxas compile (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "omp-reloc"]
             split("omp-noreuse llvm-noreuse", nr, " ")
             for (i = 1; i <= 2; i++) {
                 if (("triad_GBps", nr[i]) in best) printf "| STREAM triad, GB/s: %s, one team per 128 iterations (reference) | %s | - | - | - | - |\n", nr[i], best["triad_GBps", nr[i]]

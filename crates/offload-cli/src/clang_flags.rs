@@ -22,6 +22,14 @@
 //! `-lompdevice` for the NVIDIA ones) and the linker finds `libompdevice.a`
 //! the same way.
 //!
+//! With LTO the device link also gets a CUDA tool shim
+//! (`-Xoffload-linker-nvptx64-nvidia-cuda --cuda-path=SHIM`, see
+//! [`crate::cuda_shim`]) so that ptxas compiles the linked program as a
+//! whole, which gives the kernels far fewer registers than clang's
+//! relocatable compile; it lives in the build tree's `target/` or in
+//! `$XDG_CACHE_HOME/offload` (`~/.cache/offload`), one per toolkit, and
+//! `--ptxas-relocatable` leaves it out.
+//!
 //! Where things are found (`-v` says which) depends on where `offload`
 //! runs from: an installed one (`<prefix>/bin/offload` next to
 //! `<prefix>/lib/offload/`) or the build tree's (`target/<profile>/offload`).
@@ -82,6 +90,12 @@ pub struct Args {
     /// GPU; for comparisons and for toolchains whose LTO fails).
     #[arg(long)]
     no_lto: bool,
+    /// Let ptxas compile the linked device program as relocatable code, as
+    /// clang does by default (more registers per thread; for comparisons).
+    /// Without it, LTO builds for NVIDIA GPUs compile the whole program at
+    /// once through a shim of the CUDA tools.
+    #[arg(long)]
+    ptxas_relocatable: bool,
 }
 
 /// How the device code is linked.
@@ -429,6 +443,7 @@ pub fn flags(
     runtimes: &[DeviceRuntime],
     cuda: Option<&CudaTools>,
     link: Link,
+    shim: Option<&Path>,
 ) -> anyhow::Result<Vec<String>> {
     let names: Vec<&str> = archs.iter().map(|a| a.name.as_str()).collect();
     // The device runtime is bitcode: only a link-time optimisation over the
@@ -460,6 +475,12 @@ pub fn flags(
         }
         f.push(format!("-Xoffload-linker-{}", rt.triple));
         f.push(format!("-L{}", utf8(&rt.path)?));
+        // The device linker's own toolkit (the last --cuda-path it gets
+        // wins): the shim's ptxas compiles the LTO output as a whole.
+        if let (Link::Lto, Some(shim)) = (link, shim) {
+            f.push(format!("-Xoffload-linker-{}", rt.triple));
+            f.push(format!("--cuda-path={}", utf8(shim)?));
+        }
     }
     if let Some(rt) = runtime(Vendor::Amd) {
         f.extend(["-Xarch_amdgcn".to_string(), "-nogpulib".to_string()]);
@@ -517,6 +538,49 @@ struct Report<'a> {
     archs: Vec<ArchReport<'a>>,
     device_runtime: &'a [DeviceRuntime],
     cuda: Option<&'a CudaTools>,
+    /// NVIDIA only: how ptxas compiles the linked program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ptxas: Option<PtxasReport<'a>>,
+}
+
+#[derive(Serialize)]
+struct PtxasReport<'a> {
+    /// `whole-program` (through the shim) or `relocatable`.
+    mode: &'static str,
+    shim: Option<&'a Path>,
+}
+
+/// Where the CUDA tool shims live: the build tree's `target/`, else the
+/// user's cache.
+fn shim_base(layout: &Layout) -> Option<PathBuf> {
+    match layout {
+        Layout::BuildTree(target) => Some(target.clone()),
+        Layout::Installed(_) => env_path("XDG_CACHE_HOME")
+            .or_else(|| env_path("HOME").map(|h| h.join(".cache")))
+            .map(|c| c.join("offload")),
+    }
+}
+
+/// The shim for `cuda`, or None (with a warning when it cannot be made:
+/// the build then works, with clang's relocatable compile).
+fn cuda_shim_for(cuda: &CudaTools, layout: &Layout) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let exe = exe.canonicalize().unwrap_or(exe);
+    let made = match shim_base(layout) {
+        Some(base) => crate::cuda_shim::ensure(&base, &cuda.path, &exe)
+            .map_err(|e| format!("in {}: {e}", base.display())),
+        None => Err("neither XDG_CACHE_HOME nor HOME is set".to_string()),
+    };
+    match made {
+        Ok(dir) => Some(dir),
+        Err(e) => {
+            eprintln!(
+                "offload clang-flags: warning: cannot make the CUDA tool shim ({e}); ptxas will \
+                 compile relocatable device code (more registers per thread)"
+            );
+            None
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -573,7 +637,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("{}", problems.join("\n"));
     }
     let link = if args.no_lto { Link::NoLto } else { Link::Lto };
-    let flags = flags(&archs, &runtimes, cuda.as_ref(), link)?;
+    let shim = match (&cuda, link) {
+        (Some(c), Link::Lto) if !args.ptxas_relocatable => cuda_shim_for(c, &layout),
+        _ => None,
+    };
+    let flags = flags(&archs, &runtimes, cuda.as_ref(), link, shim.as_deref())?;
 
     if args.verbose {
         for a in &archs {
@@ -594,6 +662,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 c.version.as_deref().unwrap_or("of unknown version"),
                 c.found_by
             );
+            match &shim {
+                Some(dir) => eprintln!(
+                    "offload clang-flags: ptxas compiles whole programs through {}",
+                    dir.display()
+                ),
+                None => eprintln!("offload clang-flags: ptxas compiles relocatable code"),
+            }
         }
     }
 
@@ -610,6 +685,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .collect(),
             device_runtime: &runtimes,
             cuda: cuda.as_ref(),
+            ptxas: cuda.as_ref().map(|_| PtxasReport {
+                mode: if shim.is_some() {
+                    "whole-program"
+                } else {
+                    "relocatable"
+                },
+                shim: shim.as_deref(),
+            }),
         });
     }
     if args.null {
@@ -707,14 +790,18 @@ mod tests {
         let nv = rt(Vendor::Nvidia, "/rtl/nvptx64-nvidia-cuda");
         let amd = rt(Vendor::Amd, "/rtl/amdgcn-amd-amdhsa");
         let c = cuda("/cuda");
-        assert_eq!(
+        let sm90 = |link, shim| {
             flags(
                 &[arch("sm_90")],
                 std::slice::from_ref(&nv),
                 Some(&c),
-                Link::Lto
+                link,
+                shim,
             )
-            .unwrap(),
+            .unwrap()
+        };
+        assert_eq!(
+            sm90(Link::Lto, None),
             [
                 "--offload-arch=sm_90",
                 "-foffload-lto",
@@ -723,14 +810,20 @@ mod tests {
                 "-L/rtl/nvptx64-nvidia-cuda",
             ]
         );
+        // The shim goes to the device linker alone, after the real toolkit.
+        let shim = Path::new("/shim");
         assert_eq!(
-            flags(
-                &[arch("sm_90")],
-                std::slice::from_ref(&nv),
-                Some(&c),
-                Link::NoLto
-            )
-            .unwrap(),
+            sm90(Link::Lto, Some(shim))[3..],
+            [
+                "-Xoffload-linker-nvptx64-nvidia-cuda",
+                "-L/rtl/nvptx64-nvidia-cuda",
+                "-Xoffload-linker-nvptx64-nvidia-cuda",
+                "--cuda-path=/shim",
+            ]
+        );
+        // Without LTO clang's ptxas compiles each file: no shim.
+        assert_eq!(
+            sm90(Link::NoLto, Some(shim)),
             [
                 "--offload-arch=sm_90",
                 "-fno-offload-lto",
@@ -745,7 +838,8 @@ mod tests {
                 &[arch("gfx90a")],
                 std::slice::from_ref(&amd),
                 None,
-                Link::Lto
+                Link::Lto,
+                None
             )
             .unwrap(),
             [
@@ -762,11 +856,12 @@ mod tests {
             &[nv.clone(), amd],
             Some(&c),
             Link::Lto,
+            None,
         )
         .unwrap();
         assert_eq!(both[0], "--offload-arch=sm_80,gfx942,sm_90");
         assert_eq!(both.len(), 9, "{both:?}");
-        assert!(flags(&[arch("sm_90")], &[nv], None, Link::Lto).is_err());
+        assert!(flags(&[arch("sm_90")], &[nv], None, Link::Lto, None).is_err());
     }
 
     /// A fake toolkit: the files clang needs (ptxas and nvlink executable).

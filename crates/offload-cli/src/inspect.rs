@@ -6,8 +6,9 @@
 //! PTX text, a cubin and a CUDA fatbinary (their SM and entries shown). For
 //! every leaf image it shows the container chain, triple, arch, kinds, size,
 //! string map, metadata, for ELF images the header facts and the kernels,
-//! functions and globals defined, and which devices of this runtime could
-//! run it. Anything else (unknown, truncated, corrupt) is an error.
+//! functions and globals defined (for cubins with the registers per thread
+//! each kernel needs, which bound the threads an SM holds), and which
+//! devices of this runtime could run it. Anything else (unknown, truncated, corrupt) is an error.
 //!
 //! Kernels and globals are what the runtime would look up, decided as the
 //! runtime decides (one truth):
@@ -193,6 +194,9 @@ pub struct FunctionReport {
     pub name: String,
     pub size: u64,
     pub kernel: bool,
+    /// Registers per thread (cubins: from `.nv.info`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registers: Option<u32>,
 }
 
 #[derive(Serialize, Debug)]
@@ -380,13 +384,24 @@ fn image_report(
         }
         let symbols = elf::defined_symbols(img.bytes)
             .with_context(|| format!("image {index}: cannot read its symbols"))?;
+        let registers = if info.machine == elf::EM_CUDA {
+            offload_image::cuda::cubin_registers(img.bytes)
+                .with_context(|| format!("image {index}: cannot read its register counts"))?
+        } else {
+            Vec::new()
+        };
         for s in symbols {
             if s.kind == SymbolKind::Function {
                 let kernel = report.kernels.contains(&s.name);
+                let registers = registers
+                    .iter()
+                    .find(|r| r.name == s.name)
+                    .map(|r| r.registers);
                 report.functions.push(FunctionReport {
                     name: s.name,
                     size: s.size,
                     kernel,
+                    registers,
                 });
             }
         }
@@ -610,7 +625,19 @@ pub fn render(r: &Report) -> String {
                 img.kernel_source
             );
             for k in &img.kernels {
-                let _ = writeln!(s, "    {}", output::text(k));
+                let registers = img
+                    .functions
+                    .iter()
+                    .find(|f| &f.name == k)
+                    .and_then(|f| f.registers);
+                match registers {
+                    Some(n) => {
+                        let _ = writeln!(s, "    {} ({n} registers)", output::text(k));
+                    }
+                    None => {
+                        let _ = writeln!(s, "    {}", output::text(k));
+                    }
+                }
             }
             if img.elf.is_some() {
                 let others = img.functions.iter().filter(|f| !f.kernel).count();

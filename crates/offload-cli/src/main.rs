@@ -25,8 +25,13 @@
 //! when the program cannot be started, like a shell; `info` exits 1 when no
 //! device can run kernels and 2 on errors; `clang-flags` exits 2 for an
 //! unknown GPU architecture).
+//!
+//! Run by the name `ptxas` or `nvlink` (the links in a CUDA tool shim
+//! folder that `clang-flags` makes), `offload` is that tool instead: see
+//! [`cuda_shim`].
 
 mod clang_flags;
+mod cuda_shim;
 mod exec;
 mod generate;
 mod info;
@@ -135,6 +140,12 @@ fn report(message: &str) {
 }
 
 fn main() -> ExitCode {
+    let mut argv = std::env::args_os();
+    if let Some(argv0) = argv.next() {
+        if let Some(tool) = cuda_shim::tool_of(&argv0) {
+            return cuda_shim::run_tool(tool, std::path::Path::new(&argv0), argv.collect());
+        }
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

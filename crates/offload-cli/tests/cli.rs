@@ -731,11 +731,35 @@ fn installed_with_device_runtime(prefix: &str) -> (tempfile::TempDir, PathBuf, P
     (root, exe, cuda)
 }
 
+/// The user cache of an `offload` copied by `offload_copy` (where an
+/// installed one makes its CUDA tool shims): `ROOT/cache`.
+fn cache_of(exe: &Path) -> PathBuf {
+    exe.parent().unwrap().parent().unwrap().join("cache")
+}
+
+/// The CUDA tool shim an installed `exe` made (the only one).
+fn shim_of(exe: &Path) -> PathBuf {
+    let dir = cache_of(exe).join("offload");
+    let shims: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cuda-shim-")
+        })
+        .collect();
+    assert_eq!(shims.len(), 1, "{shims:?}");
+    shims[0].clone()
+}
+
 /// `offload clang-flags` run from `exe` with a predictable environment.
 fn clang_flags(exe: &Path, cuda: Option<&Path>, args: &[&str]) -> Command {
     let mut c = Command::new(exe);
     c.env_remove("OFFLOAD_DEVICERTL_DIR")
         .env_remove("OFFLOAD_CUDA_PATH")
+        .env("XDG_CACHE_HOME", cache_of(exe))
         .arg("clang-flags")
         .args(args);
     if let Some(cuda) = cuda {
@@ -751,21 +775,48 @@ fn clang_flags_from_an_installed_prefix() {
     let (root, exe, cuda) = installed_with_device_runtime(".tmp");
     let lib = root.path().canonicalize().unwrap().join("lib/offload");
     let (nv, amd) = (lib.join(NVPTX), lib.join(AMDGCN));
-    let sm90 = format!(
-        "--offload-arch=sm_90 -foffload-lto --cuda-path={} -Xoffload-linker-{NVPTX} -L{}",
-        cuda.display(),
-        nv.display()
-    );
-    let gfx90a = format!(
-        "-Xarch_amdgcn -nogpulib -Xoffload-linker-{AMDGCN} -L{}",
-        amd.display()
-    );
     let out = ok(&mut clang_flags(
         &exe,
         Some(&cuda),
         &["--offload-arch=sm_90"],
     ));
+    // The device linker gets the CUDA tool shim, made in the user's cache:
+    // `ptxas` and `nvlink` are this `offload`, `toolkit` the real one.
+    let shim = shim_of(&exe);
+    let link = |p: &str| std::fs::read_link(shim.join(p)).unwrap();
+    assert_eq!(link("toolkit"), cuda);
+    assert_eq!(link("bin/ptxas"), exe.canonicalize().unwrap());
+    assert_eq!(link("bin/nvlink"), exe.canonicalize().unwrap());
+    let relocatable = format!(
+        "--offload-arch=sm_90 -foffload-lto --cuda-path={} -Xoffload-linker-{NVPTX} -L{}",
+        cuda.display(),
+        nv.display()
+    );
+    let sm90 = format!(
+        "{relocatable} -Xoffload-linker-{NVPTX} --cuda-path={}",
+        shim.display()
+    );
     assert_eq!(out, format!("{sm90}\n"));
+    let out = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &["--offload-arch=sm_90", "--ptxas-relocatable"],
+    ));
+    assert_eq!(out, format!("{relocatable}\n"));
+    // No cache to make it in: a warning, and the relocatable compile.
+    let o = run(clang_flags(&exe, Some(&cuda), &["--offload-arch=sm_90"])
+        .env("XDG_CACHE_HOME", "/dev/null/cache"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), format!("{relocatable}\n"));
+    assert!(
+        stderr(&o).contains("cannot make the CUDA tool shim"),
+        "{}",
+        stderr(&o)
+    );
+    let gfx90a = format!(
+        "-Xarch_amdgcn -nogpulib -Xoffload-linker-{AMDGCN} -L{}",
+        amd.display()
+    );
     // AMD needs no CUDA toolkit.
     let empty = tempfile::tempdir().unwrap();
     let out = ok(&mut clang_flags(
@@ -814,6 +865,8 @@ fn clang_flags_from_an_installed_prefix() {
     assert_eq!(v["device_runtime"][0]["found_by"], "installed");
     assert_eq!(v["device_runtime"][1]["path"], amd.display().to_string());
     assert_eq!(v["archs"][1]["vendor"], "amd");
+    assert_eq!(v["ptxas"]["mode"], "whole-program");
+    assert_eq!(v["ptxas"]["shim"], shim.display().to_string());
 
     let o = run(&mut clang_flags(
         &exe,
@@ -829,6 +882,110 @@ fn clang_flags_from_an_installed_prefix() {
         "{err}"
     );
     assert!(err.contains("(CUDA 13.0; OFFLOAD_CUDA_PATH)"), "{err}");
+}
+
+/// Run as `ptxas` from a shim folder, `offload` compiles a whole program
+/// with `-ewp` instead of `-c`, runs the relocatable compile when that
+/// fails, and passes everything else (and `nvlink`) to the real tools with
+/// their exit status. The real tools here are scripts that log their
+/// arguments; this ptxas refuses `-ewp` when FAIL_EWP is set.
+#[test]
+fn the_cuda_shim_compiles_whole_programs_and_falls_back() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let (root, exe) = offload_copy();
+    let toolkit = root.path().join("cuda");
+    let log = root.path().join("log");
+    std::fs::create_dir_all(toolkit.join("bin")).unwrap();
+    let ptxas = format!(
+        "#!/bin/sh\necho \"ptxas $*\" >> {}\nfor a; do [ \"$a\" = -ewp ] && [ -n \"$FAIL_EWP\" ] \
+         && {{ echo ewp refused >&2; exit 3; }}; done\necho compiled\nexit 0\n",
+        log.display()
+    );
+    let nvlink = format!(
+        "#!/bin/sh\necho \"nvlink $*\" >> {}\nexit 5\n",
+        log.display()
+    );
+    for (tool, script) in [("ptxas", ptxas), ("nvlink", nvlink)] {
+        let p = toolkit.join("bin").join(tool);
+        std::fs::write(&p, script).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let shim = root.path().join("shim");
+    std::fs::create_dir_all(shim.join("bin")).unwrap();
+    symlink(&toolkit, shim.join("toolkit")).unwrap();
+    for tool in ["ptxas", "nvlink"] {
+        symlink(&exe, shim.join("bin").join(tool)).unwrap();
+    }
+    let whole = root.path().join("whole.s");
+    std::fs::write(
+        &whole,
+        ".version 8.8\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n",
+    )
+    .unwrap();
+    let part = root.path().join("part.s");
+    std::fs::write(
+        &part,
+        ".version 8.8\n.target sm_90\n.visible .func f()\n{\n\tret;\n}\n",
+    )
+    .unwrap();
+    let shim_run = |tool: &str, args: &[&str], fail_ewp: bool| {
+        let _ = std::fs::remove_file(&log);
+        let mut c = Command::new(shim.join("bin").join(tool));
+        c.args(args).current_dir(root.path());
+        if fail_ewp {
+            c.env("FAIL_EWP", "1");
+        }
+        let o = run(&mut c);
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        (o, logged)
+    };
+    let wrapper_args = |file: &str| {
+        [
+            "-m64",
+            "-c",
+            file,
+            "-O2",
+            "-arch",
+            "sm_90",
+            "-o",
+            "out.cubin",
+        ]
+        .map(String::from)
+    };
+    let args = wrapper_args("whole.s");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (o, logged) = shim_run("ptxas", &args, false);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        logged,
+        "ptxas -m64 -ewp whole.s -O2 -arch sm_90 -o out.cubin\n"
+    );
+    assert_eq!(stdout(&o), "compiled\n");
+    // -ewp refused: the relocatable compile, and only its messages.
+    let (o, logged) = shim_run("ptxas", &args, true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        logged,
+        "ptxas -m64 -ewp whole.s -O2 -arch sm_90 -o out.cubin\n\
+         ptxas -m64 -c whole.s -O2 -arch sm_90 -o out.cubin\n"
+    );
+    assert!(!stderr(&o).contains("ewp refused"), "{}", stderr(&o));
+    // Not a whole program: as given.
+    let args = wrapper_args("part.s");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, logged) = shim_run("ptxas", &args, false);
+    assert_eq!(
+        logged,
+        "ptxas -m64 -c part.s -O2 -arch sm_90 -o out.cubin\n"
+    );
+    // nvlink: as given, with its exit status.
+    let (o, logged) = shim_run(
+        "nvlink",
+        &["-arch", "sm_90", "out.cubin", "-o", "a.img"],
+        false,
+    );
+    assert_eq!(o.status.code(), Some(5));
+    assert_eq!(logged, "nvlink -arch sm_90 out.cubin -o a.img\n");
 }
 
 /// Unknown architectures are usage errors listing the valid forms; missing
@@ -910,9 +1067,10 @@ fn clang_flags_paths_with_blanks() {
         &["--offload-arch=sm_90", "--lines"],
     ));
     let lines: Vec<&str> = lines.lines().collect();
-    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines.len(), 7, "{lines:?}");
     assert_eq!(lines[1], "-foffload-lto");
     assert_eq!(lines[2], format!("--cuda-path={}", cuda.display()));
+    assert_eq!(lines[6], format!("--cuda-path={}", shim_of(&exe).display()));
     let null = ok(&mut clang_flags(
         &exe,
         Some(&cuda),

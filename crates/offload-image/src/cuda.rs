@@ -322,6 +322,68 @@ pub fn cubin_target(bytes: &[u8]) -> Option<Target> {
     })
 }
 
+/// `.nv.info` attribute formats (the byte before the attribute).
+const EIFMT_SVAL: u8 = 4;
+/// `.nv.info` attribute: a function's register count (`u32` symbol index,
+/// `u32` registers per thread).
+const EIATTR_REGCOUNT: u8 = 0x2f;
+
+/// Registers per thread of one function of a cubin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionRegisters {
+    /// The function's symbol name (`<symbol N>` when the index is not in
+    /// `.symtab`).
+    pub name: String,
+    /// Registers per thread.
+    pub registers: u32,
+}
+
+/// The register count of each function of a cubin, from its `.nv.info`
+/// section (what `cuobjdump -res-usage` shows as REG): a list of
+/// attributes, each `u8 format`, `u8 attribute`, then either a `u16` value
+/// (formats 1-3) or a `u16` size and that many bytes (format 4). Register
+/// counts decide how many threads an SM can hold.
+pub fn cubin_registers(bytes: &[u8]) -> Result<Vec<FunctionRegisters>> {
+    let info = elf::info(bytes)?;
+    if info.machine != elf::EM_CUDA {
+        return Err(ImageError::Elf(format!(
+            "not a cubin: e_machine is {} ({}), not EM_CUDA (190)",
+            info.machine, info.machine_name
+        )));
+    }
+    let names = elf::symtab_names(bytes)?;
+    let mut out = Vec::new();
+    for section in elf::sections_named(bytes, ".nv.info")? {
+        let mut at = 0;
+        while let Some(&[format, attribute, lo, hi]) = section.get(at..at + 4) {
+            let value = u16::from_le_bytes([lo, hi]) as usize;
+            at += 4;
+            if format != EIFMT_SVAL {
+                continue;
+            }
+            let Some(payload) = section.get(at..at + value) else {
+                return Err(ImageError::Elf(format!(
+                    ".nv.info: attribute {attribute:#x} at offset {:#x} says {value} bytes, \
+                     {} are left",
+                    at - 4,
+                    section.len() - at
+                )));
+            };
+            at += value;
+            if attribute == EIATTR_REGCOUNT && payload.len() == 8 {
+                let index = u32::from_le_bytes(payload[..4].try_into().unwrap_or_default());
+                let registers = u32::from_le_bytes(payload[4..].try_into().unwrap_or_default());
+                let name = names
+                    .get(index as usize)
+                    .cloned()
+                    .unwrap_or_else(|| format!("<symbol {index}>"));
+                out.push(FunctionRegisters { name, registers });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The payload kind of a fatbinary entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EntryKind {
@@ -502,6 +564,58 @@ pub fn fatbin_sections(bytes: &[u8]) -> Result<Vec<&[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cubin-like ELF whose `.nv.info` holds `info`, with symbols k1, k2.
+    fn cubin_with_info(info: &[u8]) -> Vec<u8> {
+        let mut e = crate::test_elf::build(
+            elf::EM_CUDA,
+            2,
+            Some(info),
+            &[("k1", true, 16), ("k2", true, 16)],
+        );
+        let from = b".llvm.offloading\0";
+        let at = e.windows(from.len()).position(|w| w == from).unwrap();
+        e[at..at + from.len()].copy_from_slice(b".nv.info\0\0\0\0\0\0\0\0\0");
+        e
+    }
+
+    fn sval(attribute: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![EIFMT_SVAL, attribute];
+        v.extend((payload.len() as u16).to_le_bytes());
+        v.extend(payload);
+        v
+    }
+
+    fn regcount(symbol: u32, registers: u32) -> Vec<u8> {
+        let mut p = symbol.to_le_bytes().to_vec();
+        p.extend(registers.to_le_bytes());
+        sval(EIATTR_REGCOUNT, &p)
+    }
+
+    #[test]
+    fn register_counts_come_from_nv_info() {
+        let mut info = vec![3, 0x1b, 0x20, 0]; // a u16-valued attribute
+        info.extend(regcount(2, 32));
+        info.extend(sval(0x11, &[0; 8])); // another attribute with a payload
+        info.extend(regcount(9, 64)); // a symbol index past the table
+        let regs = cubin_registers(&cubin_with_info(&info)).unwrap();
+        let named = |name: &str, registers| FunctionRegisters {
+            name: name.to_string(),
+            registers,
+        };
+        assert_eq!(regs, [named("k2", 32), named("<symbol 9>", 64)]);
+        // A payload running past the section is an error, not a panic.
+        let mut short = regcount(1, 40);
+        short.truncate(8);
+        let e = cubin_registers(&cubin_with_info(&short)).unwrap_err();
+        assert!(e.to_string().contains("says 8 bytes, 4 are left"), "{e}");
+        // Not a cubin.
+        let x86 = crate::test_elf::build(elf::EM_X86_64, 3, None, &[]);
+        assert!(cubin_registers(&x86)
+            .unwrap_err()
+            .to_string()
+            .contains("not a cubin"));
+    }
 
     #[test]
     fn arch_names() {

@@ -302,6 +302,32 @@ fn symbols_impl<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Vec
     Ok(out)
 }
 
+fn symtab_names_impl<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Vec<String>> {
+    let p = parse_elf::<Elf>(data)?;
+    let table = p
+        .sections
+        .symbols(p.endian, data, object::elf::SHT_SYMTAB)
+        .map_err(elf_err)?;
+    let strings = table.strings();
+    table
+        .iter()
+        .map(|sym| {
+            let name = sym.name(p.endian, strings).map_err(elf_err)?;
+            Ok(String::from_utf8_lossy(name).into_owned())
+        })
+        .collect()
+}
+
+/// The names of `.symtab`'s symbols by index (index 0 is the null symbol;
+/// empty without a symbol table): what sections that refer to symbols by
+/// index, like a cubin's `.nv.info`, need.
+pub fn symtab_names(bytes: &[u8]) -> Result<Vec<String>> {
+    match class_of(bytes)? {
+        32 => symtab_names_impl::<FileHeader32<Endianness>>(bytes),
+        _ => symtab_names_impl::<FileHeader64<Endianness>>(bytes),
+    }
+}
+
 /// The defined function and data-object symbols of `.symtab` and `.dynsym`,
 /// in table order (`.symtab` first), each name/kind pair once.
 pub fn defined_symbols(bytes: &[u8]) -> Result<Vec<Symbol>> {
