@@ -185,6 +185,35 @@ static uint64_t balanced_chunk(const ws_space *s, uint64_t c, uint64_t n) {
   return rounded;
 }
 
+/* clang-22's composite `distribute parallel for` in an SPMD kernel deals the
+ * loop to teams in chunks of one block (its default, dist_schedule(static,
+ * blockDim)), so each thread runs one iteration per parallel region and
+ * pays the region's entry, the inner schedule, the reduction's fold and
+ * the closing barrier for each (about 100 instructions against the loop
+ * body's 11 on sm_90). Without a dist_schedule clause the distribute
+ * schedule is the implementation's to choose: where each team would get at
+ * least WIDEN_MIN_CHUNKS chunks, a chunk of up to WIDEN_MAX blocks is dealt
+ * instead, and each thread runs up to WIDEN_MAX iterations per region
+ * (still coalesced: the inner loop strides by the team's size). Teams stay
+ * balanced within one chunk in WIDEN_MIN_CHUNKS. (An explicit
+ * dist_schedule(static, C) with C equal to the block size cannot be told
+ * apart and is widened too: which team runs which iteration changes,
+ * nothing else; README.md, "Deviations".) */
+enum { WIDEN_MAX = 8, WIDEN_MIN_CHUNKS = 16 };
+
+static uint64_t widened_chunk(const ws_space *s, uint64_t c, uint64_t n) {
+  if (c != plat_block_size() || !rtl_is_frontend_spmd())
+    return c;
+  /* k chunks of c in one while every team still gets WIDEN_MIN_CHUNKS:
+   * last / c + 1 >= n * WIDEN_MIN_CHUNKS * k, without a division. */
+  for (uint64_t k = WIDEN_MAX; k > 1; k /= 2) {
+    uint64_t chunks = sat_mul(n, WIDEN_MIN_CHUNKS * k);
+    if (s->last >= sat_mul(c, chunks - 1) && sat_mul(c, chunks - 1) != UINT64_MAX)
+      return c * k;
+  }
+  return c;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Static init                                                               */
 /* ------------------------------------------------------------------------ */
@@ -289,6 +318,8 @@ static void static_init(ws_type t, int32_t sched, int32_t *plast, uint64_t *plb,
    * lets a thread reduce once for all of them). */
   bool composite_chunks =
       sched_base(sched) == KMP_SCHED_DISTR_STATIC_CHUNKED && chunked && s.incr == 1;
+  if (composite_chunks && !s.empty)
+    c = widened_chunk(&s, c, n);
   if (s.empty) { /* bounds already describe an empty loop */
     *plast = 0;
     *pstride = stride_value(1, s.incr, t.bits);

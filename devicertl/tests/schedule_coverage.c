@@ -20,6 +20,10 @@
 
 /* ---- stubs ---------------------------------------------------------------- */
 static _Thread_local uint32_t t_tid, t_nthreads = 1, t_team, t_nteams = 1;
+/* The block size and execution mode distribute init widens chunks by
+ * (0 and false outside test_dpf: never). */
+static _Thread_local uint32_t t_block;
+static bool g_spmd;
 static pthread_barrier_t g_bar;
 static bool g_threaded;
 uint32_t rtl_thread_num(void) { return t_tid; }
@@ -33,6 +37,8 @@ void rtl_barrier(void) {
     pthread_barrier_wait(&g_bar);
 }
 uint32_t plat_thread_id(void) { return t_tid; }
+uint32_t plat_block_size(void) { return t_block; }
+bool rtl_is_frontend_spmd(void) { return g_spmd; }
 void rtl_fatal(const char *what) {
   fprintf(stderr, "rtl_fatal: %s\n", what);
   abort();
@@ -256,6 +262,17 @@ static void test_static(int t, int32_t sched, wide lb, wide ub, int64_t incr, in
   }
 }
 
+/* The distribute chunk clang-22's composite loop gets for a block of
+ * `block` threads (workshare.c, widened_chunk): up to 8 blocks' worth
+ * while every team keeps 16 chunks, in frontend-SPMD kernels only. */
+static wide expected_dist_chunk(wide trip, int64_t dchunk, uint32_t block, uint32_t nteams) {
+  wide total = (trip + dchunk - 1) / dchunk, k = 1;
+  if (g_spmd && dchunk == (int64_t)block)
+    for (wide w = 8; w > 1; w /= 2)
+      if (total >= (wide)nteams * 16 * w) { k = w; break; }
+  return k * dchunk < trip ? k * dchunk : trip;
+}
+
 /* distribute (91, chunk = block size) then, per team chunk, the inner
  * `for` (33, chunk 1) iterating iv = lb; iv <= prev_ub; iv += st. */
 static void test_dpf(int t, wide lb, wide ub, int64_t dchunk, uint32_t nthreads, uint32_t nteams, int64_t ichunk) {
@@ -264,11 +281,18 @@ static void test_dpf(int t, wide lb, wide ub, int64_t dchunk, uint32_t nthreads,
            (long long)lb, (long long)ub, (long long)dchunk, (long long)ichunk, nthreads, nteams);
   int nlast = 0, last_owner = -1;
   for (uint32_t tm = 0; tm < nteams; tm++) {
-    t_team = tm; t_nteams = nteams; t_tid = 0; t_nthreads = 1;
+    t_team = tm; t_nteams = nteams; t_tid = 0; t_nthreads = 1; t_block = nthreads;
     t_team_chunks_calls = 0;
     sres d = call_static(true, t, 91, lb, ub, 1, dchunk);
     if (t_team_chunks_calls != 1)
       fail("distribute init did not report its chunk count once");
+    if (tm == 0 && ub >= lb && d.ub - d.lb + 1 != expected_dist_chunk(ub - lb + 1, dchunk, nthreads, nteams)) {
+      char m[96];
+      snprintf(m, sizeof m, "first distribute chunk of %lld iterations, %lld expected",
+               (long long)(d.ub - d.lb + 1),
+               (long long)expected_dist_chunk(ub - lb + 1, dchunk, nthreads, nteams));
+      fail(m);
+    }
     uint64_t reported = t_team_chunks, ran = 0;
     wide dlb = d.lb, dub = d.ub < ub ? d.ub : ub;
     for (long guard = 0; dlb <= ub; guard++, ran++) {
@@ -497,15 +521,21 @@ int main(void) {
   huge_static();
   long nstatic = g_cases;
   /* distribute + for as clang nests them in SPMD kernels */
-  static const wide ns[] = {0, 1, 5, 127, 128, 129, 1000, 4099};
-  for (int t = 0; t < 4; t++)
-    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
-      for (uint32_t teams = 1; teams <= 9; teams += 4)
-        for (uint32_t th = 1; th <= 130; th = th * 3 + 1) {
-          test_dpf(t, 0, ns[i] - 1, th, th, teams, 1);
-          test_dpf(t, 0, ns[i] - 1, 8, th, teams, 2);
-          if (t == T_U32 || t == T_U64) test_dpf(t, tmax(t) - ns[i], tmax(t) - 1, th, th, teams, 1);
-        }
+  static const wide ns[] = {0, 1, 5, 127, 128, 129, 1000, 4099, 20011, 65537};
+  /* in generic kernels, then in SPMD ones (whose chunks of one block may
+   * be widened) */
+  for (int spmd = 0; spmd < 2; spmd++) {
+    g_spmd = spmd;
+    for (int t = 0; t < 4; t++)
+      for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+        for (uint32_t teams = 1; teams <= 9; teams += 4)
+          for (uint32_t th = 1; th <= 130; th = th * 3 + 1) {
+            test_dpf(t, 0, ns[i] - 1, th, th, teams, 1);
+            test_dpf(t, 0, ns[i] - 1, 8, th, teams, 2);
+            if (t == T_U32 || t == T_U64) test_dpf(t, tmax(t) - ns[i], tmax(t) - 1, th, th, teams, 1);
+          }
+  }
+  g_spmd = false;
   long ndpf = g_cases - nstatic;
   /* dispatch */
   static const int32_t dscheds[] = {35, 36, 37, 38, 33, 34, 65, 66, 67, 68,

@@ -562,8 +562,16 @@ static void run_composite(int generic_spmd, int k, int64_t n, uint32_t teams, ui
       CHECK_MSG(dpf_m == m, "max %d, want %d", dpf_m, m);
   }
   CHECK_EQ(one_not_t0, 0);
-  /* Chunks of `threads` iterations dealt round robin over the teams. */
-  int64_t chunks = (n + threads - 1) / threads;
+  /* Chunks of `threads` iterations dealt round robin over the teams; in
+   * SPMD kernels up to 8 of them at once while each team keeps 16
+   * (workshare.c, widened_chunk). */
+  int64_t size = threads;
+  for (int64_t w = 8; !generic_spmd && w > 1; w /= 2)
+    if ((n + threads - 1) / threads >= (int64_t)teams * 16 * w) {
+      size = threads * w;
+      break;
+    }
+  int64_t chunks = (n + size - 1) / size;
   for (uint32_t t = 0; t < teams; t++) {
     int64_t mine = chunks > t ? (chunks - t + teams - 1) / teams : 0;
     int64_t want = threads == 1 ? mine : expect_defer ? (mine > 0) : mine;
