@@ -13,7 +13,12 @@
 //! `InvalidBinary` error.
 //!
 //! Code bytes are not mutated: corrupt machine code in the image's own
-//! constructors crashes whatever the loader checks.
+//! constructors crashes whatever the loader checks. Nor is `.rodata`, for
+//! the same reason: it holds the jump tables of that code (compiler-rt's
+//! `__cpu_indicator_init`, a constructor the kernels' multiversioned group
+//! loops pull in, runs during `dlopen` and switches through tables there;
+//! with clang-22.1.8 a random position landed in one and the constructor
+//! jumped astray).
 
 use std::collections::HashSet;
 use std::io::Write as _;
@@ -66,7 +71,8 @@ fn le(b: &[u8], off: usize, n: usize) -> u64 {
 }
 
 /// Byte ranges of what the loader reads, from the section headers of the
-/// (unmutated) image, and the file ranges of executable segments.
+/// (unmutated) image, and the file ranges never mutated: executable
+/// segments and `.rodata` (jump tables of load-time code).
 /// A named byte range of the image: `(start, end, name)`.
 type Region = (usize, usize, String);
 
@@ -82,6 +88,7 @@ fn regions(img: &[u8]) -> (Vec<Region>, Vec<(usize, usize)>) {
     ];
     let sh = |i: usize, o: usize, n: usize| le(img, shoff + i * 64 + o, n) as usize;
     let strs = sh(shstrndx, 24, 8);
+    let mut code = Vec::new();
     for i in 1..shnum {
         let ty = sh(i, 4, 4) as u32;
         let name_off = strs + sh(i, 0, 4);
@@ -91,20 +98,22 @@ fn regions(img: &[u8]) -> (Vec<Region>, Vec<(usize, usize)>) {
             ty,
             4 | 5 | 6 | 7 | 11 | 14 | 15 | 19 | 0x6fff_fff6 | 0x6fff_fffd..=0x6fff_ffff
         ) || name == ".dynstr";
+        let (off, size) = (sh(i, 24, 8), sh(i, 32, 8));
+        if name == ".rodata" {
+            code.push((off, off + size));
+        }
         if wanted {
-            let (off, size) = (sh(i, 24, 8), sh(i, 32, 8));
             out.push((off, off + size, name));
         }
     }
-    let mut exec = Vec::new();
     for i in 0..phnum {
         let at = phoff + i * 56;
         if le(img, at, 4) == 1 && le(img, at + 4, 4) & 1 != 0 {
             let off = le(img, at + 8, 8) as usize;
-            exec.push((off, off + le(img, at + 32, 8) as usize));
+            code.push((off, off + le(img, at + 32, 8) as usize));
         }
     }
-    (out, exec)
+    (out, code)
 }
 
 /// Every (position, new value) to try on `img`.
