@@ -137,6 +137,10 @@ build_openmp() { # build_openmp OUT TARGETDIR ROOT
         return 0
     fi
     rm -f "$out/omp-flags.err"
+    # The programs are built through the CUDA tool shim (whole-program
+    # ptxas); without it omp_bench and omp_bench_reloc would be one build.
+    [[ $flags == *--cuda-path=*cuda-shim-* ]] \
+        || die "offload clang-flags gave no CUDA tool shim (its warning says why): $flags"
     for p in omp_checks omp_bench; do
         # One flag per word, as clang-flags promises for $(...).
         # shellcheck disable=SC2086

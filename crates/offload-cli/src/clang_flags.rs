@@ -27,7 +27,8 @@
 //! [`crate::cuda_shim`]) so that ptxas compiles the linked program as a
 //! whole, which gives the kernels far fewer registers than clang's
 //! relocatable compile; it lives in the build tree's `target/` or in
-//! `$XDG_CACHE_HOME/offload` (`~/.cache/offload`), one per toolkit, and
+//! `$XDG_CACHE_HOME/offload` (`~/.cache/offload`), one per toolkit (and
+//! `offload` executable), and
 //! `--ptxas-relocatable` leaves it out.
 //!
 //! Where things are found (`-v` says which) depends on where `offload`
@@ -555,7 +556,9 @@ struct PtxasReport<'a> {
 fn shim_base(layout: &Layout) -> Option<PathBuf> {
     match layout {
         Layout::BuildTree(target) => Some(target.clone()),
+        // A relative XDG_CACHE_HOME is to be ignored (XDG base directories).
         Layout::Installed(_) => env_path("XDG_CACHE_HOME")
+            .filter(|c| c.is_absolute())
             .or_else(|| env_path("HOME").map(|h| h.join(".cache")))
             .map(|c| c.join("offload")),
     }
@@ -568,7 +571,11 @@ fn cuda_shim_for(cuda: &CudaTools, layout: &Layout) -> Option<PathBuf> {
     let exe = exe.canonicalize().unwrap_or(exe);
     let made = match shim_base(layout) {
         Some(base) => crate::cuda_shim::ensure(&base, &cuda.path, &exe)
-            .map_err(|e| format!("in {}: {e}", base.display())),
+            .map_err(|e| format!("in {}: {e}", base.display()))
+            .and_then(|dir| match dir.to_str() {
+                Some(_) => Ok(dir),
+                None => Err(format!("{} is not a UTF-8 path", dir.display())),
+            }),
         None => Err("neither XDG_CACHE_HOME nor HOME is set".to_string()),
     };
     match made {

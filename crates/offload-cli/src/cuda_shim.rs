@@ -6,8 +6,9 @@
 //! `ptxas -c` on it (a relocatable object) and `nvlink`. A relocatable
 //! compile allocates registers as if any function might be called from
 //! code it cannot see: on sm_90 an OpenMP `target teams distribute parallel
-//! for reduction(+:)` kernel gets 64 registers that way and 32 when ptxas
-//! sees the whole program, a STREAM triad 40 and 29 (CUDA 13.0 ptxas). The
+//! for reduction(+:)` kernel gets 64-66 registers that way and 32 when
+//! ptxas sees the whole program, a STREAM triad 40 and 30 (omp_bench, CUDA
+//! 13.0 ptxas). The
 //! count bounds the threads an SM runs, and a memory-bound loop like these
 //! is as fast as the loads it keeps in flight. nvcc compiles whole programs
 //! by default.
@@ -15,7 +16,7 @@
 //! So the shim: a folder laid out like a CUDA toolkit's `bin/` whose
 //! `ptxas` and `nvlink` are links to this `offload` executable, plus
 //! `toolkit`, a link to the real toolkit. `offload clang-flags` makes one
-//! per toolkit ([`ensure`]) and hands it to the device linker alone
+//! per toolkit and `offload` executable ([`ensure`]) and hands it to the device linker alone
 //! (`-Xoffload-linker-nvptx64-nvidia-cuda --cuda-path=SHIM`; clang keeps
 //! the real toolkit for libdevice and headers). Run as `ptxas`, `offload`
 //! ([`run_tool`]) turns `-c` into `-ewp` (extensible whole program: the
@@ -104,20 +105,16 @@ pub fn whole_program_args(
     {
         return None;
     }
-    let mut inputs = Vec::new();
-    let mut skip_value = false;
-    for a in args {
-        let s = a.to_string_lossy();
-        if std::mem::take(&mut skip_value) {
-            continue;
-        }
-        if s.starts_with('-') {
-            // Options that take the next word as their value.
-            skip_value = matches!(&*s, "-o" | "-arch" | "--gpu-name" | "--output-file" | "-O");
-            continue;
-        }
-        inputs.push(a);
-    }
+    // The PTX input: the one word naming a `.s` or `.ptx` file (options'
+    // values never do: ptxas takes no other input).
+    let inputs: Vec<&OsString> = args
+        .iter()
+        .filter(|a| {
+            let ext = Path::new(a).extension();
+            !a.to_string_lossy().starts_with('-')
+                && (ext == Some(OsStr::new("s")) || ext == Some(OsStr::new("ptx")))
+        })
+        .collect();
     let [input] = inputs[..] else { return None };
     if !is_whole_program(&read(Path::new(input))?) {
         return None;
@@ -151,23 +148,40 @@ pub fn run_tool(tool: &str, argv0: &Path, args: Vec<OsString>) -> ExitCode {
         if let Some(whole) = whole_program_args(&args, read) {
             // Output captured: a failed attempt's messages would only
             // confuse; the relocatable compile below speaks for itself.
-            if let Ok(out) = Command::new(&real).args(&whole).output() {
-                if out.status.success() {
+            match Command::new(&real).args(&whole).output() {
+                Ok(out) if out.status.success() => {
                     use std::io::Write;
                     let _ = std::io::stdout().write_all(&out.stdout);
                     let _ = std::io::stderr().write_all(&out.stderr);
                     return ExitCode::SUCCESS;
                 }
+                // Killed (interrupted, out of memory): no second compile.
+                Ok(out) if out.status.code().is_none() => return exit_code(out.status),
+                _ => eprintln!(
+                    "offload (ptxas shim): the whole-program compile (-ewp) failed; compiling \
+                     relocatable code (more registers per thread)"
+                ),
             }
         }
     }
     match Command::new(&real).args(&args).status() {
-        Ok(s) => ExitCode::from(s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)),
+        Ok(status) => exit_code(status),
         Err(e) => {
             eprintln!("offload: error: cannot run {}: {e}", real.display());
             ExitCode::from(1)
         }
     }
+}
+
+/// A tool's exit status passed on (a signal as a shell reports it: 128 + N).
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let code = match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 /// A stable 64-bit FNV-1a hash (the shim folder's name must not change
@@ -183,10 +197,18 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// Whether `dir` is a complete shim for `toolkit` run by `exe`.
+/// Whether `dir` is a complete shim for `toolkit` run by `exe`, made by
+/// this user (in a cache others can write to, a folder of theirs could
+/// swap its links for their own tools later).
 fn is_shim_for(dir: &Path, toolkit: &Path, exe: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    let mine = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == me);
     let link = |p: PathBuf| std::fs::read_link(p).ok();
-    link(dir.join(TOOLKIT_LINK)).as_deref() == Some(toolkit)
+    mine(dir)
+        && mine(&dir.join("bin"))
+        && link(dir.join(TOOLKIT_LINK)).as_deref() == Some(toolkit)
         && TOOLS
             .iter()
             .all(|t| link(dir.join("bin").join(t)).as_deref() == Some(exe))
@@ -216,10 +238,14 @@ pub fn ensure(base: &Path, toolkit: &Path, exe: &Path) -> std::io::Result<PathBu
             return Ok(dir);
         }
         // Another build's shim, or a broken one: check it again, after
-        // removing it if it is broken.
+        // moving a broken one aside (a rename, so that a good one another
+        // build renames in meanwhile is never the one removed).
         let _ = std::fs::remove_dir_all(&tmp);
         if !is_shim_for(&dir, toolkit, exe) {
-            let _ = std::fs::remove_dir_all(&dir);
+            let trash = base.join(format!(".cuda-shim-{hash:016x}.{}.old", std::process::id()));
+            if std::fs::rename(&dir, &trash).is_ok() {
+                let _ = std::fs::remove_dir_all(&trash);
+            }
         }
     }
     if is_shim_for(&dir, toolkit, exe) {
@@ -304,6 +330,30 @@ mod tests {
         assert!(whole_program_args(&os(&["m.s", "-o", "m.cubin"]), read).is_none());
         assert!(whole_program_args(&os(&["-c", "m.s", "m.s", "-o", "x"]), read).is_none());
         assert!(whole_program_args(&os(&["--version"]), read).is_none());
+        // An option's value is not taken for an input.
+        let valued = os(&[
+            "-c",
+            "m.s",
+            "--maxrregcount",
+            "32",
+            "-e",
+            "k",
+            "-o",
+            "m.cubin",
+        ]);
+        assert_eq!(
+            whole_program_args(&valued, read).unwrap(),
+            os(&[
+                "-ewp",
+                "m.s",
+                "--maxrregcount",
+                "32",
+                "-e",
+                "k",
+                "-o",
+                "m.cubin"
+            ])
+        );
     }
 
     #[test]

@@ -970,6 +970,11 @@ fn the_cuda_shim_compiles_whole_programs_and_falls_back() {
          ptxas -m64 -c whole.s -O2 -arch sm_90 -o out.cubin\n"
     );
     assert!(!stderr(&o).contains("ewp refused"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("whole-program compile (-ewp) failed; compiling relocatable code"),
+        "{}",
+        stderr(&o)
+    );
     // Not a whole program: as given.
     let args = wrapper_args("part.s");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

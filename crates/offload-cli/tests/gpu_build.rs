@@ -497,7 +497,8 @@ fn omp_bench_registers(extra: &[&str]) -> Vec<(String, u64)> {
     let dir = tempfile::tempdir().unwrap();
     let program = dir.path().join("omp_bench");
     let o = Command::new("clang-22")
-        .args(["-fopenmp", "-O2"])
+        .current_dir(dir.path())
+        .args(["-fopenmp", "-O2", "-save-temps"])
         .args(flags.split_whitespace())
         .arg(root().join("plugins/cuda/tests/gpu/omp_bench.c"))
         .arg("-o")
@@ -509,6 +510,25 @@ fn omp_bench_registers(extra: &[&str]) -> Vec<(String, u64)> {
     // Five kernels: two empty loops, the initialisation, the triad and the
     // sum reduction (last in the source).
     assert_eq!(regs.len(), 5, "{regs:?}");
+    // What the host side looks up in the linked image is there, however
+    // ptxas compiled it: each kernel's environment and the device
+    // environment.
+    use object::{Object, ObjectSymbol};
+    let image = std::fs::read(dir.path().join("omp_bench.nvptx64.sm_90.img")).unwrap();
+    let elf = object::File::parse(&*image).unwrap();
+    let defined: Vec<String> = elf
+        .symbols()
+        .filter(|s| s.is_definition())
+        .filter_map(|s| s.name().ok().map(String::from))
+        .collect();
+    let mut wanted: Vec<String> = regs
+        .iter()
+        .map(|(k, _)| format!("{k}_kernel_environment"))
+        .collect();
+    wanted.push("__omp_rtl_device_environment".into());
+    for w in wanted {
+        assert!(defined.contains(&w), "{extra:?}: {w} is not in the image");
+    }
     regs
 }
 

@@ -322,7 +322,10 @@ pub fn cubin_target(bytes: &[u8]) -> Option<Target> {
     })
 }
 
-/// `.nv.info` attribute formats (the byte before the attribute).
+/// `.nv.info` attribute formats (the byte before the attribute): 1 no
+/// value, 2 a byte, 3 a half word (each in the record's last two bytes), 4
+/// a size and that many bytes.
+const EIFMT_NVAL: u8 = 1;
 const EIFMT_SVAL: u8 = 4;
 /// `.nv.info` attribute: a function's register count (`u32` symbol index,
 /// `u32` registers per thread).
@@ -358,6 +361,12 @@ pub fn cubin_registers(bytes: &[u8]) -> Result<Vec<FunctionRegisters>> {
         while let Some(&[format, attribute, lo, hi]) = section.get(at..at + 4) {
             let value = u16::from_le_bytes([lo, hi]) as usize;
             at += 4;
+            if !(EIFMT_NVAL..=EIFMT_SVAL).contains(&format) {
+                return Err(ImageError::Elf(format!(
+                    ".nv.info: unknown attribute format {format} at offset {:#x}",
+                    at - 4
+                )));
+            }
             if format != EIFMT_SVAL {
                 continue;
             }
@@ -609,6 +618,9 @@ mod tests {
         short.truncate(8);
         let e = cubin_registers(&cubin_with_info(&short)).unwrap_err();
         assert!(e.to_string().contains("says 8 bytes, 4 are left"), "{e}");
+        // An unknown format is an error, not a guess at its length.
+        let e = cubin_registers(&cubin_with_info(&[7, 0x2f, 8, 0])).unwrap_err();
+        assert!(e.to_string().contains("unknown attribute format 7"), "{e}");
         // Not a cubin.
         let x86 = crate::test_elf::build(elf::EM_X86_64, 3, None, &[]);
         assert!(cubin_registers(&x86)
