@@ -331,29 +331,10 @@ mod tests {
         assert!(whole_program_args(&os(&["-c", "m.s", "m.s", "-o", "x"]), read).is_none());
         assert!(whole_program_args(&os(&["--version"]), read).is_none());
         // An option's value is not taken for an input.
-        let valued = os(&[
-            "-c",
-            "m.s",
-            "--maxrregcount",
-            "32",
-            "-e",
-            "k",
-            "-o",
-            "m.cubin",
-        ]);
-        assert_eq!(
-            whole_program_args(&valued, read).unwrap(),
-            os(&[
-                "-ewp",
-                "m.s",
-                "--maxrregcount",
-                "32",
-                "-e",
-                "k",
-                "-o",
-                "m.cubin"
-            ])
-        );
+        let words = |s: &str| s.split(' ').map(OsString::from).collect::<Vec<_>>();
+        let valued = words("-c m.s --maxrregcount 32 -e k -o m.cubin");
+        let whole = words("-ewp m.s --maxrregcount 32 -e k -o m.cubin");
+        assert_eq!(whole_program_args(&valued, read).unwrap(), whole);
     }
 
     #[test]
