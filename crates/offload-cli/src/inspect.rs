@@ -7,7 +7,8 @@
 //! every leaf image it shows the container chain, triple, arch, kinds, size,
 //! string map, metadata, for ELF images the header facts and the kernels,
 //! functions and globals defined (for cubins with the registers per thread
-//! each kernel needs, which bound the threads an SM holds), and which
+//! each kernel needs, which bound the threads an SM holds; a global of the
+//! entry table that the image's data objects lack is named), and which
 //! devices of this runtime could run it. Anything else (unknown, truncated, corrupt) is an error.
 //!
 //! Kernels and globals are what the runtime would look up, decided as the
@@ -119,6 +120,9 @@ pub struct ImageReport {
     pub functions: Vec<FunctionReport>,
     /// The global variables the runtime can look up (no linker symbols).
     pub globals: Vec<GlobalReport>,
+    /// Every defined data object (ELF images only): where a global of the
+    /// host's entry table must be for the runtime to find it.
+    pub objects: Vec<GlobalReport>,
     /// Devices of this runtime whose plugin says they can run the image.
     pub runnable_on: Vec<RunnableDevice>,
     /// Devices that load this image when given the whole file (their best
@@ -320,6 +324,7 @@ fn image_report(
         kernel_source: "none",
         kernels: Vec::new(),
         functions: Vec::new(),
+        objects: Vec::new(),
         globals: Vec::new(),
         runnable_on: Vec::new(),
         loaded_by: Vec::new(),
@@ -392,6 +397,12 @@ fn image_report(
             Vec::new()
         };
         for s in symbols {
+            if s.kind == SymbolKind::Object {
+                report.objects.push(GlobalReport {
+                    name: s.name.clone(),
+                    size: s.size,
+                });
+            }
             if s.kind == SymbolKind::Function {
                 let kernel = report.kernels.contains(&s.name);
                 let registers = registers
@@ -574,6 +585,16 @@ fn render_elf(e: &ElfReport) -> String {
 }
 
 /// Renders the report as text.
+/// The globals the image's objects leave out: what the runtime would not
+/// find in it.
+fn not_defined<'a>(globals: &'a [GlobalReport], objects: &[GlobalReport]) -> Vec<&'a str> {
+    globals
+        .iter()
+        .filter(|g| !objects.iter().any(|o| o.name == g.name))
+        .map(|g| g.name.as_str())
+        .collect()
+}
+
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -647,6 +668,18 @@ pub fn render(r: &Report) -> String {
                     "functions",
                     format!("{} defined, {others} not kernels", img.functions.len()),
                 );
+                field(&mut s, "objects", format!("{} defined", img.objects.len()));
+                let missing = not_defined(&img.globals, &img.objects);
+                if !missing.is_empty() {
+                    field(
+                        &mut s,
+                        "not defined",
+                        format!(
+                            "{} (globals the runtime would not find)",
+                            missing.join(", ")
+                        ),
+                    );
+                }
             }
             let _ = writeln!(s, "  globals ({}):", img.globals.len());
             for g in &img.globals {
@@ -712,4 +745,20 @@ fn host_kernel_companion(name: &str, functions: &[&str]) -> bool {
         name.strip_suffix(suffix)
             .is_some_and(|kernel| functions.contains(&kernel))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globals_missing_from_the_objects_are_named() {
+        let g = |name: &str| GlobalReport {
+            name: name.to_string(),
+            size: 4,
+        };
+        let globals = [g("a"), g("b"), g("c")];
+        assert_eq!(not_defined(&globals, &[g("b"), g("x")]), ["a", "c"]);
+        assert!(not_defined(&globals, &[g("c"), g("a"), g("b")]).is_empty());
+    }
 }

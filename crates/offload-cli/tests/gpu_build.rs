@@ -163,8 +163,8 @@ fn amdgpu_mach(arch: &str) -> u64 {
 }
 
 /// Asserts that `file` holds exactly the images `want` (triple, arch), each
-/// a cubin or AMDGPU ELF object for its arch that defines every kernel of
-/// the host's entry table.
+/// a cubin or AMDGPU ELF object for its arch that defines every kernel and
+/// every global of the host's entry table.
 fn check_images(file: &Path, want: &[(&str, &str)]) {
     let v = inspect(file);
     let what = file.display();
@@ -176,6 +176,13 @@ fn check_images(file: &Path, want: &[(&str, &str)]) {
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     assert!(!kernels.is_empty(), "{what}: no kernels in the entry table");
+    let globals: BTreeSet<&str> = v["host_entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["class"] == "global")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
     let mut seen = Vec::new();
     for im in v["images"].as_array().unwrap() {
         let (triple, arch) = (im["triple"].as_str().unwrap(), im["arch"].as_str().unwrap());
@@ -188,6 +195,19 @@ fn check_images(file: &Path, want: &[(&str, &str)]) {
             .map(|f| f["name"].as_str().unwrap())
             .collect();
         assert_eq!(defined, kernels, "{what} {arch}: the image's kernels");
+        // Every global of the entry table is an object the image defines
+        // (however ptxas compiled it: a whole program keeps them too).
+        let objects: BTreeSet<&str> = im["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap())
+            .collect();
+        let missing: Vec<&str> = globals.difference(&objects).copied().collect();
+        assert!(
+            missing.is_empty(),
+            "{what} {arch}: globals not in the image: {missing:?}"
+        );
         assert_eq!(im["chain"], "OffloadBinary > ELF", "{what} {arch}");
         match triple {
             NVPTX => {

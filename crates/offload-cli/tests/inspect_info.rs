@@ -194,6 +194,11 @@ fn inspect_one_target_region_is_one_kernel() {
         );
         assert!(text.contains(&format!("    {}\n", kernels[0])), "{text}");
         assert!(text.contains("globals (1):\n    scale (4 bytes)"), "{text}");
+        // The image defines it (inspect would name it otherwise).
+        let objects = names(&img["objects"]);
+        assert!(objects.iter().any(|o| o == "scale"), "{file}: {objects:?}");
+        assert!(text.contains("  objects:"), "{text}");
+        assert!(!text.contains("not defined"), "{text}");
     }
 
     // The device image alone (as llvm-offload-binary extracts it) names the
