@@ -168,21 +168,17 @@ fn amdgpu_mach(arch: &str) -> u64 {
 fn check_images(file: &Path, want: &[(&str, &str)]) {
     let v = inspect(file);
     let what = file.display();
-    let kernels: BTreeSet<&str> = v["host_entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["class"] == "kernel")
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
+    let entries = |class: &str| -> BTreeSet<&str> {
+        v["host_entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["class"] == class)
+            .map(|e| e["name"].as_str().unwrap())
+            .collect()
+    };
+    let (kernels, globals) = (entries("kernel"), entries("global"));
     assert!(!kernels.is_empty(), "{what}: no kernels in the entry table");
-    let globals: BTreeSet<&str> = v["host_entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["class"] == "global")
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
     let mut seen = Vec::new();
     for im in v["images"].as_array().unwrap() {
         let (triple, arch) = (im["triple"].as_str().unwrap(), im["arch"].as_str().unwrap());
