@@ -87,12 +87,14 @@ static void sar_both(void *rl_, int16_t lane, int16_t off, int16_t algo) {
 }
 
 /* --- inter-warp copy (clang's _omp_reduction_inter_warp_copy_func) --------- */
-/* One 32-bit word of an element through the transfer storage. */
+/* One 32-bit word of an element through the transfer storage (the thread's
+ * lane and warp as clang's function derives them from its hardware id). */
 #define IWC_WORD(W, LOG, PTR)                                                                  \
   do {                                                                                         \
+    int32_t tid = __kmpc_get_hardware_thread_id_in_block();                                    \
     __kmpc_barrier(&loc_barrier, gtid_now());                                                  \
-    if (lane == 0)                                                                             \
-      XFER[warp] = *(PTR);                                                                     \
+    if ((tid & (W - 1)) == 0)                                                                  \
+      XFER[tid >> LOG] = *(PTR);                                                               \
     __kmpc_barrier(&loc_barrier, gtid_now());                                                  \
     if ((uint32_t)tid < (uint32_t)warp_num)                                                    \
       *(PTR) = XFER[tid];                                                                      \
@@ -101,33 +103,21 @@ static void sar_both(void *rl_, int16_t lane, int16_t off, int16_t algo) {
 #define DEFINE_IWC(W, LOG)                                                                     \
   static void iwc_sum_d_##W(void *rl_, int32_t warp_num) {                                     \
     void **rl = rl_;                                                                           \
-    int32_t tid = __kmpc_get_hardware_thread_id_in_block();                                    \
-    int32_t lane = __kmpc_get_hardware_thread_id_in_block() & (W - 1);                         \
-    int32_t warp = __kmpc_get_hardware_thread_id_in_block() >> LOG;                            \
     for (int i = 0; i < 2; i++)                                                                \
       IWC_WORD(W, LOG, (int32_t *)rl[0] + i);                                                  \
   }                                                                                            \
   static void iwc_max_i_##W(void *rl_, int32_t warp_num) {                                     \
     void **rl = rl_;                                                                           \
-    int32_t tid = __kmpc_get_hardware_thread_id_in_block();                                    \
-    int32_t lane = __kmpc_get_hardware_thread_id_in_block() & (W - 1);                         \
-    int32_t warp = __kmpc_get_hardware_thread_id_in_block() >> LOG;                            \
     IWC_WORD(W, LOG, (int32_t *)rl[0]);                                                        \
   }                                                                                            \
   static void iwc_both_##W(void *rl_, int32_t warp_num) {                                      \
     void **rl = rl_;                                                                           \
-    int32_t tid = __kmpc_get_hardware_thread_id_in_block();                                    \
-    int32_t lane = __kmpc_get_hardware_thread_id_in_block() & (W - 1);                         \
-    int32_t warp = __kmpc_get_hardware_thread_id_in_block() >> LOG;                            \
     for (int i = 0; i < 2; i++)                                                                \
       IWC_WORD(W, LOG, (int32_t *)rl[0] + i);                                                  \
     IWC_WORD(W, LOG, (int32_t *)rl[1]);                                                        \
   }                                                                                            \
   static void iwc_sum3_##W(void *rl_, int32_t warp_num) {                                      \
     void **rl = rl_;                                                                           \
-    int32_t tid = __kmpc_get_hardware_thread_id_in_block();                                    \
-    int32_t lane = __kmpc_get_hardware_thread_id_in_block() & (W - 1);                         \
-    int32_t warp = __kmpc_get_hardware_thread_id_in_block() >> LOG;                            \
     for (int i = 0; i < 6; i++)                                                                \
       IWC_WORD(W, LOG, (int32_t *)rl[0] + i);                                                  \
   }
