@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use offload_image::{
-    detect, elf, images_in_host_binary, metadata, offload_binary, unwrap, validate,
+    cuda, detect, elf, images_in_host_binary, metadata, offload_binary, unwrap, validate,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -18,7 +18,21 @@ fuzz_target!(|data: &[u8]| {
     let _ = elf::info(data);
     let _ = elf::defined_symbols(data);
     let _ = elf::offloading_sections(data);
+    let _ = elf::symtab_names(data);
+    let _ = elf::object_sizes(data);
     let _ = images_in_host_binary(data);
+    let _ = cuda::ptx_info(data);
+    let _ = cuda::arch_of(data);
+    let _ = cuda::fatbin_runs_on(data, cuda::Sm::from_number(90));
+    if let Ok(regs) = cuda::cubin_registers(data) {
+        // Each count is one 12-byte `.nv.info` record.
+        assert!(regs.len() <= data.len() / 12);
+    }
+    if let Ok(entries) = cuda::fatbin_entries(data) {
+        for e in entries {
+            let _ = cuda::cubin_registers(e.payload);
+        }
+    }
     if let Ok(checked) = validate::x86_64_shared_object(data) {
         // Whatever is accepted names at most as many symbols as fit.
         assert!(checked.symbols <= data.len() as u64 / 24);

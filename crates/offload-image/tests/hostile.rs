@@ -6,7 +6,7 @@ mod common;
 use common::{test_elf, Rng};
 use offload_image::metadata::{self, Metadata};
 use offload_image::offload_binary::{self, ImageKind, OffloadBinary, OffloadKind};
-use offload_image::{detect, elf, images_in_host_binary, unwrap};
+use offload_image::{cuda, detect, elf, images_in_host_binary, unwrap};
 
 /// Calls every parser on `b`; checks round-trip properties of what parses.
 fn exercise(b: &[u8]) {
@@ -15,8 +15,12 @@ fn exercise(b: &[u8]) {
     let _ = elf::info(b);
     let _ = elf::defined_symbols(b);
     let _ = elf::offloading_sections(b);
+    let _ = elf::symtab_names(b);
+    let _ = elf::object_sizes(b);
+    let _ = elf::sections_named(b, ".nv.info");
     let _ = images_in_host_binary(b);
     let _ = offload_binary::parse_all(b);
+    exercise_cuda(b);
     if let Ok((bin, used)) = offload_binary::parse(b) {
         assert!(used <= b.len());
         let again = offload_binary::write(std::slice::from_ref(&bin));
@@ -29,6 +33,76 @@ fn exercise(b: &[u8]) {
         assert_eq!(m2, meta);
         assert_eq!(i2, image);
     }
+}
+
+/// The CUDA readers: PTX directives, cubin targets and register counts,
+/// fatbinary entries (and the payloads they point at).
+fn exercise_cuda(b: &[u8]) {
+    let _ = cuda::detect(b);
+    let _ = cuda::ptx_info(b);
+    let _ = cuda::cubin_target(b);
+    let _ = cuda::arch_of(b);
+    let _ = cuda::fatbin_sections(b);
+    if let Ok(regs) = cuda::cubin_registers(b) {
+        // Each count is one 12-byte `.nv.info` record.
+        assert!(regs.len() <= b.len() / 12);
+    }
+    if let Ok(entries) = cuda::fatbin_entries(b) {
+        for e in &entries {
+            assert!(e.payload.len() <= b.len());
+            let _ = cuda::cubin_registers(e.payload);
+            let _ = cuda::ptx_info(e.payload);
+        }
+    }
+    let _ = cuda::fatbin_runs_on(b, cuda::Sm::from_number(90));
+}
+
+/// A cubin (`EM_CUDA`, sm_90) whose `.nv.info` gives k1 and k2 their
+/// register counts, between attributes of the other formats.
+fn cubin_sample() -> Vec<u8> {
+    let mut info = vec![1, 0x0a, 0, 0, 3, 0x1b, 0x20, 0];
+    for (symbol, registers) in [(1u32, 32u32), (2, 40)] {
+        info.extend([4, 0x2f, 8, 0]);
+        info.extend(symbol.to_le_bytes());
+        info.extend(registers.to_le_bytes());
+    }
+    info.extend([4, 0x11, 4, 0, 1, 2, 3, 4]);
+    let mut e = test_elf::build(
+        elf::EM_CUDA,
+        2,
+        Some(&info),
+        &[("k1", true, 16), ("k2", true, 16)],
+    );
+    let from = b".llvm.offloading\0";
+    let at = e.windows(from.len()).position(|w| w == from).unwrap();
+    e[at..at + from.len()].copy_from_slice(b".nv.info\0\0\0\0\0\0\0\0\0");
+    e[8] = cuda::ELFABIVERSION_CUDA_V1;
+    e[48..52].copy_from_slice(&90u32.to_le_bytes()); // e_flags: sm_90
+    e
+}
+
+const PTX_SAMPLE: &[u8] = b"// generated\n.version 8.0\n.target sm_90\n.address_size 64\n\
+    .visible .global .align 4 .u32 counter;\n\
+    .visible .entry k(.param .u64 p)\n{\n  ret;\n}\n";
+
+/// A fatbinary with a PTX and a cubin entry.
+fn fatbin_sample(cubin: &[u8]) -> Vec<u8> {
+    let mut entries = Vec::new();
+    for (kind, payload) in [(1u16, PTX_SAMPLE), (2, cubin)] {
+        let mut h = vec![0u8; 64];
+        h[..2].copy_from_slice(&kind.to_le_bytes());
+        h[4..8].copy_from_slice(&64u32.to_le_bytes());
+        h[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        h[28..32].copy_from_slice(&90u32.to_le_bytes());
+        entries.extend(h);
+        entries.extend(payload);
+    }
+    let mut f = cuda::FATBIN_MAGIC.to_le_bytes().to_vec();
+    f.extend(1u16.to_le_bytes());
+    f.extend(16u16.to_le_bytes());
+    f.extend((entries.len() as u64).to_le_bytes());
+    f.extend(entries);
+    f
 }
 
 fn samples() -> Vec<Vec<u8>> {
@@ -61,8 +135,13 @@ fn samples() -> Vec<Vec<u8>> {
     raw_omp.extend_from_slice(&(yaml.len() as u32).to_le_bytes());
     raw_omp.extend_from_slice(yaml.as_bytes());
     raw_omp.extend_from_slice(b"BC\xC0\xDE");
+    let cubin = cubin_sample();
+    let fatbin = fatbin_sample(&cubin);
     vec![
         dev,
+        cubin,
+        fatbin,
+        PTX_SAMPLE.to_vec(),
         omp,
         ob,
         omp_outer,
@@ -84,10 +163,37 @@ fn samples_are_valid() {
     }
 }
 
+/// The CUDA samples are what they claim, so their mutations start from
+/// code the readers accept.
+#[test]
+fn cuda_samples_parse() {
+    let cubin = cubin_sample();
+    let regs = cuda::cubin_registers(&cubin).unwrap();
+    let counts: Vec<(&str, u32)> = regs
+        .iter()
+        .map(|r| (r.name.as_str(), r.registers))
+        .collect();
+    assert_eq!(counts, [("k1", 32), ("k2", 40)]);
+    assert_eq!(cuda::arch_of(&cubin).as_deref(), Some("sm_90"));
+    let ptx = cuda::ptx_info(PTX_SAMPLE).unwrap();
+    assert_eq!(
+        (ptx.entries, ptx.globals),
+        (vec!["k".to_string()], vec!["counter".to_string()])
+    );
+    let fatbin = fatbin_sample(&cubin);
+    let entries = cuda::fatbin_entries(&fatbin).unwrap();
+    let kinds: Vec<_> = entries.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [cuda::EntryKind::Ptx, cuda::EntryKind::Cubin]);
+    assert_eq!(entries[1].payload, &cubin[..]);
+    assert!(cuda::fatbin_runs_on(&fatbin, cuda::Sm::from_number(90)));
+}
+
 #[test]
 fn random_buffers_do_not_panic() {
-    let magics: [&[u8]; 6] = [
+    let magics: [&[u8]; 8] = [
         b"\x7fELF\x02\x01\x01\0",
+        b"\x50\xed\x55\xba\x01\0\x10\0",
+        b".version 8.0\n.target sm_90\n.entry k {",
         b"\x7fELF\x01\x02\x01\0",
         &offload_binary::MAGIC,
         b"\x10\xff\x10\xad\x01\0\0\0",
