@@ -143,6 +143,14 @@ pub fn run_tool(tool: &str, argv0: &Path, args: Vec<OsString>) -> ExitCode {
         return ExitCode::from(1);
     };
     let real = shim.join(TOOLKIT_LINK).join("bin").join(tool);
+    if leads_back_to_offload(&real) {
+        eprintln!(
+            "offload: error: the {tool} shim's real tool {} is offload itself (its `{TOOLKIT_LINK}` \
+             link must name a CUDA toolkit, not a shim); run `offload clang-flags` again",
+            real.display()
+        );
+        return ExitCode::from(1);
+    }
     if tool == "ptxas" {
         let read = |p: &Path| std::fs::read_to_string(p).ok();
         if let Some(whole) = whole_program_args(&args, read) {
@@ -171,6 +179,14 @@ pub fn run_tool(tool: &str, argv0: &Path, args: Vec<OsString>) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Whether `real` is this `offload` executable (a shim whose toolkit link
+/// names a shim would otherwise start itself again, one process deeper
+/// each time).
+fn leads_back_to_offload(real: &Path) -> bool {
+    let me = std::env::current_exe().and_then(std::fs::canonicalize);
+    matches!((me, std::fs::canonicalize(real)), (Ok(me), Ok(r)) if me == r)
 }
 
 /// A tool's exit status passed on (a signal as a shell reports it: 128 + N).
@@ -214,6 +230,39 @@ fn is_shim_for(dir: &Path, toolkit: &Path, exe: &Path) -> bool {
             .all(|t| link(dir.join("bin").join(t)).as_deref() == Some(exe))
 }
 
+/// Removes the temporary folders (`.cuda-shim-HASH.PID`, `...PID.old`)
+/// that builds killed while making this shim left behind: those of
+/// processes that no longer run, owned by this user.
+fn remove_stale_temps(base: &Path, hash: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let prefix = format!(".cuda-shim-{hash:016x}.");
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Ok(pid) = rest.trim_end_matches(".old").parse::<libc::pid_t>() else {
+            continue;
+        };
+        let mine = entry.metadata().is_ok_and(|m| m.uid() == me);
+        if mine && pid > 0 && !process_runs(pid) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Whether process `pid` exists (signal 0 checks without sending).
+fn process_runs(pid: libc::pid_t) -> bool {
+    // SAFETY: kill with signal 0 only checks that `pid` can be signalled.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// The shim folder for `toolkit` under `base`, made when missing (several
 /// builds may race: each makes its own and renames it into place; a stale
 /// or broken one is replaced).
@@ -227,6 +276,7 @@ pub fn ensure(base: &Path, toolkit: &Path, exe: &Path) -> std::io::Result<PathBu
             return Ok(dir);
         }
         std::fs::create_dir_all(base)?;
+        remove_stale_temps(base, hash);
         let tmp = base.join(format!(".cuda-shim-{hash:016x}.{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(tmp.join("bin"))?;
@@ -358,5 +408,30 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
             .collect();
         assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn killed_builds_leftovers_are_removed() {
+        let base = tempfile::tempdir().unwrap();
+        let (toolkit, exe) = (Path::new("/opt/cuda"), Path::new("/usr/bin/offload"));
+        let dir = ensure(base.path(), toolkit, exe).unwrap();
+        let hash = dir.file_name().unwrap().to_str().unwrap();
+        let hash = hash.strip_prefix("cuda-shim-").unwrap();
+        // pid_max is at most 2^22: this process cannot exist.
+        let dead = base.path().join(format!(".cuda-shim-{hash}.99999999"));
+        let dead_old = base.path().join(format!(".cuda-shim-{hash}.99999998.old"));
+        let alive = base
+            .path()
+            .join(format!(".cuda-shim-{hash}.{}", std::process::id()));
+        let other = base.path().join(".cuda-shim-0000000000000000.99999999");
+        for d in [&dead, &dead_old, &alive, &other] {
+            std::fs::create_dir_all(d.join("bin")).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        // Remaking the shim clears this shim's dead leftovers, and only those
+        // (this process's own temporary folder is reused and renamed).
+        assert_eq!(ensure(base.path(), toolkit, exe).unwrap(), dir);
+        assert!(!dead.exists() && !dead_old.exists());
+        assert!(other.exists());
     }
 }

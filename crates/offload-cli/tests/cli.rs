@@ -991,6 +991,21 @@ fn the_cuda_shim_compiles_whole_programs_and_falls_back() {
     );
     assert_eq!(o.status.code(), Some(5));
     assert_eq!(logged, "nvlink -arch sm_90 out.cubin -o a.img\n");
+    // A shim whose toolkit link names itself: an error, not a shim that
+    // starts itself again and again.
+    let looped = root.path().join("looped");
+    std::fs::create_dir_all(looped.join("bin")).unwrap();
+    symlink(&looped, looped.join("toolkit")).unwrap();
+    symlink(&exe, looped.join("bin").join("ptxas")).unwrap();
+    let o = run(Command::new(looped.join("bin/ptxas"))
+        .args(&args)
+        .current_dir(root.path()));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("is offload itself") && stderr(&o).matches("error").count() == 1,
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Unknown architectures are usage errors listing the valid forms; missing
