@@ -33,7 +33,9 @@
 #   omp_checks, omp_bench   OpenMP programs with target regions for
 #                ${GPU_OMP_ARCH:-sm_90} (plugins/cuda/tests/gpu/omp_*.c), built
 #                with `offload clang-flags` against our device runtime; or
-#                OMP-SKIP, saying why they could not be built
+#                OMP-SKIP, saying why they could not be built; with
+#                omp_bench_nolto (--no-lto), omp_bench_reloc and
+#                omp_checks_reloc (--ptxas-relocatable) as references
 #   omp_progs/   the 16 crates/omptarget/tests/c programs of gpu_build.rs,
 #                built the same way
 #   cuda_bench.cu  the CUDA C baselines, compiled there with nvcc
@@ -65,7 +67,9 @@
 #      the GPU (MANDATORY) through our libomptarget and through LLVM 22's
 #      (LD_LIBRARY_PATH=llvm22/lib), each output equal to the fallback's
 #      (diagnostic reruns in the log when ours differs); the
-#      LIBOMPTARGET_INFO=16 launch lines; each omp_progs/ program exits 0
+#      LIBOMPTARGET_INFO=16 launch lines; omp_checks_reloc (built with
+#      `clang-flags --ptxas-relocatable`) on ours, so a fault of the
+#      whole-program ptxas build shows as such; each omp_progs/ program exits 0
 #      on the GPU with ours and prints what it prints with LLVM's; then
 #      ${GPU_BENCH_ROUNDS:-5} rounds of omp_bench on both runtimes and
 #      cuda_bench (nvcc there), best round kept: empty `target teams
@@ -160,6 +164,11 @@ build_openmp() { # build_openmp OUT TARGETDIR ROOT
     # shellcheck disable=SC2086
     clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_reloc" \
         || die "building omp_bench with relocatable ptxas for $arch failed"
+    # The checks that way too: should the whole-program build fail on the
+    # GPU, this one tells whether ptxas -ewp is the cause.
+    # shellcheck disable=SC2086
+    clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/omp_checks.c" -o "$out/omp_checks_reloc" \
+        || die "building omp_checks with relocatable ptxas for $arch failed"
     cp "$src/cuda_bench.cu" "$out/cuda_bench.cu"
     echo "$arch" > "$out/OMP-ARCH"
     # The project's OpenMP test programs that make sense on a GPU (the
@@ -250,7 +259,7 @@ build_bundle() { # build_bundle DIR PROFILE
     # Everything must load from the bundle plus Ubuntu's base libraries.
     local f lib where glibc
     local programs=("$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api)
-    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_bench_reloc "$out"/omp_progs/*)
+    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_checks_reloc "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_bench_reloc "$out"/omp_progs/*)
     for f in "${programs[@]}" "$out"/lib/*.so*; do
         while read -r lib where; do
             [[ $lib == /* ]] && lib=${lib##*/}
@@ -540,6 +549,11 @@ else
                     --print-limit 20 ./omp_checks --expect-device >> "$log" 2>&1 || echo "(exit $?)" >> "$log"
             fi
         fi
+        # The same checks compiled by ptxas as relocatable code (clang's own
+        # way): with the line above, it separates a fault of the
+        # whole-program (-ewp) compile from one of the runtimes.
+        check "OpenMP checks on the GPU, relocatable ptxas build (omp_checks_reloc): output = host fallback's" \
+            bash -c 'OMP_TARGET_OFFLOAD=MANDATORY ./omp_checks_reloc --expect-device > omp-reloc.txt && diff omp-host.txt omp-reloc.txt'
         # LLVM's launch line for every region, with the sizes that launched.
         check "OpenMP LIBOMPTARGET_INFO=16 launch lines (our libomptarget)" \
             bash -c 'set -o pipefail; LIBOMPTARGET_INFO=16 OMP_TARGET_OFFLOAD=MANDATORY ./omp_checks --expect-device 2>&1 >/dev/null | grep "Launching kernel .* with \[[0-9]*,1,1\] blocks and \[[0-9]*,1,1\] threads in [A-Za-z-]* mode"'
