@@ -3,6 +3,9 @@
 #
 #   devicertl/build.sh [OUTDIR]     (default: target/devicertl)
 #
+# DEVICERTL_CFLAGS: more compiler flags, e.g. -DRTL_WIDEN_MAX=1 for the
+# variants scripts/gpu-tests.sh compares on a GPU.
+#
 #   OUTDIR/nvptx64-nvidia-cuda/libompdevice.a
 #   OUTDIR/amdgcn-amd-amdhsa/libompdevice.a
 #   OUTDIR/<triple>/empty.bc        (for clang's --libomptarget-*-bc-path)
@@ -21,6 +24,8 @@ resource="$("$CLANG" -print-resource-dir)"
 COMMON=(-std=c11 -O2 -ffreestanding -nostdinc -isystem "$resource/include" -nogpulib
         -fvisibility=hidden -fno-exceptions -fomit-frame-pointer
         -Wall -Wextra -Werror -Wno-unused-parameter -I "$here/src")
+# shellcheck disable=SC2206 # one flag per word
+COMMON+=(${DEVICERTL_CFLAGS:-})
 
 build_one() {
   local triple="$1"; shift

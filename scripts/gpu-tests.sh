@@ -35,7 +35,9 @@
 #                with `offload clang-flags` against our device runtime; or
 #                OMP-SKIP, saying why they could not be built; with
 #                omp_bench_nolto (--no-lto), omp_bench_reloc and
-#                omp_checks_reloc (--ptxas-relocatable) as references
+#                omp_checks_reloc (--ptxas-relocatable), omp_bench_widen1
+#                and omp_bench_widen16 (device runtimes built with
+#                -DRTL_WIDEN_MAX=1 and 16) as references
 #   omp_progs/   the 16 crates/omptarget/tests/c programs of gpu_build.rs,
 #                built the same way
 #   cuda_bench.cu  the CUDA C baselines, compiled there with nvcc
@@ -131,7 +133,7 @@ OMP_PROGRAMS="basic.c collapse.c declare_target_vars.c deep_copy.c firstprivate_
 # against our device runtime. What cannot be built (no device runtime, no
 # CUDA tools) is written to OUT/OMP-SKIP and `run` skips the section.
 build_openmp() { # build_openmp OUT TARGETDIR ROOT
-    local out=$1 t=$2 root=$3 arch=${GPU_OMP_ARCH:-sm_90} flags p
+    local out=$1 t=$2 root=$3 arch=${GPU_OMP_ARCH:-sm_90} flags ref p
     local src=$root/plugins/cuda/tests/gpu
     rm -f "$out/OMP-SKIP"
     if ! flags=$("$t/offload" clang-flags --offload-arch="$arch" 2> "$out/omp-flags.err"); then
@@ -153,22 +155,36 @@ build_openmp() { # build_openmp OUT TARGETDIR ROOT
     done
     # The benchmark without device LTO too (the runtime called, not
     # inlined): how much the inlining is worth on the GPU.
-    flags=$("$t/offload" clang-flags --no-lto --offload-arch="$arch") || die "clang-flags --no-lto failed"
+    ref=$("$t/offload" clang-flags --no-lto --offload-arch="$arch") || die "clang-flags --no-lto failed"
     # shellcheck disable=SC2086
-    clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_nolto" \
+    clang-22 -fopenmp $ref -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_nolto" \
         || die "building omp_bench without LTO for $arch failed"
     # And with clang's relocatable ptxas compile (no CUDA tool shim): what
     # compiling the whole program (fewer registers per thread) is worth.
-    flags=$("$t/offload" clang-flags --ptxas-relocatable --offload-arch="$arch") \
+    ref=$("$t/offload" clang-flags --ptxas-relocatable --offload-arch="$arch") \
         || die "clang-flags --ptxas-relocatable failed"
     # shellcheck disable=SC2086
-    clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_reloc" \
+    clang-22 -fopenmp $ref -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_reloc" \
         || die "building omp_bench with relocatable ptxas for $arch failed"
     # The checks that way too: should the whole-program build fail on the
     # GPU, this one tells whether ptxas -ewp is the cause.
     # shellcheck disable=SC2086
-    clang-22 -fopenmp $flags -O2 -Wall -Werror -Wno-pass-failed "$src/omp_checks.c" -o "$out/omp_checks_reloc" \
+    clang-22 -fopenmp $ref -O2 -Wall -Werror -Wno-pass-failed "$src/omp_checks.c" -o "$out/omp_checks_reloc" \
         || die "building omp_checks with relocatable ptxas for $arch failed"
+    # And against device runtimes that widen `distribute` chunks to at most
+    # 1 block (not at all) and 16 blocks (devicertl/README, "Wider
+    # distribute chunks"; the default is 8): what the widening is worth.
+    local w
+    for w in 1 16; do
+        DEVICERTL_CFLAGS=-DRTL_WIDEN_MAX=$w bash "$root/devicertl/build.sh" "$out/devicertl-widen$w" \
+            || die "building the device runtime with RTL_WIDEN_MAX=$w failed"
+        ref=$(OFFLOAD_DEVICERTL_DIR="$out/devicertl-widen$w" "$t/offload" clang-flags --offload-arch="$arch") \
+            || die "clang-flags with the RTL_WIDEN_MAX=$w runtime failed"
+        # shellcheck disable=SC2086
+        clang-22 -fopenmp $ref -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_widen$w" \
+            || die "building omp_bench with RTL_WIDEN_MAX=$w for $arch failed"
+        rm -rf "$out/devicertl-widen$w"
+    done
     cp "$src/cuda_bench.cu" "$out/cuda_bench.cu"
     echo "$arch" > "$out/OMP-ARCH"
     # The project's OpenMP test programs that make sense on a GPU (the
@@ -259,7 +275,7 @@ build_bundle() { # build_bundle DIR PROFILE
     # Everything must load from the bundle plus Ubuntu's base libraries.
     local f lib where glibc
     local programs=("$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api)
-    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_checks_reloc "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_bench_reloc "$out"/omp_progs/*)
+    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_checks_reloc "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_bench_reloc "$out"/omp_bench_widen1 "$out"/omp_bench_widen16 "$out"/omp_progs/*)
     for f in "${programs[@]}" "$out"/lib/*.so*; do
         while read -r lib where; do
             [[ $lib == /* ]] && lib=${lib##*/}
@@ -689,6 +705,10 @@ if [[ $omp_gpu == 1 ]]; then
         ./omp_bench_nolto omp-nolto "$iters"
     check "benchmark: OpenMP built with relocatable ptxas (reference), our libomptarget" \
         ./omp_bench_reloc omp-reloc "$iters"
+    for w in 1 16; do
+        check "benchmark: OpenMP, distribute chunks widened to at most $w blocks (reference), our libomptarget" \
+            ./omp_bench_widen$w omp-widen$w "$iters"
+    done
     # Diagnostics (references, no goal): the grids each runtime launched
     # omp_bench's kernels with, and both without block reuse (one team per
     # 128 iterations instead of 3200 teams looping over chunks): what the
@@ -792,6 +812,11 @@ if [[ $omp_gpu == 1 ]]; then
             if (("reduce_GBps", "omp-nolto") in best) printf "| sum reduction, GB/s: built without device LTO (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "omp-nolto"]
             if (("triad_GBps", "omp-reloc") in best) printf "| STREAM triad, GB/s: relocatable ptxas compile (reference) | %s | - | - | - | - |\n", best["triad_GBps", "omp-reloc"]
             if (("reduce_GBps", "omp-reloc") in best) printf "| sum reduction, GB/s: relocatable ptxas compile (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "omp-reloc"]
+            split("omp-widen1 omp-widen16", wd, " ")
+            for (i = 1; i <= 2; i++) {
+                if (("triad_GBps", wd[i]) in best) printf "| STREAM triad, GB/s: %s, distribute chunks of at most %s blocks (reference) | %s | - | - | - | - |\n", wd[i], substr(wd[i], 10), best["triad_GBps", wd[i]]
+                if (("reduce_GBps", wd[i]) in best) printf "| sum reduction, GB/s: %s, distribute chunks of at most %s blocks (reference) | %s | - | - | - | - |\n", wd[i], substr(wd[i], 10), best["reduce_GBps", wd[i]]
+            }
             split("omp-noreuse llvm-noreuse", nr, " ")
             for (i = 1; i <= 2; i++) {
                 if (("triad_GBps", nr[i]) in best) printf "| STREAM triad, GB/s: %s, one team per 128 iterations (reference) | %s | - | - | - | - |\n", nr[i], best["triad_GBps", nr[i]]

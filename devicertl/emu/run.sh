@@ -140,22 +140,24 @@ run_mode() {
 }
 
 # workshare.c alone against stubbed rtl.h functions (devicertl/tests/):
-# millions of schedule cases, every iteration once, one "last".
+# millions of schedule cases, every iteration once, one "last". Also with
+# the widening bounds scripts/gpu-tests.sh times (RTL_WIDEN_MAX 1 and 16).
 run_schedule_unit() {
-  local bin="$out/plain/schedule_coverage" t0 line
+  local widen="$1" bin="$out/plain/schedule_coverage_w$1" t0 line name="schedule_coverage"
+  [[ "$widen" == 8 ]] || name+=" (RTL_WIDEN_MAX=$widen)"
   t0=$(date +%s)
-  if ! "$CLANG" -std=c11 -O1 -g -pthread -I "$root/devicertl/src" \
+  if ! "$CLANG" -std=c11 -O1 -g -pthread -DRTL_WIDEN_MAX="$widen" -I "$root/devicertl/src" \
       "$root/devicertl/tests/schedule_coverage.c" "$root/devicertl/src/workshare.c" \
       -o "$bin" >"$bin.log" 2>&1; then
-    summary+=("FAIL [plain] schedule_coverage: not built (see $bin.log)")
-    failures+=("[plain] schedule_coverage")
+    summary+=("FAIL [plain] $name: not built (see $bin.log)")
+    failures+=("[plain] $name")
     return
   fi
   if line="$(timeout "$TIMEOUT" "$bin" 2>&1 | tail -1)" && [[ "$line" == *": ok" ]]; then
-    summary+=("PASS [plain] $line ($(( $(date +%s) - t0 ))s)")
+    summary+=("PASS [plain] $name: ${line#*: } ($(( $(date +%s) - t0 ))s)")
   else
-    summary+=("FAIL [plain] schedule_coverage: ${line:-no output}")
-    failures+=("[plain] schedule_coverage")
+    summary+=("FAIL [plain] $name: ${line:-no output}")
+    failures+=("[plain] $name")
   fi
 }
 
@@ -166,7 +168,7 @@ for mode in $MODES; do
       build_mode plain || failures+=("[plain] build")
       built_plain=1
       run_mode plain
-      run_schedule_unit ;;
+      for w in 8 1 16; do run_schedule_unit "$w"; done ;;
     self)
       # The plain build again, with plat_active_mask = the caller's lane only
       # (what sm_70+ hardware may return in diverged code).

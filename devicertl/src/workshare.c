@@ -199,7 +199,11 @@ static uint64_t balanced_chunk(const ws_space *s, uint64_t c, uint64_t n) {
  * dist_schedule(static, C) with C equal to the block size cannot be told
  * apart and is widened too: which team runs which iteration changes,
  * nothing else; README.md, "Deviations".) */
-enum { WIDEN_MAX = 8, WIDEN_MIN_CHUNKS = 16 };
+#ifndef RTL_WIDEN_MAX /* a power of two; 1 turns widening off (-D, to compare on a GPU) */
+#define RTL_WIDEN_MAX 8
+#endif
+enum { WIDEN_MAX = RTL_WIDEN_MAX, WIDEN_MIN_CHUNKS = 16 };
+_Static_assert(WIDEN_MAX >= 1 && (WIDEN_MAX & (WIDEN_MAX - 1)) == 0, "RTL_WIDEN_MAX: a power of two");
 
 static uint64_t widened_chunk(const ws_space *s, uint64_t c, uint64_t n) {
   if (c != plat_block_size() || !rtl_is_frontend_spmd())

@@ -263,12 +263,16 @@ static void test_static(int t, int32_t sched, wide lb, wide ub, int64_t incr, in
 }
 
 /* The distribute chunk clang-22's composite loop gets for a block of
- * `block` threads (workshare.c, widened_chunk): up to 8 blocks' worth
- * while every team keeps 16 chunks, in frontend-SPMD kernels only. */
+ * `block` threads (workshare.c, widened_chunk): up to RTL_WIDEN_MAX (8
+ * unless built with another) blocks' worth while every team keeps 16
+ * chunks, in frontend-SPMD kernels only. */
+#ifndef RTL_WIDEN_MAX
+#define RTL_WIDEN_MAX 8
+#endif
 static wide expected_dist_chunk(wide trip, int64_t dchunk, uint32_t block, uint32_t nteams) {
   wide total = (trip + dchunk - 1) / dchunk, k = 1;
   if (g_spmd && dchunk == (int64_t)block)
-    for (wide w = 8; w > 1; w /= 2)
+    for (wide w = RTL_WIDEN_MAX; w > 1; w /= 2)
       if (total >= (wide)nteams * 16 * w) { k = w; break; }
   return k * dchunk < trip ? k * dchunk : trip;
 }
