@@ -24,8 +24,8 @@ resource="$("$CLANG" -print-resource-dir)"
 COMMON=(-std=c11 -O2 -ffreestanding -nostdinc -isystem "$resource/include" -nogpulib
         -fvisibility=hidden -fno-exceptions -fomit-frame-pointer
         -Wall -Wextra -Werror -Wno-unused-parameter -I "$here/src")
-# shellcheck disable=SC2206 # one flag per word
-COMMON+=(${DEVICERTL_CFLAGS:-})
+read -ra extra <<< "${DEVICERTL_CFLAGS:-}" # one flag per word, no globbing
+COMMON+=("${extra[@]}")
 
 build_one() {
   local triple="$1"; shift

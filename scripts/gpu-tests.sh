@@ -70,8 +70,9 @@
 #      (LD_LIBRARY_PATH=llvm22/lib), each output equal to the fallback's
 #      (diagnostic reruns in the log when ours differs); the
 #      LIBOMPTARGET_INFO=16 launch lines; omp_checks_reloc (built with
-#      `clang-flags --ptxas-relocatable`) on ours, so a fault of the
-#      whole-program ptxas build shows as such; each omp_progs/ program exits 0
+#      `clang-flags --ptxas-relocatable`) on ours, a check like the others
+#      (so a fault of the whole-program ptxas build shows as such, and one
+#      of the relocatable build fails the run too); each omp_progs/ program exits 0
 #      on the GPU with ours and prints what it prints with LLVM's; then
 #      ${GPU_BENCH_ROUNDS:-5} rounds of omp_bench on both runtimes and
 #      cuda_bench (nvcc there), best round kept: empty `target teams
@@ -79,7 +80,9 @@
 #      launch + sync and <= 1.00x LLVM's libomptarget; STREAM triad over
 #      2^27 doubles >= 0.90x the CUDA C kernel; a 2^27-double sum
 #      reduction >= 0.80x a two-pass CUDA reduction; omp_bench built with
-#      `clang-flags --no-lto` and with `--ptxas-relocatable` once each, as
+#      `clang-flags --no-lto` and with `--ptxas-relocatable`, and against
+#      device runtimes widening distribute chunks to at most 1 and 16
+#      blocks (omp_bench_widen1, omp_bench_widen16), once each, as
 #      references; the grids both
 #      runtimes launched omp_bench's kernels with (LIBOMPTARGET_INFO=16, in
 #      gpu-run.log) and omp_bench on both without block reuse

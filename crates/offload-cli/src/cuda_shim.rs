@@ -35,6 +35,10 @@ pub const TOOLS: [&str; 2] = ["ptxas", "nvlink"];
 /// The shim's link to the real toolkit, next to its `bin/`.
 const TOOLKIT_LINK: &str = "toolkit";
 
+/// Set for the real tools a shim starts; a shim that finds it set was
+/// started by a shim.
+const SHIM_ACTIVE: &str = "OFFLOAD_CUDA_SHIM_ACTIVE";
+
 /// Functions the CUDA driver provides to every program: calls to them do
 /// not make a module incomplete.
 const DRIVER_FUNCTIONS: [&str; 4] = ["vprintf", "malloc", "free", "__assertfail"];
@@ -143,10 +147,14 @@ pub fn run_tool(tool: &str, argv0: &Path, args: Vec<OsString>) -> ExitCode {
         return ExitCode::from(1);
     };
     let real = shim.join(TOOLKIT_LINK).join("bin").join(tool);
-    if leads_back_to_offload(&real) {
+    if std::env::var_os(SHIM_ACTIVE).is_some() {
+        // A real tool never starts ptxas or nvlink: this is a shim started
+        // by a shim (a `toolkit` link naming a shim, directly or through
+        // others), which would otherwise go on one process deeper each time.
         eprintln!(
-            "offload: error: the {tool} shim's real tool {} is offload itself (its `{TOOLKIT_LINK}` \
-             link must name a CUDA toolkit, not a shim); run `offload clang-flags` again",
+            "offload: error: the {tool} shim was started by a shim: the real tool {} leads back \
+             to one (a shim's `{TOOLKIT_LINK}` link must name a CUDA toolkit, not a shim); run \
+             `offload clang-flags` again",
             real.display()
         );
         return ExitCode::from(1);
@@ -156,7 +164,11 @@ pub fn run_tool(tool: &str, argv0: &Path, args: Vec<OsString>) -> ExitCode {
         if let Some(whole) = whole_program_args(&args, read) {
             // Output captured: a failed attempt's messages would only
             // confuse; the relocatable compile below speaks for itself.
-            match Command::new(&real).args(&whole).output() {
+            match Command::new(&real)
+                .args(&whole)
+                .env(SHIM_ACTIVE, "1")
+                .output()
+            {
                 Ok(out) if out.status.success() => {
                     use std::io::Write;
                     let _ = std::io::stdout().write_all(&out.stdout);
@@ -172,21 +184,17 @@ pub fn run_tool(tool: &str, argv0: &Path, args: Vec<OsString>) -> ExitCode {
             }
         }
     }
-    match Command::new(&real).args(&args).status() {
+    match Command::new(&real)
+        .args(&args)
+        .env(SHIM_ACTIVE, "1")
+        .status()
+    {
         Ok(status) => exit_code(status),
         Err(e) => {
             eprintln!("offload: error: cannot run {}: {e}", real.display());
             ExitCode::from(1)
         }
     }
-}
-
-/// Whether `real` is this `offload` executable (a shim whose toolkit link
-/// names a shim would otherwise start itself again, one process deeper
-/// each time).
-fn leads_back_to_offload(real: &Path) -> bool {
-    let me = std::env::current_exe().and_then(std::fs::canonicalize);
-    matches!((me, std::fs::canonicalize(real)), (Ok(me), Ok(r)) if me == r)
 }
 
 /// A tool's exit status passed on (a signal as a shell reports it: 128 + N).
@@ -230,9 +238,14 @@ fn is_shim_for(dir: &Path, toolkit: &Path, exe: &Path) -> bool {
             .all(|t| link(dir.join("bin").join(t)).as_deref() == Some(exe))
 }
 
+/// How old a temporary folder must be before it counts as left behind
+/// (making a shim takes milliseconds; a folder on a cache shared between
+/// hosts or PID namespaces may belong to a live process this one cannot see).
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Removes the temporary folders (`.cuda-shim-HASH.PID`, `...PID.old`)
-/// that builds killed while making this shim left behind: those of
-/// processes that no longer run, owned by this user.
+/// that builds killed while making this shim left behind: owned by this
+/// user, older than [`STALE_AFTER`], of processes that no longer run.
 fn remove_stale_temps(base: &Path, hash: u64) {
     use std::os::unix::fs::MetadataExt;
     let prefix = format!(".cuda-shim-{hash:016x}.");
@@ -249,8 +262,14 @@ fn remove_stale_temps(base: &Path, hash: u64) {
         let Ok(pid) = rest.trim_end_matches(".old").parse::<libc::pid_t>() else {
             continue;
         };
-        let mine = entry.metadata().is_ok_and(|m| m.uid() == me);
-        if mine && pid > 0 && !process_runs(pid) {
+        let old = |m: &std::fs::Metadata| {
+            m.modified()
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > STALE_AFTER)
+        };
+        let stale = entry.metadata().is_ok_and(|m| m.uid() == me && old(&m));
+        if stale && pid > 0 && !process_runs(pid) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -417,21 +436,27 @@ mod tests {
         let dir = ensure(base.path(), toolkit, exe).unwrap();
         let hash = dir.file_name().unwrap().to_str().unwrap();
         let hash = hash.strip_prefix("cuda-shim-").unwrap();
-        // pid_max is at most 2^22: this process cannot exist.
-        let dead = base.path().join(format!(".cuda-shim-{hash}.99999999"));
-        let dead_old = base.path().join(format!(".cuda-shim-{hash}.99999998.old"));
-        let alive = base
-            .path()
-            .join(format!(".cuda-shim-{hash}.{}", std::process::id()));
+        // pid_max is at most 2^22: these processes cannot exist.
+        let temp = |name: &str| base.path().join(format!(".cuda-shim-{hash}.{name}"));
+        let dead = temp("99999999");
+        let dead_old = temp("99999998.old");
+        let dead_recent = temp("99999997");
+        // The parent process runs (and is not this one).
+        let alive = temp(&std::os::unix::process::parent_id().to_string());
         let other = base.path().join(".cuda-shim-0000000000000000.99999999");
-        for d in [&dead, &dead_old, &alive, &other] {
+        let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for d in [&dead, &dead_old, &dead_recent, &alive, &other] {
             std::fs::create_dir_all(d.join("bin")).unwrap();
+            if d != &dead_recent {
+                let f = std::fs::File::open(d).unwrap();
+                f.set_modified(an_hour_ago).unwrap();
+            }
         }
         std::fs::remove_dir_all(&dir).unwrap();
-        // Remaking the shim clears this shim's dead leftovers, and only those
-        // (this process's own temporary folder is reused and renamed).
+        // Remaking the shim clears this shim's old leftovers of dead
+        // processes, and only those.
         assert_eq!(ensure(base.path(), toolkit, exe).unwrap(), dir);
         assert!(!dead.exists() && !dead_old.exists());
-        assert!(other.exists());
+        assert!(dead_recent.exists() && alive.exists() && other.exists());
     }
 }
