@@ -48,6 +48,12 @@ const DeviceEnvironmentTy *rtl_device_environment(void) {
 
 const KernelEnvironmentTy *rtl_kernel_environment(void) { return kernel()->env; }
 
+uint32_t rtl_kernel_thread_limit(void) {
+  const KernelEnvironmentTy *env = kernel()->env;
+  int32_t max = env ? env->Configuration.MaxThreads : 0;
+  return max > 0 ? (uint32_t)max : 0;
+}
+
 KernelLaunchEnvironmentTy *rtl_launch_environment(void) {
   KernelLaunchEnvironmentTy *launch = kernel()->launch;
   /* LLVM's host passes ~0 when the kernel has no teams reduction. */

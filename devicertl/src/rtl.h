@@ -53,6 +53,9 @@ bool rtl_is_spmd(void);
  * turned into SPMD ones, whose sequential code may run between regions). */
 bool rtl_is_frontend_spmd(void);
 const KernelEnvironmentTy *rtl_kernel_environment(void);
+/* The kernel's thread limit as clang compiled it (the environment's
+ * MaxThreads, its "omp_target_thread_limit"), 0 when it has none. */
+uint32_t rtl_kernel_thread_limit(void);
 /* The launch environment the host passed (may be NULL for bare kernels or
  * hosts that pass none). */
 KernelLaunchEnvironmentTy *rtl_launch_environment(void);

@@ -187,18 +187,23 @@ static uint64_t balanced_chunk(const ws_space *s, uint64_t c, uint64_t n) {
 
 /* clang-22's composite `distribute parallel for` in an SPMD kernel deals the
  * loop to teams in chunks of one block (its default, dist_schedule(static,
- * blockDim)), so each thread runs one iteration per parallel region and
- * pays the region's entry, the inner schedule, the reduction's fold and
- * the closing barrier for each (about 100 instructions against the loop
- * body's 11 on sm_90). Without a dist_schedule clause the distribute
- * schedule is the implementation's to choose: where each team would get at
- * least WIDEN_MIN_CHUNKS chunks, a chunk of up to WIDEN_MAX blocks is dealt
- * instead, and each thread runs up to WIDEN_MAX iterations per region
- * (still coalesced: the inner loop strides by the team's size). Teams stay
- * balanced within one chunk in WIDEN_MIN_CHUNKS. (An explicit
- * dist_schedule(static, C) with C equal to the block size cannot be told
- * apart and is widened too: which team runs which iteration changes,
- * nothing else; README.md, "Deviations".) */
+ * __kmpc_get_hardware_num_threads_in_block())), so each thread runs one
+ * iteration per parallel region and pays the region's entry, the inner
+ * schedule, the reduction's fold and the closing barrier for each (about
+ * 100 instructions against the loop body's 11 on sm_90). With device LTO,
+ * OpenMPOpt folds that call to the kernel's thread limit (128 by default),
+ * which is not the block size when the host launches smaller teams (ours
+ * runs long loops in teams of 64: two iterations per region), so either
+ * value marks clang's default chunk. Without a dist_schedule clause the
+ * distribute schedule is the implementation's to choose: where each team
+ * would get at least WIDEN_MIN_CHUNKS chunks, a chunk of up to WIDEN_MAX
+ * default chunks is dealt instead, and each thread runs that many times
+ * more iterations per region (still coalesced: the inner loop strides by
+ * the team's size). Teams stay balanced within one chunk in
+ * WIDEN_MIN_CHUNKS. (An explicit dist_schedule(static, C) with C equal to
+ * the block size or the thread limit cannot be told apart and is widened
+ * too: which team runs which iteration changes, nothing else; README.md,
+ * "Deviations".) */
 #ifndef RTL_WIDEN_MAX /* a power of two; 1 turns widening off (-D, to compare on a GPU) */
 #define RTL_WIDEN_MAX 8
 #endif
@@ -206,7 +211,7 @@ enum { WIDEN_MAX = RTL_WIDEN_MAX, WIDEN_MIN_CHUNKS = 16 };
 _Static_assert(WIDEN_MAX >= 1 && (WIDEN_MAX & (WIDEN_MAX - 1)) == 0, "RTL_WIDEN_MAX: a power of two");
 
 static uint64_t widened_chunk(const ws_space *s, uint64_t c, uint64_t n) {
-  if (c != plat_block_size() || !rtl_is_frontend_spmd())
+  if (!rtl_is_frontend_spmd() || (c != plat_block_size() && c != rtl_kernel_thread_limit()))
     return c;
   /* k chunks of c in one while every team still gets WIDEN_MIN_CHUNKS:
    * last / c + 1 >= n * WIDEN_MIN_CHUNKS * k, without a division. */

@@ -24,6 +24,9 @@ static _Thread_local uint32_t t_tid, t_nthreads = 1, t_team, t_nteams = 1;
  * (0 and false outside test_dpf: never). */
 static _Thread_local uint32_t t_block;
 static bool g_spmd;
+/* The kernel's thread limit (what OpenMPOpt folds clang's chunk to); 0:
+ * none. */
+static uint32_t g_limit;
 static pthread_barrier_t g_bar;
 static bool g_threaded;
 uint32_t rtl_thread_num(void) { return t_tid; }
@@ -39,6 +42,7 @@ void rtl_barrier(void) {
 uint32_t plat_thread_id(void) { return t_tid; }
 uint32_t plat_block_size(void) { return t_block; }
 bool rtl_is_frontend_spmd(void) { return g_spmd; }
+uint32_t rtl_kernel_thread_limit(void) { return g_limit; }
 void rtl_fatal(const char *what) {
   fprintf(stderr, "rtl_fatal: %s\n", what);
   abort();
@@ -263,15 +267,16 @@ static void test_static(int t, int32_t sched, wide lb, wide ub, int64_t incr, in
 }
 
 /* The distribute chunk clang-22's composite loop gets for a block of
- * `block` threads (workshare.c, widened_chunk): up to RTL_WIDEN_MAX (8
- * unless built with another) blocks' worth while every team keeps 16
- * chunks, in frontend-SPMD kernels only. */
+ * `block` threads (workshare.c, widened_chunk): when its chunk is the block
+ * size or the kernel's thread limit, up to RTL_WIDEN_MAX (8 unless built
+ * with another) chunks' worth while every team keeps 16 chunks, in
+ * frontend-SPMD kernels only. */
 #ifndef RTL_WIDEN_MAX
 #define RTL_WIDEN_MAX 8
 #endif
 static wide expected_dist_chunk(wide trip, int64_t dchunk, uint32_t block, uint32_t nteams) {
   wide total = (trip + dchunk - 1) / dchunk, k = 1;
-  if (g_spmd && dchunk == (int64_t)block)
+  if (g_spmd && (dchunk == (int64_t)block || (g_limit > 0 && dchunk == (int64_t)g_limit)))
     for (wide w = RTL_WIDEN_MAX; w > 1; w /= 2)
       if (total >= (wide)nteams * 16 * w) { k = w; break; }
   return k * dchunk < trip ? k * dchunk : trip;
@@ -536,6 +541,13 @@ int main(void) {
           for (uint32_t th = 1; th <= 130; th = th * 3 + 1) {
             test_dpf(t, 0, ns[i] - 1, th, th, teams, 1);
             test_dpf(t, 0, ns[i] - 1, 8, th, teams, 2);
+            /* clang's chunk folded to a thread limit twice the block (teams
+             * launched smaller than clang assumed): widened; then the same
+             * chunk as an explicit dist_schedule (no limit): as given. */
+            g_limit = 2 * th;
+            test_dpf(t, 0, ns[i] - 1, 2 * th, th, teams, 1);
+            g_limit = 0;
+            test_dpf(t, 0, ns[i] - 1, 2 * th, th, teams, 1);
             if (t == T_U32 || t == T_U64) test_dpf(t, tmax(t) - ns[i], tmax(t) - 1, th, th, teams, 1);
           }
   }

@@ -439,6 +439,10 @@ static void sar_sum3(void *rl_, int16_t lane, int16_t off, int16_t algo) {
 
 static int64_t dpf_n;                      /* iterations */
 static KernelEnvironmentTy *dpf_env;       /* SPMD or generic-SPMD */
+/* The chunk clang passed: 0 the block size (a runtime call); else the
+ * kernel's thread limit, which OpenMPOpt folds that call to with device
+ * LTO, launched with smaller teams. */
+static int64_t dpf_limit;
 static int32_t dpf_ones[64];               /* per team: parallel reductions that returned 1 */
 static double dpf_s, dpf_s3[3];            /* results (under dpf_lock) */
 static int dpf_m;
@@ -492,8 +496,8 @@ static void k_dpf(KernelLaunchEnvironmentTy *dyn_ptr) {
   dpf_team team = {0, {0, 0, 0}, INT_MIN}; /* each SPMD thread's own copy */
   int64_t n = dpf_n, lb = 0, ub = n - 1, st = 1;
   int32_t last = 0;
-  int64_t block = (int64_t)__kmpc_get_hardware_num_threads_in_block();
-  __kmpc_distribute_static_init_8(&loc_dist, gtid, 91, &last, &lb, &ub, &st, 1, block);
+  int64_t chunk = dpf_limit ? dpf_limit : (int64_t)__kmpc_get_hardware_num_threads_in_block();
+  __kmpc_distribute_static_init_8(&loc_dist, gtid, 91, &last, &lb, &ub, &st, 1, chunk);
   ub = ub < n - 1 ? ub : n - 1;
   for (; lb < n; lb += st, ub = ub + st < n - 1 ? ub + st : n - 1) {
     void *args[3] = {(void *)(intptr_t)lb, (void *)(intptr_t)ub, &team};
@@ -528,10 +532,10 @@ static void run_composite(int generic_spmd, int k, int64_t n, uint32_t teams, ui
   memset(dpf_ones, 0, sizeof dpf_ones);
   one_not_t0 = 0;
   tf_begin("distribute parallel for reduction (%s), %s, %lld iterations, %u teams x %u threads, "
-           "warp %u",
+           "warp %u, chunk %lld",
            k == K_SUM3 ? "three sums" : kind_name[k], generic_spmd ? "generic-SPMD" : "SPMD",
-           (long long)n, teams, threads, warp);
-  env_set(dpf_env, (int32_t)threads, (int32_t)teams, 0, 0);
+           (long long)n, teams, threads, warp, (long long)(dpf_limit ? dpf_limit : threads));
+  env_set(dpf_env, dpf_limit ? (int32_t)dpf_limit : (int32_t)threads, (int32_t)teams, 0, 0);
   memset(&launch_env, 0, sizeof launch_env);
   tf_launch(teams, threads, warp, 0, e_dpf, &launch_env, NULL);
   double s = 0, s3[3] = {0, 0, 0};
@@ -552,13 +556,13 @@ static void run_composite(int generic_spmd, int k, int64_t n, uint32_t teams, ui
       CHECK_MSG(dpf_m == m, "max %d, want %d", dpf_m, m);
   }
   CHECK_EQ(one_not_t0, 0);
-  /* Chunks of `threads` iterations dealt round robin over the teams; in
-   * SPMD kernels up to 8 of them at once while each team keeps 16
-   * (workshare.c, widened_chunk). */
-  int64_t size = threads;
+  /* Chunks of clang's chunk (the block or the thread limit) dealt round
+   * robin over the teams; in SPMD kernels up to 8 of them at once while
+   * each team keeps 16 (workshare.c, widened_chunk). */
+  int64_t base = dpf_limit ? dpf_limit : threads, size = base;
   for (int64_t w = 8; !generic_spmd && w > 1; w /= 2)
-    if ((n + threads - 1) / threads >= (int64_t)teams * 16 * w) {
-      size = threads * w;
+    if ((n + base - 1) / base >= (int64_t)teams * 16 * w) {
+      size = base * w;
       break;
     }
   int64_t chunks = (n + size - 1) / size;
@@ -584,6 +588,12 @@ static void composite_tests(int quick) {
       run_composite(0, k, shapes[s][0], (uint32_t)shapes[s][1], threads, (uint32_t)shapes[s][3],
                     k != K_SUM3);
     }
+  /* clang's chunk folded to a thread limit of twice the team's size (two
+   * iterations per thread and region, widened to up to 16). */
+  dpf_limit = 64;
+  run_composite(0, K_BOTH, 20000, 3, 32, 32, 1);
+  run_composite(0, K_SUM_D, 1000, 2, 32, 32, 1);
+  dpf_limit = 0;
   /* Not deferred: kernels OpenMPOpt made SPMD, and teams above 128 threads. */
   run_composite(1, K_SUM_D, 1000, 3, 32, 32, 0);
   run_composite(1, K_BOTH, 1000, 2, 64, 64, 0);
