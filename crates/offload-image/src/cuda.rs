@@ -574,19 +574,7 @@ pub fn fatbin_sections(bytes: &[u8]) -> Result<Vec<&[u8]>> {
 mod tests {
     use super::*;
 
-    /// A cubin-like ELF whose `.nv.info` holds `info`, with symbols k1, k2.
-    fn cubin_with_info(info: &[u8]) -> Vec<u8> {
-        let mut e = crate::test_elf::build(
-            elf::EM_CUDA,
-            2,
-            Some(info),
-            &[("k1", true, 16), ("k2", true, 16)],
-        );
-        let from = b".llvm.offloading\0";
-        let at = e.windows(from.len()).position(|w| w == from).unwrap();
-        e[at..at + from.len()].copy_from_slice(b".nv.info\0\0\0\0\0\0\0\0\0");
-        e
-    }
+    use crate::test_elf::cubin_with_info;
 
     fn sval(attribute: u8, payload: &[u8]) -> Vec<u8> {
         let mut v = vec![EIFMT_SVAL, attribute];

@@ -111,6 +111,18 @@ pub fn build(
     out
 }
 
+/// A cubin-like ELF (`EM_CUDA`, ABI version 7, sm_90 in `e_flags`) whose
+/// `.nv.info` section holds `info`, with function symbols k1 and k2.
+pub fn cubin_with_info(info: &[u8]) -> Vec<u8> {
+    let mut e = build(190, 2, Some(info), &[("k1", true, 16), ("k2", true, 16)]);
+    let from = b".llvm.offloading\0";
+    let at = e.windows(from.len()).position(|w| w == from).unwrap();
+    e[at..at + from.len()].copy_from_slice(b".nv.info\0\0\0\0\0\0\0\0\0");
+    e[8] = 7;
+    e[48..52].copy_from_slice(&90u32.to_le_bytes());
+    e
+}
+
 /// A bare ELF32 header (no sections) with the given byte order.
 pub fn header32(machine: u16, e_type: u16, little_endian: bool) -> Vec<u8> {
     let mut h = vec![0u8; 52];

@@ -68,18 +68,7 @@ fn cubin_sample() -> Vec<u8> {
         info.extend(registers.to_le_bytes());
     }
     info.extend([4, 0x11, 4, 0, 1, 2, 3, 4]);
-    let mut e = test_elf::build(
-        elf::EM_CUDA,
-        2,
-        Some(&info),
-        &[("k1", true, 16), ("k2", true, 16)],
-    );
-    let from = b".llvm.offloading\0";
-    let at = e.windows(from.len()).position(|w| w == from).unwrap();
-    e[at..at + from.len()].copy_from_slice(b".nv.info\0\0\0\0\0\0\0\0\0");
-    e[8] = cuda::ELFABIVERSION_CUDA_V1;
-    e[48..52].copy_from_slice(&90u32.to_le_bytes()); // e_flags: sm_90
-    e
+    test_elf::cubin_with_info(&info)
 }
 
 const PTX_SAMPLE: &[u8] = b"// generated\n.version 8.0\n.target sm_90\n.address_size 64\n\
