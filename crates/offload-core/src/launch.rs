@@ -97,6 +97,17 @@ impl GridValues {
         max_threads: 1024,
         max_teams: 1 << 16,
     };
+
+    /// AMD GPUs (wave64), as LLVM's AMDGPU grid values. No long-loop
+    /// tuning has been measured on them: long loops keep the default.
+    pub const AMDGPU: GridValues = GridValues {
+        warp_size: 64,
+        default_threads: 256,
+        long_loop_threads: 256,
+        default_teams: 440,
+        max_threads: 1024,
+        max_teams: 1 << 16,
+    };
 }
 
 /// What [`OpenMpKernel::fit_resident`] needs to know of a launch.

@@ -39,6 +39,7 @@ pub mod image;
 pub mod index;
 pub mod jit;
 pub mod launch;
+pub mod locate;
 pub mod memory;
 pub mod openmp_env;
 pub mod plugin;

@@ -49,6 +49,7 @@
 
 use std::fmt;
 
+pub mod amdgpu;
 pub mod cuda;
 pub mod elf;
 pub mod entries;

@@ -19,6 +19,8 @@ pub fn builtin() -> Vec<PluginEntry> {
         offload_plugin_host::ENTRY,
         #[cfg(feature = "cuda")]
         offload_plugin_cuda::ENTRY,
+        #[cfg(feature = "amdgpu")]
+        offload_plugin_amdgpu::ENTRY,
         offload_plugin_sim::ENTRY,
         #[cfg(feature = "remote")]
         offload_plugin_remote::ENTRY,
@@ -28,8 +30,8 @@ pub fn builtin() -> Vec<PluginEntry> {
 }
 
 /// Every plugin this project has, whether or not this build includes it
-/// (`cuda`, `remote` and `mpi` are cargo features).
-pub const ALL_PLUGINS: [&str; 5] = ["host", "cuda", "sim", "remote", "mpi"];
+/// (`cuda`, `amdgpu`, `remote` and `mpi` are cargo features).
+pub const ALL_PLUGINS: [&str; 6] = ["host", "cuda", "amdgpu", "sim", "remote", "mpi"];
 
 /// What is wrong with the plugin names `names`, if anything: one line
 /// naming each unknown plugin (or one this build leaves out) and the ones

@@ -35,7 +35,7 @@ pub mod device;
 pub mod driver;
 pub mod image;
 pub mod kernel;
-pub mod locate;
+pub use offload_core::locate;
 pub mod memory;
 pub mod openmp;
 pub mod pool;

@@ -1,5 +1,5 @@
-//! Whether the dynamic loader could find the driver library at all, asked
-//! before `dlopen`.
+//! Whether the dynamic loader could find a vendor library (the CUDA driver,
+//! the HSA runtime) at all, asked before `dlopen`.
 //!
 //! On a machine without a GPU (most machines the runtime starts on), a
 //! failing `dlopen("libcuda.so.1")` walks every directory of
@@ -8,7 +8,8 @@
 //! Looking where the loader looks for the exact name costs a few stats and
 //! one read of its cache. The check only ever says "maybe" or "certainly
 //! not": an unusual setup it does not know about (a library found through
-//! an `RPATH`) is still reachable with `OFFLOAD_CUDA_DRIVER=/path`.
+//! an `RPATH`) is still reachable through the plugin's variable naming the
+//! library's path (`OFFLOAD_CUDA_DRIVER`, `OFFLOAD_HSA_RUNTIME`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -1,0 +1,165 @@
+//! One GPU agent: its facts, its memory pools, and the one engine (HSA
+//! queue and completion signal) every copy and launch of it goes through.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use offload_core::{Error, Result};
+
+use crate::engine::Engine;
+use crate::hsa::Runtime;
+use crate::openmp::OpenMpSettings;
+use crate::sys::{self, hsa_agent_t, hsa_amd_memory_pool_t};
+
+/// What the plugin reads of a GPU agent once.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// `gfx90a`, ... (`HSA_AGENT_INFO_NAME`).
+    pub arch: String,
+    pub product_name: String,
+    pub wavefront_size: u32,
+    pub compute_units: u32,
+    pub max_waves_per_cu: u32,
+    pub workgroup_max_size: u32,
+    pub workgroup_max_dim: [u32; 3],
+    pub grid_max_dim: [u32; 3],
+    pub clock_mhz: u32,
+    /// Ticks per second of the counter `omp_get_wtime` reads.
+    pub timestamp_hz: u64,
+    /// Bytes of the device's coarse-grained pool.
+    pub memory_bytes: u64,
+}
+
+/// LDS a work-group may use on every AMD GPU this plugin knows (gfx9 to
+/// gfx12; gfx950 has more, which its launches do not need yet).
+pub const GROUP_MEMORY_BYTES: u32 = 64 * 1024;
+
+pub struct Gpu {
+    pub rt: Arc<Runtime>,
+    pub agent: hsa_agent_t,
+    /// The CPU agent whose pools hold host and kernel-argument memory.
+    pub host_agent: hsa_agent_t,
+    /// Index among this plugin's GPUs.
+    pub index: u32,
+    /// `amdgpu-N (gfx90a)`, for messages.
+    pub label: String,
+    pub facts: Facts,
+    pub device_pool: hsa_amd_memory_pool_t,
+    pub host_pool: hsa_amd_memory_pool_t,
+    pub kernarg_pool: hsa_amd_memory_pool_t,
+    pub openmp: OpenMpSettings,
+    /// `LIBOMPTARGET_STACK_SIZE`: scratch per work-item for kernels whose
+    /// stack is not known statically.
+    pub stack_size: u32,
+    pub engine: Engine,
+    /// Host memory the GPU reaches without locking: this plugin's host
+    /// allocations and registered ranges (base -> size).
+    pub(crate) reachable_host: Mutex<BTreeMap<usize, usize>>,
+}
+
+impl Gpu {
+    pub fn new(
+        rt: Arc<Runtime>,
+        agent: hsa_agent_t,
+        host_agent: hsa_agent_t,
+        index: u32,
+        openmp: OpenMpSettings,
+        stack_size: u32,
+    ) -> Result<Gpu> {
+        let facts = read_facts(&rt, agent)?;
+        let label = format!("amdgpu-{index} ({})", facts.arch);
+        let missing = |what: &str| {
+            Error::backend(format!(
+                "{label}: the HSA runtime offers no {what} memory pool"
+            ))
+        };
+        let device_pool = rt
+            .global_pool(agent, sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED)?
+            .ok_or_else(|| missing("coarse-grained device"))?;
+        let host_pool = rt
+            .global_pool(
+                host_agent,
+                sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
+            )?
+            .ok_or_else(|| missing("fine-grained host"))?;
+        let kernarg_pool = rt
+            .global_pool(
+                host_agent,
+                sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT,
+            )?
+            .ok_or_else(|| missing("kernel-argument"))?;
+        let memory_bytes = rt
+            .pool_info::<usize>(device_pool, sys::HSA_AMD_MEMORY_POOL_INFO_SIZE)
+            .unwrap_or(0) as u64;
+        let engine = Engine::new(&rt, agent, &label)?;
+        Ok(Gpu {
+            facts: Facts {
+                memory_bytes,
+                ..facts
+            },
+            rt,
+            agent,
+            host_agent,
+            index,
+            label,
+            device_pool,
+            host_pool,
+            kernarg_pool,
+            openmp,
+            stack_size,
+            engine,
+            reachable_host: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Whether `[ptr, ptr + len)` lies in host memory the GPU reaches as is.
+    pub fn host_reachable(&self, ptr: usize, len: usize) -> bool {
+        let map = self
+            .reachable_host
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.range(..=ptr).next_back().is_some_and(|(&base, &size)| {
+            ptr.checked_add(len).is_some_and(|end| end <= base + size)
+        })
+    }
+}
+
+fn read_facts(rt: &Runtime, agent: hsa_agent_t) -> Result<Facts> {
+    let u32_info = |attr, what| rt.agent_info::<u32>(agent, attr, what);
+    let dims16: [u16; 3] = rt.agent_info(
+        agent,
+        sys::HSA_AGENT_INFO_WORKGROUP_MAX_DIM,
+        "WORKGROUP_MAX_DIM",
+    )?;
+    let arch = rt.agent_string(agent, sys::HSA_AGENT_INFO_NAME, "NAME")?;
+    Ok(Facts {
+        product_name: rt
+            .agent_string(agent, sys::HSA_AMD_AGENT_INFO_PRODUCT_NAME, "PRODUCT_NAME")
+            .unwrap_or_else(|_| arch.clone()),
+        arch,
+        wavefront_size: u32_info(sys::HSA_AGENT_INFO_WAVEFRONT_SIZE, "WAVEFRONT_SIZE")?.max(1),
+        compute_units: u32_info(
+            sys::HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
+            "COMPUTE_UNIT_COUNT",
+        )?,
+        max_waves_per_cu: u32_info(sys::HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU, "MAX_WAVES_PER_CU")
+            .unwrap_or(0),
+        workgroup_max_size: u32_info(sys::HSA_AGENT_INFO_WORKGROUP_MAX_SIZE, "WORKGROUP_MAX_SIZE")?
+            .max(1),
+        workgroup_max_dim: dims16.map(u32::from),
+        grid_max_dim: rt.agent_info(agent, sys::HSA_AGENT_INFO_GRID_MAX_DIM, "GRID_MAX_DIM")?,
+        clock_mhz: u32_info(
+            sys::HSA_AMD_AGENT_INFO_MAX_CLOCK_FREQUENCY,
+            "MAX_CLOCK_FREQUENCY",
+        )
+        .unwrap_or(0),
+        timestamp_hz: rt
+            .agent_info::<u64>(
+                agent,
+                sys::HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY,
+                "TIMESTAMP_FREQUENCY",
+            )
+            .unwrap_or(0),
+        memory_bytes: 0,
+    })
+}

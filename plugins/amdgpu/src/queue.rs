@@ -1,0 +1,116 @@
+//! Queues. Every operation goes through the GPU's engine and has finished
+//! when its call returns ([`plugin::Queue::completes_inline`]): the core
+//! puts its executor in front where a face needs asynchronous queues.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
+use offload_core::{Error, Result};
+
+use crate::gpu::Gpu;
+use crate::kernel::AmdgpuKernel;
+use crate::memory::{self, Host};
+
+pub struct AmdgpuQueue {
+    pub(crate) gpu: Arc<Gpu>,
+}
+
+/// A point in a queue whose work has always finished.
+struct Finished;
+
+impl plugin::Event for Finished {
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn is_complete(&self) -> Result<bool> {
+        Ok(true)
+    }
+}
+
+impl plugin::Queue for AmdgpuQueue {
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
+        // SAFETY: the caller's ranges.
+        unsafe { memory::copy(&self.gpu, dst.0 as *mut c_void, src.cast(), size, Host::Src) }
+    }
+
+    unsafe fn copy_from_device(&self, dst: *mut u8, src: DevicePtr, size: usize) -> Result<()> {
+        // SAFETY: the caller's ranges.
+        unsafe {
+            memory::copy(
+                &self.gpu,
+                dst.cast(),
+                src.0 as *const c_void,
+                size,
+                Host::Dst,
+            )
+        }
+    }
+
+    unsafe fn copy_within(&self, dst: DevicePtr, src: DevicePtr, size: usize) -> Result<()> {
+        // SAFETY: the caller's ranges, both of this GPU.
+        unsafe {
+            memory::copy(
+                &self.gpu,
+                dst.0 as *mut c_void,
+                src.0 as *const c_void,
+                size,
+                Host::Neither,
+            )
+        }
+    }
+
+    unsafe fn fill(&self, dst: DevicePtr, pattern: &[u8], size: usize) -> Result<()> {
+        // SAFETY: the caller's range and pattern.
+        unsafe { memory::fill(&self.gpu, dst, pattern, size) }
+    }
+
+    fn launch(
+        &self,
+        kernel: &dyn plugin::Kernel,
+        args: KernelArgs<'_>,
+        config: &LaunchConfig,
+    ) -> Result<()> {
+        let k = kernel
+            .as_any()
+            .downcast_ref::<AmdgpuKernel>()
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "kernel '{}' does not belong to the AMDGPU plugin",
+                    kernel.name()
+                ))
+            })?;
+        if !Arc::ptr_eq(&k.program.gpu, &self.gpu) {
+            return Err(Error::invalid_argument(format!(
+                "kernel '{}' was loaded on {}, not {}",
+                k.name, k.program.gpu.label, self.gpu.label
+            )));
+        }
+        k.launch(args, config)
+    }
+
+    fn host_function(&self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        f();
+        Ok(())
+    }
+
+    fn record_event(&self) -> Result<Arc<dyn plugin::Event>> {
+        Ok(Arc::new(Finished))
+    }
+
+    fn wait_event(&self, _event: &dyn plugin::Event) -> Result<()> {
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn is_idle(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn completes_inline(&self) -> bool {
+        true
+    }
+}

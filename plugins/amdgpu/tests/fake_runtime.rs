@@ -1,0 +1,686 @@
+//! The AMDGPU plugin against a fake HSA runtime (`tests/fake_hsa/fake_hsa.c`,
+//! built with clang-22 and loaded through `OFFLOAD_HSA_RUNTIME`), through
+//! the core's Runtime as every face uses it: agents and pools, memory and
+//! copies, code objects built by clang-22 for gfx90a (OpenCL kernels the
+//! fake runs, and an OpenMP program with our device runtime), kernel
+//! arguments with the hidden ones where the metadata puts them, the
+//! OpenMP device and launch environments, faults and bad input. Without
+//! clang-22 the tests are skipped, except under `CI=true`.
+
+use std::ffi::{c_char, c_int, c_long, c_void, CString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use offload_core::openmp_env::NO_LAUNCH_ENVIRONMENT;
+use offload_core::plugin::{AllocKind, Backend, DevicePtr, DeviceType, KernelArgs, LaunchConfig};
+use offload_core::{Config, ErrorCode, Runtime};
+use offload_image::amdgpu;
+
+use test_support::clang;
+
+fn scratch() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("temporary directory"))
+        .path()
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The fake runtime built as `libhsa-runtime64.so.1`.
+fn fake_library() -> Option<PathBuf> {
+    static LIB: OnceLock<Option<PathBuf>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let clang = clang()?;
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_hsa/fake_hsa.c");
+        let out = scratch().join("libhsa-runtime64.so.1");
+        run(
+            Command::new(clang)
+                .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .arg("-lpthread"),
+            "building the fake HSA runtime",
+        );
+        Some(out)
+    })
+    .clone()
+}
+
+/// OpenCL C kernels the fake runs (by name), built for `arch`.
+fn kernels(arch: &str) -> Option<Vec<u8>> {
+    let clang = clang()?;
+    let dir = scratch().join(format!("cl-{arch}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("k.cl");
+    std::fs::write(
+        &src,
+        "#define ID() (int)(__builtin_amdgcn_workgroup_id_x() * __builtin_amdgcn_workgroup_size_x() + __builtin_amdgcn_workitem_id_x())
+         kernel void fake_saxpy(int n, float a, global const float *x, global float *y) {
+           int i = ID(); if (i < n) y[i] = a * x[i] + y[i]; }
+         kernel void fake_fill(global int *p, int v, int n) {
+           int i = ID(); if (i < n) p[i] = v; }
+         kernel void fake_fault(global int *p) { p[0] = 1; }
+         __attribute__((visibility(\"protected\"))) global int counter = 42;",
+    )
+    .unwrap();
+    let out = dir.join("k.hsaco");
+    run(
+        Command::new(clang)
+            .args([
+                "-x",
+                "cl",
+                "-cl-std=CL2.0",
+                "-target",
+                "amdgcn-amd-amdhsa",
+                "-nogpulib",
+                "-O2",
+            ])
+            .arg(format!("-mcpu={arch}"))
+            .arg("-o")
+            .arg(&out)
+            .arg(&src),
+        "building OpenCL kernels for the fake",
+    );
+    Some(std::fs::read(out).unwrap())
+}
+
+/// An OpenMP program with a teams reduction, built for gfx90a against the
+/// project's device runtime; its linked code object.
+fn openmp_code_object() -> Option<Vec<u8>> {
+    static IMG: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    IMG.get_or_init(|| {
+        let clang = clang()?;
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let rtl = root.join("target/devicertl/amdgcn-amd-amdhsa");
+        if !rtl.join("libompdevice.a").exists() {
+            run(
+                Command::new("bash").arg(root.join("devicertl/build.sh")),
+                "building the device runtime",
+            );
+        }
+        let dir = scratch().join("omp");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("p.c"),
+            "#include <stdio.h>
+             int main(void) { double s = 0; double a[1000];
+               for (int i = 0; i < 1000; i++) a[i] = i;
+               #pragma omp target teams distribute parallel for reduction(+:s) map(to:a[:1000])
+               for (int i = 0; i < 1000; i++) s += a[i];
+               printf(\"%f\\n\", s); return 0; }",
+        )
+        .unwrap();
+        run(
+            Command::new(clang)
+                .current_dir(&dir)
+                .args([
+                    "-fopenmp",
+                    "--offload-arch=gfx90a",
+                    "-foffload-lto",
+                    "-Xarch_amdgcn",
+                    "-nogpulib",
+                ])
+                .arg("-Xoffload-linker-amdgcn-amd-amdhsa")
+                .arg(format!("-L{}", rtl.display()))
+                .args(["-O2", "-save-temps", "p.c", "-o", "p"]),
+            "building an OpenMP program for gfx90a",
+        );
+        Some(std::fs::read(dir.join("p.amdgcn.gfx90a.img")).unwrap())
+    })
+    .clone()
+}
+
+struct Fake {
+    lib: libloading::Library,
+}
+
+impl Fake {
+    fn sym<T: Copy>(&self, name: &str) -> T {
+        // SAFETY: a test control function of the fake, of type T.
+        unsafe { *self.lib.get::<T>(name.as_bytes()).unwrap() }
+    }
+    fn calls(&self, name: &str) -> i64 {
+        let n = CString::new(name).unwrap();
+        // SAFETY: the fake's counter query.
+        unsafe {
+            self.sym::<unsafe extern "C" fn(*const c_char) -> c_long>("fake_hsa_calls\0")(
+                n.as_ptr(),
+            )
+        }
+    }
+    fn fail(&self, name: &str, status: u32, count: i32) {
+        let n = CString::new(name).unwrap();
+        // SAFETY: the fake's error injection.
+        unsafe {
+            self.sym::<unsafe extern "C" fn(*const c_char, u32, c_int)>("fake_hsa_fail\0")(
+                n.as_ptr(),
+                status,
+                count,
+            )
+        }
+    }
+    fn live(&self, what: &str) -> i64 {
+        // SAFETY: one of the fake's live-object counts.
+        unsafe {
+            self.sym::<unsafe extern "C" fn() -> c_long>(&format!("fake_hsa_live_{what}\0"))()
+        }
+    }
+    fn allowed(&self, ptr: DevicePtr, agent: u64) -> bool {
+        // SAFETY: the fake's access query.
+        unsafe {
+            self.sym::<unsafe extern "C" fn(*const c_void, u64) -> c_int>("fake_hsa_allowed\0")(
+                ptr.0 as *const c_void,
+                agent,
+            ) != 0
+        }
+    }
+    /// (dispatches so far, the last packet, kernel name, kernel arguments).
+    fn last_dispatch(&self) -> (i32, [u8; 64], String, Vec<u8>) {
+        let mut packet = [0u8; 64];
+        let mut name = [0u8; 256];
+        let mut args = vec![0u8; 4096];
+        let mut size = 0usize;
+        type F = unsafe extern "C" fn(
+            *mut c_void,
+            *mut c_char,
+            usize,
+            *mut c_void,
+            usize,
+            *mut usize,
+        ) -> c_int;
+        // SAFETY: the fake writes at most the capacities given.
+        let n = unsafe {
+            self.sym::<F>("fake_hsa_last_dispatch\0")(
+                packet.as_mut_ptr().cast(),
+                name.as_mut_ptr().cast(),
+                name.len(),
+                args.as_mut_ptr().cast(),
+                args.len(),
+                &mut size,
+            )
+        };
+        args.truncate(size.min(4096));
+        let end = name.iter().position(|&b| b == 0).unwrap_or(0);
+        (
+            n,
+            packet,
+            String::from_utf8_lossy(&name[..end]).into_owned(),
+            args,
+        )
+    }
+}
+
+fn setup() -> Option<(MutexGuard<'static, ()>, &'static Fake, &'static Runtime)> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    static STATE: OnceLock<Option<(Fake, Runtime)>> = OnceLock::new();
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let state = STATE.get_or_init(|| {
+        let path = fake_library()?;
+        // SAFETY: set once, before any runtime of this process reads it,
+        // while the other tests wait on the lock above.
+        unsafe { std::env::set_var(offload_plugin_amdgpu::RUNTIME_ENV, &path) };
+        // SAFETY: the test controls of the same library the plugin loads.
+        let lib = unsafe { libloading::Library::new(&path) }.unwrap();
+        let config =
+            Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "amdgpu".to_string()));
+        let rt = Runtime::new(config, &[offload_plugin_amdgpu::ENTRY]);
+        assert!(rt.failed_plugins().is_empty(), "{:?}", rt.failed_plugins());
+        Some((Fake { lib }, rt))
+    });
+    let (fake, rt) = state.as_ref()?;
+    Some((guard, fake, rt))
+}
+
+fn write<T: Copy>(d: &offload_core::Device, p: DevicePtr, data: &[T]) {
+    // SAFETY: `data` is readable for all its bytes during the call.
+    unsafe { d.copy_to_device(p, data.as_ptr().cast(), std::mem::size_of_val(data)) }.unwrap()
+}
+
+fn read<T: Copy + Default>(d: &offload_core::Device, p: DevicePtr, n: usize) -> Vec<T> {
+    let mut out = vec![T::default(); n];
+    // SAFETY: `out` is writable for all its bytes; any bytes are valid T.
+    unsafe {
+        d.copy_from_device(
+            out.as_mut_ptr().cast(),
+            p,
+            std::mem::size_of_val(out.as_slice()),
+        )
+    }
+    .unwrap();
+    out
+}
+
+/// The fake's first agent handle (the CPU's; GPU i is this + 1 + i).
+const FAKE_AGENT_BASE: u64 = 0xa9e_0000;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn agents_become_devices_with_their_facts() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    assert_eq!(rt.devices().len(), 2);
+    for (i, d) in rt.devices().iter().enumerate() {
+        let info = d.info();
+        assert_eq!(d.plugin_name(), "amdgpu");
+        assert_eq!(info.backend, Backend::Amdgpu);
+        assert_eq!(info.device_type, DeviceType::Gpu);
+        assert_eq!(info.triple, "amdgcn-amd-amdhsa");
+        assert_eq!(info.arch, "gfx90a");
+        assert_eq!(info.name, "gfx90a");
+        assert_eq!(info.vendor, "AMD");
+        assert_eq!(info.product_name, "AMD Instinct MI210 (fake)");
+        assert_eq!(info.uid, format!("amdgpu-{i}-gfx90a"));
+        assert_eq!(info.compute_units, 104);
+        assert_eq!(info.max_group_size, 1024);
+        assert_eq!(info.global_memory_bytes, 64 << 30);
+        assert_eq!(info.clock_mhz, 1700);
+    }
+}
+
+#[test]
+fn memory_of_every_kind_round_trips_and_host_memory_is_unlocked_after_copies() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let before = fake.live("allocations");
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    for kind in [AllocKind::Device, AllocKind::Host, AllocKind::Shared] {
+        let p = d.alloc(data.len(), kind).unwrap();
+        if kind != AllocKind::Device {
+            // GPU 0 (the fake's agents: the CPU, then the GPUs) reaches it.
+            assert!(fake.allowed(p, FAKE_AGENT_BASE + 1), "{kind:?}");
+        }
+        write(d, p, &data);
+        assert_eq!(read::<u8>(d, p, data.len()), data, "{kind:?}");
+        d.free(p).unwrap();
+    }
+    assert_eq!(fake.live("allocations"), before);
+    assert_eq!(
+        fake.live("locks"),
+        0,
+        "every pageable buffer unlocked after its copy"
+    );
+    assert!(fake.calls("hsa_amd_memory_async_copy") >= 6);
+    assert!(fake.calls("hsa_amd_memory_lock") >= 2);
+}
+
+#[test]
+fn fills_of_every_pattern_width() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let p = d.alloc(64, AllocKind::Device).unwrap();
+    for pattern in [
+        &[0xabu8][..],
+        &[1, 2],
+        &[1, 2, 3, 4],
+        &[9, 8, 7, 6, 5, 4, 3, 2],
+        &[5, 6, 7],
+    ] {
+        let size = 48 / pattern.len() * pattern.len();
+        d.fill(p, pattern, size).unwrap();
+        let back = read::<u8>(d, p, size);
+        let want: Vec<u8> = pattern.iter().copied().cycle().take(size).collect();
+        assert_eq!(back, want, "{pattern:?}");
+    }
+    d.free(p).unwrap();
+}
+
+#[test]
+fn opencl_kernels_run_with_their_hidden_arguments_in_place() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(image) = kernels("gfx90a") else {
+        return;
+    };
+    let meta = amdgpu::code_object_metadata(&image)
+        .unwrap()
+        .expect("a metadata note");
+    let saxpy_meta = meta.kernel("fake_saxpy").unwrap().clone();
+    let d = &rt.devices()[1];
+    let program = d.load_program(&image).unwrap();
+    let saxpy = program.kernel("fake_saxpy").unwrap();
+    let n = 1000usize;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let y: Vec<f32> = vec![1.0; n];
+    let (px, py) = (
+        d.alloc(4 * n, AllocKind::Device).unwrap(),
+        d.alloc(4 * n, AllocKind::Device).unwrap(),
+    );
+    write(d, px, &x);
+    write(d, py, &y);
+    let mut args = Vec::new();
+    args.extend_from_slice(&(n as i32).to_ne_bytes());
+    args.extend_from_slice(&2.0f32.to_ne_bytes());
+    args.extend_from_slice(&px.0.to_ne_bytes());
+    args.extend_from_slice(&py.0.to_ne_bytes());
+    let config = LaunchConfig::linear(4, 256);
+    d.launch(&saxpy, KernelArgs::Packed(&args), &config)
+        .unwrap();
+    let got = read::<f32>(d, py, n);
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == 2.0 * i as f32 + 1.0));
+    let (_, packet, name, kernargs) = fake.last_dispatch();
+    assert_eq!(name, "fake_saxpy");
+    assert_eq!(&kernargs[..args.len()], &args[..]);
+    // The packet: 1 dimension, 256 x 1 x 1 work-items a group, 1024 in all.
+    assert_eq!(u16_at(&packet, 2) & 3, 1);
+    assert_eq!(u16_at(&packet, 4), 256);
+    assert_eq!(u32_at(&packet, 12), 1024);
+    let hidden = |kind: &str| {
+        saxpy_meta
+            .hidden(kind)
+            .unwrap_or_else(|| panic!("{kind}"))
+            .offset as usize
+    };
+    assert_eq!(u32_at(&kernargs, hidden("hidden_block_count_x")), 4);
+    assert_eq!(u32_at(&kernargs, hidden("hidden_block_count_y")), 1);
+    assert_eq!(u16_at(&kernargs, hidden("hidden_group_size_x")), 256);
+    assert_eq!(u16_at(&kernargs, hidden("hidden_group_size_z")), 1);
+    assert_eq!(u16_at(&kernargs, hidden("hidden_grid_dims")), 1);
+    // A global with its initial value, at its own address.
+    let (counter, size) = program.global("counter").unwrap();
+    assert_eq!(size, 4);
+    assert_eq!(read::<i32>(d, counter, 1), [42]);
+    // Too many argument bytes would overwrite the hidden ones.
+    let long = vec![0u8; hidden("hidden_block_count_x") + 8];
+    let e = d
+        .launch(&saxpy, KernelArgs::Packed(&long), &config)
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument);
+    assert!(e.message().contains("fake_saxpy"), "{e}");
+    d.free(px).unwrap();
+    d.free(py).unwrap();
+    assert_eq!(fake.live("locks"), 0);
+}
+
+#[test]
+fn launches_past_the_devices_limits_are_refused_naming_the_kernel() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let Some(image) = kernels("gfx90a") else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&image).unwrap();
+    let k = program.kernel("fake_fill").unwrap();
+    let p = d.alloc(64, AllocKind::Device).unwrap();
+    let mut args = p.0.to_ne_bytes().to_vec();
+    args.extend_from_slice(&7i32.to_ne_bytes());
+    args.extend_from_slice(&16i32.to_ne_bytes());
+    for config in [
+        LaunchConfig::linear(1, 2048),
+        LaunchConfig {
+            dyn_group_memory: 1 << 20,
+            ..LaunchConfig::linear(1, 64)
+        },
+        LaunchConfig {
+            num_groups: [1 << 31, 4, 1],
+            ..LaunchConfig::linear(1, 64)
+        },
+    ] {
+        let e = d
+            .launch(&k, KernelArgs::Packed(&args), &config)
+            .unwrap_err();
+        assert!(e.message().contains("fake_fill"), "{e}");
+    }
+    // And the device still works.
+    d.launch(&k, KernelArgs::Packed(&args), &LaunchConfig::linear(1, 64))
+        .unwrap();
+    assert_eq!(read::<i32>(d, p, 16), [7; 16]);
+    d.free(p).unwrap();
+}
+
+#[test]
+fn code_objects_for_another_processor_or_malformed_are_refused() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(other) = kernels("gfx942") else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let before = fake.live("executables");
+    let e = d.load_program(&other).err().expect("refused");
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert!(
+        e.message().contains("gfx942") || e.message().contains("amdgcn"),
+        "{e}"
+    );
+    let image = kernels("gfx90a").unwrap();
+    let mut truncated = image.clone();
+    truncated.truncate(image.len() / 2);
+    assert!(d.load_program(&truncated).is_err());
+    assert!(d.load_program(b"\x7fELF not really").is_err());
+    // A runtime refusing the code object: its text in the error.
+    fake.fail("hsa_executable_load_agent_code_object", 0x1010, 1);
+    let e = d.load_program(&image).err().expect("refused");
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert_eq!(
+        fake.live("executables"),
+        before,
+        "a failed load leaves nothing loaded"
+    );
+    // Unknown kernels and globals.
+    let program = d.load_program(&image).unwrap();
+    assert_eq!(
+        program.kernel("nope").err().unwrap().code(),
+        ErrorCode::NotFound
+    );
+    assert!(program.global("nope").is_err());
+}
+
+#[test]
+fn out_of_memory_is_out_of_resources_and_the_device_stays_usable() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    fake.fail("hsa_amd_memory_pool_allocate", 0x1008, 1);
+    let e = d.alloc(4096, AllocKind::Device).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::OutOfResources);
+    assert!(e.message().contains("amdgpu-0"), "{e}");
+    let p = d.alloc(4096, AllocKind::Device).unwrap();
+    d.free(p).unwrap();
+}
+
+#[test]
+fn openmp_code_objects_get_their_environments() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(image) = openmp_code_object() else {
+        return;
+    };
+    let meta = amdgpu::code_object_metadata(&image).unwrap().unwrap();
+    let kernel_meta = meta
+        .kernels
+        .iter()
+        .find(|k| k.name.starts_with("__omp_offloading_"))
+        .expect("an OpenMP kernel")
+        .clone();
+    let d = &rt.devices()[1];
+    let program = d.load_program(&image).unwrap();
+    // The device environment, written at load: 2 devices, this one the
+    // second, the 100 MHz counter, 104 CUs x 32 waves.
+    let (env, size) = program.global("__omp_rtl_device_environment").unwrap();
+    assert_eq!(size, 48);
+    let env = read::<u8>(d, env, 48);
+    assert_eq!((u32_at(&env, 4), u32_at(&env, 8)), (2, 1));
+    assert_eq!(u64_at(&env, 16), 100_000_000);
+    assert_eq!(u64_at(&env, 40), 104 * 32);
+    // The kernel: SPMD with a teams reduction, so launches get a launch
+    // environment in place of the "none" word.
+    let kernel = program.kernel(&kernel_meta.name).unwrap();
+    let unset = LaunchConfig {
+        num_groups: [0, 1, 1],
+        group_size: [0, 1, 1],
+        tripcount: 1000,
+        ..Default::default()
+    };
+    let (sizes, _mode) = kernel
+        .launch_plan(&unset)
+        .expect("an OpenMP kernel's launch plan");
+    assert!(
+        sizes.group_size[0] > 0 && sizes.num_groups[0] > 0,
+        "{sizes:?}"
+    );
+    let a = d.alloc(8000, AllocKind::Device).unwrap();
+    let s = d.alloc(8, AllocKind::Device).unwrap();
+    let words = [NO_LAUNCH_ENVIRONMENT, s.0, a.0, 1000];
+    let explicit_words = (kernel_meta.explicit_size() / 8) as usize;
+    let before = fake.live("allocations");
+    d.launch(
+        &kernel,
+        KernelArgs::Words(&words[..explicit_words.min(4)]),
+        &unset,
+    )
+    .unwrap();
+    assert_eq!(
+        fake.live("allocations"),
+        before,
+        "the launch environment is freed after the launch"
+    );
+    let (_, packet, name, kernargs) = fake.last_dispatch();
+    assert_eq!(name, kernel_meta.name);
+    let dyn_ptr = u64_at(&kernargs, 0);
+    assert!(dyn_ptr != NO_LAUNCH_ENVIRONMENT && dyn_ptr != 0);
+    let group = u16_at(&packet, 4);
+    let groups = u32_at(&packet, 12) / u32::from(group);
+    assert!(group > 0 && group <= 256, "{group}");
+    let hidden = |kind: &str| kernel_meta.hidden(kind).unwrap().offset as usize;
+    assert_eq!(u32_at(&kernargs, hidden("hidden_block_count_x")), groups);
+    assert_eq!(u16_at(&kernargs, hidden("hidden_group_size_x")), group);
+    d.free(a).unwrap();
+    d.free(s).unwrap();
+}
+
+#[test]
+fn a_fault_is_an_error_and_other_devices_stay_usable() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let Some(image) = kernels("gfx90a") else {
+        return;
+    };
+    // The last test of the file to use device 0's queue after its fault
+    // would fail; this one uses its own runtime's devices instead.
+    let config = Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "amdgpu".to_string()));
+    let own = Runtime::new(config, &[offload_plugin_amdgpu::ENTRY]);
+    let (d0, d1) = (&own.devices()[0], &own.devices()[1]);
+    let program = d0.load_program(&image).unwrap();
+    let fault = program.kernel("fake_fault").unwrap();
+    let p = d0.alloc(8, AllocKind::Device).unwrap();
+    let args = p.0.to_ne_bytes();
+    let e = d0
+        .launch(
+            &fault,
+            KernelArgs::Packed(&args),
+            &LaunchConfig::linear(1, 1),
+        )
+        .unwrap_err();
+    assert!(
+        e.message().contains("fake_fault") && e.message().contains("0x29"),
+        "{e}"
+    );
+    // Later work on that GPU is refused with the reason.
+    let one = [1u8];
+    // SAFETY: `one` is readable for the call.
+    let e = unsafe { d0.copy_to_device(p, one.as_ptr(), 1) }.unwrap_err();
+    assert!(e.message().contains("failed earlier"), "{e}");
+    let e = d0
+        .launch(
+            &fault,
+            KernelArgs::Packed(&args),
+            &LaunchConfig::linear(1, 1),
+        )
+        .unwrap_err();
+    assert!(e.message().contains("failed earlier"), "{e}");
+    // The other GPU, and the shared runtime's, still work.
+    let q = d1.alloc(16, AllocKind::Device).unwrap();
+    write(d1, q, &[5u8; 16]);
+    assert_eq!(read::<u8>(d1, q, 16), [5; 16]);
+    d1.free(q).unwrap();
+    let r = rt.devices()[0].alloc(16, AllocKind::Device).unwrap();
+    rt.devices()[0].free(r).unwrap();
+}
+
+#[test]
+fn a_missing_runtime_is_an_error_only_when_amdgpu_is_asked_for() {
+    let Some((_g, _fake, _rt)) = setup() else {
+        return;
+    };
+    let saved = std::env::var_os(offload_plugin_amdgpu::RUNTIME_ENV);
+    // SAFETY: the tests of this file run one at a time (the lock).
+    unsafe {
+        std::env::set_var(
+            offload_plugin_amdgpu::RUNTIME_ENV,
+            "/nonexistent/libhsa-runtime64.so.1",
+        )
+    };
+    let explicit = Runtime::new(
+        Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "amdgpu".to_string())),
+        &[offload_plugin_amdgpu::ENTRY],
+    );
+    let quiet = Runtime::new(
+        Config::from_lookup(|_| None),
+        &[offload_plugin_amdgpu::ENTRY],
+    );
+    // SAFETY: as above.
+    unsafe { std::env::set_var(offload_plugin_amdgpu::RUNTIME_ENV, saved.unwrap()) };
+    let failed = explicit.failed_plugins();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        format!("{failed:?}").contains("/nonexistent/libhsa-runtime64.so.1"),
+        "{failed:?}"
+    );
+    assert!(quiet.failed_plugins().is_empty());
+    assert!(quiet.devices().is_empty());
+}
+
+#[test]
+fn every_object_is_released_when_the_runtime_goes() {
+    let Some((_g, fake, _rt)) = setup() else {
+        return;
+    };
+    let Some(image) = kernels("gfx90a") else {
+        return;
+    };
+    let (queues, executables) = (fake.live("queues"), fake.live("executables"));
+    {
+        let config =
+            Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "amdgpu".to_string()));
+        let own = Runtime::new(config, &[offload_plugin_amdgpu::ENTRY]);
+        assert_eq!(fake.live("queues"), queues + 2);
+        let program = own.devices()[0].load_program(&image).unwrap();
+        assert_eq!(fake.live("executables"), executables + 1);
+        drop(program);
+        own.shutdown();
+    }
+    assert_eq!(fake.live("queues"), queues);
+    assert_eq!(fake.live("executables"), executables);
+}
