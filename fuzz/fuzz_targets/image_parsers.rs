@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use offload_image::{
-    cuda, detect, elf, images_in_host_binary, metadata, offload_binary, unwrap, validate,
+    amdgpu, cuda, detect, elf, images_in_host_binary, metadata, offload_binary, unwrap, validate,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -34,6 +34,13 @@ fuzz_target!(|data: &[u8]| {
         for e in entries {
             let _ = cuda::cubin_registers(e.payload);
         }
+    }
+    let _ = amdgpu::code_object_processor(data);
+    let _ = amdgpu::code_object_metadata(data);
+    if let Ok(meta) = amdgpu::parse_metadata(data) {
+        // Every kernel and argument took at least one byte of MessagePack.
+        let args: usize = meta.kernels.iter().map(|k| k.args.len()).sum();
+        assert!(meta.kernels.len() + args <= data.len());
     }
     if let Ok(checked) = validate::x86_64_shared_object(data) {
         // Whatever is accepted names at most as many symbols as fit.

@@ -6,7 +6,7 @@ mod common;
 use common::{test_elf, Rng};
 use offload_image::metadata::{self, Metadata};
 use offload_image::offload_binary::{self, ImageKind, OffloadBinary, OffloadKind};
-use offload_image::{cuda, detect, elf, images_in_host_binary, unwrap};
+use offload_image::{amdgpu, cuda, detect, elf, images_in_host_binary, unwrap};
 
 /// Calls every parser on `b`; checks round-trip properties of what parses.
 fn exercise(b: &[u8]) {
@@ -21,6 +21,7 @@ fn exercise(b: &[u8]) {
     let _ = images_in_host_binary(b);
     let _ = offload_binary::parse_all(b);
     exercise_cuda(b);
+    exercise_amdgpu(b);
     if let Ok((bin, used)) = offload_binary::parse(b) {
         assert!(used <= b.len());
         let again = offload_binary::write(std::slice::from_ref(&bin));
@@ -33,6 +34,20 @@ fn exercise(b: &[u8]) {
         assert_eq!(m2, meta);
         assert_eq!(i2, image);
     }
+}
+
+/// The AMD GPU readers: the processor, the metadata note (and the note's
+/// MessagePack read from anywhere).
+fn exercise_amdgpu(b: &[u8]) {
+    let _ = amdgpu::code_object_processor(b);
+    if let Ok(Some(meta)) = amdgpu::code_object_metadata(b) {
+        for k in &meta.kernels {
+            // Whatever parses describes arguments that fit in the note.
+            assert!(k.args.len() <= b.len());
+            let _ = k.explicit_size();
+        }
+    }
+    let _ = amdgpu::parse_metadata(b);
 }
 
 /// The CUDA readers: PTX directives, cubin targets and register counts,
@@ -95,6 +110,9 @@ fn fatbin_sample(cubin: &[u8]) -> Vec<u8> {
     f
 }
 
+/// A gfx90a code object with a metadata note (tests/data/README.md).
+const AMDGPU_SAMPLE: &[u8] = include_bytes!("data/scale-gfx90a.hsaco");
+
 fn samples() -> Vec<Vec<u8>> {
     let dev = test_elf::build(224, 3, None, &[("kernel", true, 64), ("g", false, 4)]);
     let omp = metadata::write(
@@ -128,6 +146,7 @@ fn samples() -> Vec<Vec<u8>> {
     let cubin = cubin_sample();
     let fatbin = fatbin_sample(&cubin);
     vec![
+        AMDGPU_SAMPLE.to_vec(),
         dev,
         cubin,
         fatbin,
@@ -155,6 +174,24 @@ fn samples_are_valid() {
 
 /// The CUDA samples are what they claim, so their mutations start from
 /// code the readers accept.
+#[test]
+fn amdgpu_sample_parses() {
+    assert_eq!(amdgpu::code_object_processor(AMDGPU_SAMPLE), Some("gfx90a"));
+    let meta = amdgpu::code_object_metadata(AMDGPU_SAMPLE)
+        .unwrap()
+        .unwrap();
+    assert_eq!(meta.version, [1, 2]);
+    assert_eq!(meta.target.as_deref(), Some("amdgcn-amd-amdhsa--gfx90a"));
+    let k = meta.kernel("scale").unwrap();
+    assert_eq!(k.symbol, "scale.kd");
+    assert_eq!(k.explicit_size(), 16);
+    // Code object version 5: the hidden arguments right after the
+    // explicit ones, 8-byte aligned.
+    assert_eq!(k.hidden("hidden_block_count_x").unwrap().offset, 16);
+    assert_eq!(k.hidden("hidden_group_size_x").unwrap().offset, 28);
+    assert!(k.kernarg_segment_size >= 16 + 256 - 16);
+}
+
 #[test]
 fn cuda_samples_parse() {
     let cubin = cubin_sample();

@@ -683,4 +683,6 @@ fn every_object_is_released_when_the_runtime_goes() {
     }
     assert_eq!(fake.live("queues"), queues);
     assert_eq!(fake.live("executables"), executables);
+    // No call of the plugin named a handle the runtime never gave out.
+    assert_eq!(fake.calls("invalid_handle"), 0);
 }

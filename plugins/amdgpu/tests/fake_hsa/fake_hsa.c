@@ -104,27 +104,15 @@ typedef hsa_status_t (*agent_cb)(hsa_agent_t, void *);
 typedef hsa_status_t (*pool_cb)(hsa_amd_memory_pool_t, void *);
 typedef void (*queue_cb)(hsa_status_t, hsa_queue_t *, void *);
 
-enum {
-  SUCCESS = 0x0,
-  INFO_BREAK = 0x1,
-  ERROR = 0x1000,
-  INVALID_ARGUMENT = 0x1001,
-  INVALID_QUEUE_CREATION = 0x1002,
-  INVALID_ALLOCATION = 0x1003,
-  INVALID_AGENT = 0x1004,
-  INVALID_SIGNAL = 0x1006,
-  INVALID_QUEUE = 0x1007,
-  OUT_OF_RESOURCES = 0x1008,
-  INVALID_PACKET_FORMAT = 0x1009,
-  NOT_INITIALIZED = 0x100B,
-  INVALID_ISA = 0x100F,
-  INVALID_CODE_OBJECT = 0x1010,
-  INVALID_EXECUTABLE = 0x1011,
-  FROZEN_EXECUTABLE = 0x1012,
-  INVALID_SYMBOL_NAME = 0x1013,
-  INVALID_EXECUTABLE_SYMBOL = 0x1019,
-  INVALID_CODE_OBJECT_READER = 0x1021,
-  INVALID_MEMORY_POOL = 0x28,
+enum { /* hsa_status_t, less the HSA_STATUS_ERROR_ prefix */
+  SUCCESS = 0x0, ERROR = 0x1000, INVALID_ARGUMENT = 0x1001,
+  INVALID_QUEUE_CREATION = 0x1002, INVALID_ALLOCATION = 0x1003,
+  INVALID_AGENT = 0x1004, INVALID_SIGNAL = 0x1006, INVALID_QUEUE = 0x1007,
+  OUT_OF_RESOURCES = 0x1008, INVALID_PACKET_FORMAT = 0x1009,
+  NOT_INITIALIZED = 0x100B, INVALID_ISA = 0x100F, INVALID_CODE_OBJECT = 0x1010,
+  INVALID_EXECUTABLE = 0x1011, FROZEN_EXECUTABLE = 0x1012,
+  INVALID_SYMBOL_NAME = 0x1013, INVALID_EXECUTABLE_SYMBOL = 0x1019,
+  INVALID_CODE_OBJECT_READER = 0x1021, INVALID_MEMORY_POOL = 0x28,
   MEMORY_APERTURE_VIOLATION = 0x29,
 };
 
@@ -151,7 +139,7 @@ struct alloc { /* a pool allocation */
   uint32_t allowed; /* bit i: allow_access named agent i */
 };
 
-struct hostlock {
+struct hostlock { /* a hsa_amd_memory_lock */
   struct hostlock *next;
   char *host;
   size_t size;
@@ -187,18 +175,8 @@ struct queue {
   pthread_mutex_t proc; /* one doorbell processed at a time */
 };
 
-struct reader {
-  struct reader *next;
-  uint64_t id;
-  unsigned char *bytes;
-  size_t size;
-};
-
-struct exec {
-  struct exec *next;
-  uint64_t id;
-  int frozen;
-};
+struct reader { struct reader *next; uint64_t id; unsigned char *bytes; size_t size; };
+struct exec { struct exec *next; uint64_t id; int frozen; };
 
 struct symbol {
   struct symbol *next;
@@ -211,16 +189,8 @@ struct symbol {
   uint64_t size;
 };
 
-struct counter {
-  char name[64];
-  long calls;
-};
-
-struct fail {
-  char name[64];
-  hsa_status_t status;
-  int count;
-};
+struct counter { char name[64]; long calls; };
+struct fail { char name[64]; hsa_status_t status; int count; };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -342,13 +312,16 @@ long fake_hsa_calls(const char *name) {
 
 void fake_hsa_fail(const char *name, uint32_t status, int count) {
   pthread_mutex_lock(&lock);
-  for (int f = 0; f < MAX_FAILS; f++) {
-    if (fails[f].count <= 0 || !strcmp(fails[f].name, name)) {
-      snprintf(fails[f].name, sizeof fails[f].name, "%s", name);
-      fails[f].status = status;
-      fails[f].count = count;
-      break;
-    }
+  int f = 0, free_slot = -1;
+  for (; f < MAX_FAILS && strcmp(fails[f].name, name); f++)
+    if (free_slot < 0 && fails[f].count <= 0)
+      free_slot = f;
+  if (f == MAX_FAILS)
+    f = free_slot;
+  if (f >= 0) {
+    snprintf(fails[f].name, sizeof fails[f].name, "%s", name);
+    fails[f].status = status;
+    fails[f].count = count;
   }
   pthread_mutex_unlock(&lock);
 }
@@ -474,8 +447,10 @@ hsa_status_t hsa_init(void) {
 
 hsa_status_t hsa_shut_down(void) {
   ENTER();
-  atomic_fetch_sub(&refcount, 1);
-  return SUCCESS;
+  int n = atomic_load(&refcount);
+  while (n > 0 && !atomic_compare_exchange_weak(&refcount, &n, n - 1))
+    ;
+  return n > 0 ? SUCCESS : NOT_INITIALIZED;
 }
 
 static const struct {
@@ -578,7 +553,12 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, uint32_t attr, void *value) {
     }
   }
   switch (attr) {
-  case 0: put_name(value, arch); break;              /* NAME */
+  case 0: {                                          /* NAME, no features */
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(arch, ":"), arch);
+    put_name(value, name);
+    break;
+  }
   case 1: put_name(value, "AMD"); break;             /* VENDOR_NAME */
   case 6: put_u32(value, 64); break;                 /* WAVEFRONT_SIZE */
   case 7: {                                          /* WORKGROUP_MAX_DIM */
