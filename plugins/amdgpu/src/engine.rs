@@ -117,7 +117,9 @@ impl Engine {
         unsafe { (self.rt.api.hsa_signal_store_screlease)(signal, 1) };
         let r = start(signal);
         self.rt.check(r, format_args!("{}: {what}", self.label))?;
-        self.wait(&mut state, what)
+        // A copy engine finishes its copy whatever happened to the queue:
+        // wait for it, so that its buffers are not freed under it.
+        self.wait(&mut state, what, false)
     }
 
     /// Dispatches `packet` (its header, setup and completion signal are
@@ -175,15 +177,18 @@ impl Engine {
             );
             (api.hsa_signal_store_screlease)(doorbell, index as i64);
         }
-        self.wait(&mut state, what)
+        self.wait(&mut state, what, true)
     }
 
     fn check_fault(&self, state: &mut State, what: &str) -> Result<()> {
         let status = self.fault.load(Ordering::Acquire);
-        if status == 0 {
+        let text = if status != 0 {
+            format!("{} (HSA status {status:#x})", self.rt.status_text(status))
+        } else if self.rt.memory_fault.load(Ordering::Acquire) {
+            "a GPU reported a memory fault".to_string()
+        } else {
             return Ok(());
-        }
-        let text = format!("{} (HSA status {status:#x})", self.rt.status_text(status));
+        };
         state.broken = Some(text.clone());
         Err(Error::backend(format!(
             "{}: {what} failed on the GPU: {text}",
@@ -191,7 +196,9 @@ impl Engine {
         )))
     }
 
-    fn wait(&self, state: &mut State, what: &str) -> Result<()> {
+    /// Waits for the completion signal; for a dispatch (`watch_faults`)
+    /// also for a fault, which ends the wait with an error.
+    fn wait(&self, state: &mut State, what: &str, watch_faults: bool) -> Result<()> {
         loop {
             // SAFETY: waits on our own signal.
             let v = unsafe {
@@ -206,7 +213,9 @@ impl Engine {
             if v < 1 {
                 return Ok(());
             }
-            self.check_fault(state, what)?;
+            if watch_faults {
+                self.check_fault(state, what)?;
+            }
         }
     }
 }

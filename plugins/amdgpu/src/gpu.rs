@@ -52,16 +52,59 @@ pub struct Gpu {
     /// stack is not known statically.
     pub stack_size: u32,
     pub engine: Engine,
-    /// Host memory the GPU reaches without locking: this plugin's host
-    /// allocations and registered ranges (base -> size).
-    pub(crate) reachable_host: Mutex<BTreeMap<usize, usize>>,
+    /// Every GPU agent of the plugin: host memory is made reachable by all.
+    pub gpu_agents: Vec<hsa_agent_t>,
+    /// Host memory every GPU reaches without locking, shared by the
+    /// plugin's GPUs: its host allocations and registered ranges.
+    pub(crate) host_ranges: Arc<HostRanges>,
+}
+
+/// One range of [`HostRanges`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HostRange {
+    pub size: usize,
+    /// The address GPUs use for the range's first byte (a locked range may
+    /// be mapped elsewhere than its host address).
+    pub gpu_base: usize,
+    /// Registered (locked by `olMemRegister`), not a pool allocation.
+    pub registered: bool,
+}
+
+/// Host ranges by base address.
+#[derive(Default)]
+pub(crate) struct HostRanges(Mutex<BTreeMap<usize, HostRange>>);
+
+impl HostRanges {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, HostRange>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The GPU address of `[ptr, ptr + len)` when it lies in one range.
+    pub fn gpu_address(&self, ptr: usize, len: usize) -> Option<usize> {
+        let map = self.lock();
+        let (&base, r) = map.range(..=ptr).next_back()?;
+        let end = ptr.checked_add(len)?;
+        (end <= base + r.size).then(|| r.gpu_base + (ptr - base))
+    }
+
+    /// Whether `[ptr, ptr + len)` overlaps a range.
+    pub fn overlaps(&self, ptr: usize, len: usize) -> bool {
+        let map = self.lock();
+        let end = ptr.saturating_add(len.max(1));
+        map.range(..end)
+            .next_back()
+            .is_some_and(|(&base, r)| base + r.size > ptr)
+    }
 }
 
 impl Gpu {
-    pub fn new(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
         rt: Arc<Runtime>,
         agent: hsa_agent_t,
         host_agent: hsa_agent_t,
+        gpu_agents: Vec<hsa_agent_t>,
+        host_ranges: Arc<HostRanges>,
         index: u32,
         openmp: OpenMpSettings,
         stack_size: u32,
@@ -76,12 +119,16 @@ impl Gpu {
         let device_pool = rt
             .global_pool(agent, sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED)?
             .ok_or_else(|| missing("coarse-grained device"))?;
-        let host_pool = rt
-            .global_pool(
-                host_agent,
-                sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
-            )?
-            .ok_or_else(|| missing("fine-grained host"))?;
+        // Host memory from a fine-grained pool that is not the kernarg
+        // pool where there is one (ROCr maps the kernarg pool uncached).
+        let fine = sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED;
+        let kernarg = sys::HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT;
+        let host_pool = match rt.global_pool_without(host_agent, fine, kernarg)? {
+            Some(pool) => pool,
+            None => rt
+                .global_pool(host_agent, fine)?
+                .ok_or_else(|| missing("fine-grained host"))?,
+        };
         let kernarg_pool = rt
             .global_pool(
                 host_agent,
@@ -108,18 +155,8 @@ impl Gpu {
             openmp,
             stack_size,
             engine,
-            reachable_host: Mutex::new(BTreeMap::new()),
-        })
-    }
-
-    /// Whether `[ptr, ptr + len)` lies in host memory the GPU reaches as is.
-    pub fn host_reachable(&self, ptr: usize, len: usize) -> bool {
-        let map = self
-            .reachable_host
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        map.range(..=ptr).next_back().is_some_and(|(&base, &size)| {
-            ptr.checked_add(len).is_some_and(|end| end <= base + size)
+            gpu_agents,
+            host_ranges,
         })
     }
 }

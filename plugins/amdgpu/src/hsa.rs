@@ -3,6 +3,7 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::fmt::Display;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use offload_core::{Error, ErrorCode, Result};
@@ -12,6 +13,25 @@ use crate::sys::{self, hsa_agent_t, hsa_amd_memory_pool_t, hsa_status_t, Hsa};
 /// The loaded runtime, shut down when the last user drops it.
 pub struct Runtime {
     pub api: Hsa,
+    /// Set by the system event handler when a GPU reports a memory fault
+    /// (static: the runtime may call the handler as long as it lives).
+    pub memory_fault: &'static AtomicBool,
+}
+
+/// ROCr's system events: a GPU memory fault is recorded (the engines then
+/// fail their waits) and handled, so that ROCr does not abort the process.
+unsafe extern "C" fn on_system_event(event: *const c_void, data: *mut c_void) -> hsa_status_t {
+    if event.is_null() {
+        return sys::HSA_STATUS_SUCCESS;
+    }
+    // SAFETY: ROCr passes an `hsa_amd_event_t`, whose first field is its
+    // type, and our flag as `data`.
+    let kind = unsafe { event.cast::<u32>().read() };
+    if kind == sys::HSA_AMD_GPU_MEMORY_FAULT_EVENT {
+        // SAFETY: `data` is the leaked flag of `Runtime::open`.
+        unsafe { &*data.cast::<AtomicBool>() }.store(true, Ordering::Release);
+    }
+    sys::HSA_STATUS_SUCCESS
 }
 
 impl Runtime {
@@ -20,11 +40,19 @@ impl Runtime {
         let api = Hsa::load(path).map_err(Error::backend)?;
         // SAFETY: takes no arguments; balanced by hsa_shut_down in Drop.
         let r = unsafe { (api.hsa_init)() };
-        let rt = Runtime { api };
+        let memory_fault: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let rt = Runtime { api, memory_fault };
         if let Err(e) = rt.check(r, format_args!("hsa_init ({})", rt.api.path.display())) {
             // Not initialised: Drop must not shut down.
             std::mem::forget(rt);
             return Err(e);
+        }
+        if let Some(register) = rt.api.hsa_amd_register_system_event_handler {
+            let data = (memory_fault as *const AtomicBool).cast_mut().cast();
+            // SAFETY: the handler only reads the event's type and stores
+            // into the flag, which is never freed.
+            let r = unsafe { register(on_system_event, data) };
+            rt.check(r, "hsa_amd_register_system_event_handler")?;
         }
         Ok(Arc::new(rt))
     }
@@ -147,6 +175,16 @@ impl Runtime {
         agent: hsa_agent_t,
         want: u32,
     ) -> Result<Option<hsa_amd_memory_pool_t>> {
+        self.global_pool_without(agent, want, 0)
+    }
+
+    /// As [`Runtime::global_pool`], skipping pools with a flag of `avoid`.
+    pub fn global_pool_without(
+        &self,
+        agent: hsa_agent_t,
+        want: u32,
+        avoid: u32,
+    ) -> Result<Option<hsa_amd_memory_pool_t>> {
         for pool in self.pools(agent)? {
             let segment: u32 = self.pool_info(pool, sys::HSA_AMD_MEMORY_POOL_INFO_SEGMENT)?;
             if segment != sys::HSA_AMD_SEGMENT_GLOBAL {
@@ -155,7 +193,7 @@ impl Runtime {
             let allowed: u8 =
                 self.pool_info(pool, sys::HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED)?;
             let flags: u32 = self.pool_info(pool, sys::HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS)?;
-            if allowed != 0 && flags & want == want {
+            if allowed != 0 && flags & want == want && flags & avoid == 0 {
                 return Ok(Some(pool));
             }
         }

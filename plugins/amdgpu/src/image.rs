@@ -21,6 +21,9 @@ pub struct Program {
 pub struct Loaded {
     pub(crate) gpu: Arc<Gpu>,
     executable: hsa_executable_t,
+    /// The code object's bytes: ROCr keeps their address for debuggers
+    /// and profilers as long as the executable lives.
+    _image: Box<[u8]>,
     pub(crate) metadata: CodeObjectMetadata,
 }
 
@@ -42,10 +45,12 @@ pub fn load(gpu: &Arc<Gpu>, bytes: &[u8]) -> Result<Program> {
     let metadata = amdgpu::code_object_metadata(bytes)
         .map_err(|e| Error::invalid_binary(format!("{}: {e}", gpu.label)))?
         .unwrap_or_default();
-    let executable = load_executable(gpu, bytes)?;
+    let image: Box<[u8]> = bytes.into();
+    let executable = load_executable(gpu, &image)?;
     let loaded = Arc::new(Loaded {
         gpu: gpu.clone(),
         executable,
+        _image: image,
         metadata,
     });
     crate::openmp::write_device_environment(&loaded)?;

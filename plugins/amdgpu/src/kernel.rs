@@ -23,8 +23,7 @@ pub struct AmdgpuKernel {
     /// Keeps the executable loaded while the kernel is alive.
     pub(crate) program: Arc<Loaded>,
     kernel_object: u64,
-    /// The kernel-argument segment: the larger of the runtime's and the
-    /// metadata's sizes.
+    /// The kernel-argument segment's size (the runtime's).
     kernarg_size: u32,
     group_segment: u32,
     private_segment: u32,
@@ -37,15 +36,23 @@ pub struct AmdgpuKernel {
 impl AmdgpuKernel {
     pub(crate) fn new(program: &Arc<Loaded>, name: &str) -> Result<AmdgpuKernel> {
         let gpu = &program.gpu;
-        let meta = program.metadata.kernel(name).cloned().unwrap_or_default();
-        let symbol_name = if meta.symbol.is_empty() {
-            format!("{name}.kd")
-        } else {
-            meta.symbol.clone()
-        };
+        let listed = program.metadata.kernel(name);
+        let symbol_name = listed.map_or_else(|| format!("{name}.kd"), |m| m.symbol.clone());
         let symbol = program.symbol(&symbol_name)?.ok_or_else(|| {
             Error::not_found(format!("{}: the program has no kernel '{name}'", gpu.label))
         })?;
+        let meta = match listed {
+            Some(m) => m.clone(),
+            // A note that lists kernels but not this one: its hidden
+            // arguments cannot be placed.
+            None if !program.metadata.kernels.is_empty() => {
+                return Err(Error::invalid_binary(format!(
+                    "{}: kernel '{name}' is missing from the code object's metadata note",
+                    gpu.label
+                )))
+            }
+            None => KernelMetadata::default(),
+        };
         let kind: u32 = program.symbol_info(symbol, sys::HSA_EXECUTABLE_SYMBOL_INFO_TYPE, name)?;
         if kind != 1 {
             return Err(Error::new(
@@ -56,8 +63,22 @@ impl AmdgpuKernel {
         let info = |attr| program.symbol_info::<u32>(symbol, attr, name);
         let kernel_object: u64 =
             program.symbol_info(symbol, sys::HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, name)?;
-        let kernarg_size = info(sys::HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE)?
-            .max(meta.kernarg_segment_size);
+        // The runtime's size (from the kernel descriptor) is the one that
+        // holds; a note whose arguments do not fit in it is refused.
+        let kernarg_size = info(sys::HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE)?;
+        let described = meta
+            .args
+            .iter()
+            .map(|a| a.offset.saturating_add(a.size))
+            .max()
+            .unwrap_or(0);
+        if described.max(meta.kernarg_segment_size) > kernarg_size {
+            return Err(Error::invalid_binary(format!(
+                "{}: kernel '{name}': the metadata note describes {} bytes of arguments, the kernel descriptor {kernarg_size}",
+                gpu.label,
+                described.max(meta.kernarg_segment_size)
+            )));
+        }
         let group_segment = info(sys::HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE)?;
         let private_segment = info(sys::HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE)?;
         let dynamic_stack = program

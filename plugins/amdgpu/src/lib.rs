@@ -124,11 +124,14 @@ impl AmdgpuPlugin {
         };
         let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
         let mut devices = Vec::new();
-        for (index, agent) in gpu_agents.into_iter().enumerate() {
+        let host_ranges = Arc::new(gpu::HostRanges::default());
+        for (index, &agent) in gpu_agents.iter().enumerate() {
             let gpu = Arc::new(gpu::Gpu::new(
                 rt.clone(),
                 agent,
                 host_agent,
+                gpu_agents.clone(),
+                host_ranges.clone(),
                 index as u32,
                 settings,
                 self.stack_size,

@@ -14,7 +14,9 @@ use std::ffi::c_void;
 use offload_core::plugin::{AllocKind, DevicePtr};
 use offload_core::{Error, Result};
 
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, HostRange};
+use crate::sys;
+use std::ffi::c_int;
 
 pub fn alloc(gpu: &Gpu, size: usize, kind: AllocKind) -> Result<DevicePtr> {
     if size == 0 {
@@ -27,6 +29,29 @@ pub fn alloc(gpu: &Gpu, size: usize, kind: AllocKind) -> Result<DevicePtr> {
         AllocKind::Device => gpu.device_pool,
         AllocKind::Host | AllocKind::Shared => gpu.host_pool,
     };
+    let ptr = pool_alloc(gpu, pool, size, kind)?;
+    if kind != AllocKind::Device {
+        if let Err(e) = allow_access(gpu, ptr) {
+            // SAFETY: the allocation just made, used by nobody.
+            unsafe { (gpu.rt.api.hsa_amd_memory_pool_free)(ptr) };
+            return Err(e);
+        }
+        let range = HostRange {
+            size,
+            gpu_base: ptr as usize,
+            registered: false,
+        };
+        gpu.host_ranges.lock().insert(ptr as usize, range);
+    }
+    Ok(DevicePtr(ptr as u64))
+}
+
+fn pool_alloc(
+    gpu: &Gpu,
+    pool: sys::hsa_amd_memory_pool_t,
+    size: usize,
+    kind: AllocKind,
+) -> Result<*mut c_void> {
     let mut ptr: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes one pointer; flags 0.
     let r = unsafe { (gpu.rt.api.hsa_amd_memory_pool_allocate)(pool, size, 0, &mut ptr) };
@@ -34,23 +59,22 @@ pub fn alloc(gpu: &Gpu, size: usize, kind: AllocKind) -> Result<DevicePtr> {
         r,
         format_args!("{}: allocating {size} bytes of {kind:?} memory", gpu.label),
     )?;
-    if kind != AllocKind::Device {
-        if let Err(e) = allow_access(gpu, ptr) {
-            // SAFETY: the allocation just made, used by nobody.
-            unsafe { (gpu.rt.api.hsa_amd_memory_pool_free)(ptr) };
-            return Err(e);
-        }
-        let mut map = gpu.reachable_host.lock().unwrap_or_else(|e| e.into_inner());
-        map.insert(ptr as usize, size);
-    }
-    Ok(DevicePtr(ptr as u64))
+    Ok(ptr)
 }
 
-/// Lets the GPU reach host-pool memory at `ptr`.
+/// Lets every GPU of the plugin reach host-pool memory at `ptr` (ROCr
+/// keeps system memory from the agents not named).
 pub(crate) fn allow_access(gpu: &Gpu, ptr: *mut c_void) -> Result<()> {
-    // SAFETY: one agent; no flags; `ptr` is a pool allocation.
-    let r =
-        unsafe { (gpu.rt.api.hsa_amd_agents_allow_access)(1, &gpu.agent, std::ptr::null(), ptr) };
+    let agents = &gpu.gpu_agents;
+    // SAFETY: `agents.len()` agents; no flags; `ptr` is a pool allocation.
+    let r = unsafe {
+        (gpu.rt.api.hsa_amd_agents_allow_access)(
+            agents.len() as u32,
+            agents.as_ptr(),
+            std::ptr::null(),
+            ptr,
+        )
+    };
     gpu.rt.check(
         r,
         format_args!("{}: hsa_amd_agents_allow_access", gpu.label),
@@ -61,8 +85,7 @@ pub(crate) fn allow_access(gpu: &Gpu, ptr: *mut c_void) -> Result<()> {
 /// `ptr` is a live allocation of [`alloc`] on this GPU.
 pub unsafe fn free(gpu: &Gpu, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
     if kind != AllocKind::Device {
-        let mut map = gpu.reachable_host.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&(ptr.0 as usize));
+        gpu.host_ranges.lock().remove(&(ptr.0 as usize));
     }
     // SAFETY: the caller's guarantee.
     let r = unsafe { (gpu.rt.api.hsa_amd_memory_pool_free)(ptr.0 as *mut c_void) };
@@ -70,37 +93,61 @@ pub unsafe fn free(gpu: &Gpu, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
         .check(r, format_args!("{}: freeing {ptr}", gpu.label))
 }
 
-/// Locks `[ptr, ptr + size)` for the GPU until [`unregister_host`].
+/// Locks `[ptr, ptr + size)` for every GPU until [`unregister_host`].
+/// A range overlapping one the plugin knows (an allocation of its host
+/// pool, or a registered range) is refused: unlocking it later would take
+/// pool memory away from the GPUs.
 ///
 /// # Safety
 /// The range is host memory of this process, mapped until unregistered.
 pub unsafe fn register_host(gpu: &Gpu, ptr: *mut u8, size: usize) -> Result<()> {
-    lock(gpu, ptr.cast(), size)?;
-    let mut map = gpu.reachable_host.lock().unwrap_or_else(|e| e.into_inner());
-    map.insert(ptr as usize, size);
+    if gpu.host_ranges.overlaps(ptr as usize, size) {
+        return Err(Error::invalid_argument(format!(
+            "{}: host memory at {ptr:p} ({size} bytes) overlaps memory already registered or allocated for the GPUs",
+            gpu.label
+        )));
+    }
+    let gpu_base = lock(gpu, ptr.cast(), size)?;
+    let range = HostRange {
+        size,
+        gpu_base: gpu_base as usize,
+        registered: true,
+    };
+    gpu.host_ranges.lock().insert(ptr as usize, range);
     Ok(())
 }
 
 pub fn unregister_host(gpu: &Gpu, ptr: *mut u8) -> Result<()> {
-    let removed = {
-        let mut map = gpu.reachable_host.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&(ptr as usize))
-    };
-    if removed.is_none() {
-        return Err(Error::invalid_argument(format!(
-            "{}: {ptr:p} is not registered host memory",
-            gpu.label
-        )));
+    let mut ranges = gpu.host_ranges.lock();
+    match ranges.get(&(ptr as usize)) {
+        Some(r) if r.registered => {
+            ranges.remove(&(ptr as usize));
+        }
+        _ => {
+            return Err(Error::invalid_argument(format!(
+                "{}: {ptr:p} is not registered host memory",
+                gpu.label
+            )))
+        }
     }
+    drop(ranges);
     unlock(gpu, ptr.cast())
 }
 
-/// Locks host memory and returns the address the GPU uses for it.
+/// Locks host memory for every GPU and returns the address GPUs use for it.
 fn lock(gpu: &Gpu, ptr: *mut c_void, size: usize) -> Result<*mut c_void> {
-    let mut agent = gpu.agent;
+    let mut agents = gpu.gpu_agents.clone();
     let mut agent_ptr: *mut c_void = std::ptr::null_mut();
-    // SAFETY: the caller's range of host memory; one agent.
-    let r = unsafe { (gpu.rt.api.hsa_amd_memory_lock)(ptr, size, &mut agent, 1, &mut agent_ptr) };
+    // SAFETY: the caller's range of host memory; `agents.len()` agents.
+    let r = unsafe {
+        (gpu.rt.api.hsa_amd_memory_lock)(
+            ptr,
+            size,
+            agents.as_mut_ptr(),
+            agents.len() as c_int,
+            &mut agent_ptr,
+        )
+    };
     gpu.rt.check(
         r,
         format_args!(
@@ -108,7 +155,7 @@ fn lock(gpu: &Gpu, ptr: *mut c_void, size: usize) -> Result<*mut c_void> {
             gpu.label
         ),
     )?;
-    Ok(agent_ptr)
+    Ok(if agent_ptr.is_null() { ptr } else { agent_ptr })
 }
 
 fn unlock(gpu: &Gpu, ptr: *mut c_void) -> Result<()> {
@@ -120,10 +167,18 @@ fn unlock(gpu: &Gpu, ptr: *mut c_void) -> Result<()> {
     )
 }
 
+/// Copies at most this many bytes through a staging buffer of the host
+/// pool rather than locking the caller's memory (LLVM's threshold).
+const STAGE_AT_MOST: usize = 1 << 20;
+/// Bytes of one staging buffer.
+const STAGE_CHUNK: usize = 4 << 20;
+
 /// Copies `size` bytes from `src` to `dst` on the GPU's engine, where
-/// either side may be host memory (`host` says which: the pointer that
-/// is ordinary host memory), which is locked for the copy when the GPU
-/// cannot reach it already.
+/// either side may be ordinary host memory (`host` says which). Memory the
+/// plugin knows (its host pool, registered ranges) is used where the GPUs
+/// see it; other host memory is staged through host-pool memory when the
+/// copy is small or cannot be locked (read-only pages), else locked for
+/// the copy.
 ///
 /// # Safety
 /// Both ranges are valid for `size` bytes for the call's duration.
@@ -140,39 +195,95 @@ pub unsafe fn copy(
     let host_ptr = match host {
         Host::Src => src as usize,
         Host::Dst => dst as usize,
-        Host::Neither => 0,
+        // SAFETY: the caller's guarantee.
+        Host::Neither => return unsafe { engine_copy(gpu, dst, src, size) },
     };
-    let locked = if host_ptr != 0 && !gpu.host_reachable(host_ptr, size) {
-        Some(lock(gpu, host_ptr as *mut c_void, size)?)
-    } else {
-        None
+    // The copy with its host side at GPU address `at`.
+    let with_host_at = |at: usize| match host {
+        // SAFETY: the caller's ranges, the host one as the GPUs see it.
+        Host::Src => unsafe { engine_copy(gpu, dst, at as *const c_void, size) },
+        // SAFETY: as above.
+        _ => unsafe { engine_copy(gpu, at as *mut c_void, src, size) },
     };
-    let (dst_gpu, src_gpu) = match (host, locked) {
-        (Host::Src, Some(p)) => (dst, p.cast_const()),
-        (Host::Dst, Some(p)) => (p, src),
-        _ => (dst, src),
-    };
+    if let Some(at) = gpu.host_ranges.gpu_address(host_ptr, size) {
+        return with_host_at(at);
+    }
+    if size > STAGE_AT_MOST {
+        if let Ok(at) = lock(gpu, host_ptr as *mut c_void, size) {
+            let copied = with_host_at(at as usize);
+            return copied.and(unlock(gpu, host_ptr as *mut c_void));
+        }
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { staged_copy(gpu, dst, src, size, host) }
+}
+
+/// One copy on the engine between GPU-reachable addresses.
+///
+/// # Safety
+/// Both ranges are valid and GPU-reachable for `size` bytes.
+unsafe fn engine_copy(gpu: &Gpu, dst: *mut c_void, src: *const c_void, size: usize) -> Result<()> {
     let api = &gpu.rt.api;
     let what = format!("copying {size} bytes from {src:p} to {dst:p}");
-    // SAFETY: both ranges are valid (the caller) and reachable by the
-    // GPU (pool memory, or locked above); the engine waits for the copy.
-    let copied = gpu.engine.copy(&what, |signal| unsafe {
+    // SAFETY: the caller's guarantee; the engine waits for the copy.
+    gpu.engine.copy(&what, |signal| unsafe {
         (api.hsa_amd_memory_async_copy)(
-            dst_gpu,
+            dst,
             gpu.agent,
-            src_gpu,
+            src,
             gpu.agent,
             size,
             0,
             std::ptr::null(),
             signal,
         )
-    });
-    let unlocked = match locked {
-        Some(_) => unlock(gpu, host_ptr as *mut c_void),
-        None => Ok(()),
-    };
-    copied.and(unlocked)
+    })
+}
+
+/// A copy through host-pool memory, a chunk at a time.
+///
+/// # Safety
+/// As [`copy`]; `host` is `Src` or `Dst`.
+unsafe fn staged_copy(
+    gpu: &Gpu,
+    dst: *mut c_void,
+    src: *const c_void,
+    size: usize,
+    host: Host,
+) -> Result<()> {
+    let chunk = size.min(STAGE_CHUNK);
+    let stage = pool_alloc(gpu, gpu.host_pool, chunk, AllocKind::Host)?;
+    let result = (|| {
+        allow_access(gpu, stage)?;
+        let mut done = 0;
+        while done < size {
+            let n = chunk.min(size - done);
+            // SAFETY: `done + n <= size` inside the caller's ranges; the
+            // stage holds `chunk >= n` bytes; each engine copy is waited for.
+            unsafe {
+                if host == Host::Src {
+                    std::ptr::copy_nonoverlapping(
+                        src.cast::<u8>().add(done),
+                        stage.cast::<u8>(),
+                        n,
+                    );
+                    engine_copy(gpu, dst.cast::<u8>().add(done).cast(), stage, n)?;
+                } else {
+                    engine_copy(gpu, stage, src.cast::<u8>().add(done).cast(), n)?;
+                    std::ptr::copy_nonoverlapping(
+                        stage.cast::<u8>(),
+                        dst.cast::<u8>().add(done),
+                        n,
+                    );
+                }
+            }
+            done += n;
+        }
+        Ok(())
+    })();
+    // SAFETY: the stage, used by nobody any more.
+    unsafe { (gpu.rt.api.hsa_amd_memory_pool_free)(stage) };
+    result
 }
 
 /// Which side of a [`copy`] is ordinary host memory.

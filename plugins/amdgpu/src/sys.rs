@@ -143,6 +143,10 @@ const _: () = assert!(std::mem::size_of::<hsa_queue_t>() == 40);
 
 pub type AgentCallback = unsafe extern "C" fn(hsa_agent_t, *mut c_void) -> hsa_status_t;
 pub type PoolCallback = unsafe extern "C" fn(hsa_amd_memory_pool_t, *mut c_void) -> hsa_status_t;
+/// `hsa_amd_system_event_callback_t`; the event's first field is its type.
+pub type EventCallback = unsafe extern "C" fn(*const c_void, *mut c_void) -> hsa_status_t;
+/// `HSA_AMD_GPU_MEMORY_FAULT_EVENT`.
+pub const HSA_AMD_GPU_MEMORY_FAULT_EVENT: u32 = 0;
 pub type QueueCallback = unsafe extern "C" fn(hsa_status_t, *mut hsa_queue_t, *mut c_void);
 
 /// The library opened when `OFFLOAD_HSA_RUNTIME` names none.
@@ -151,10 +155,15 @@ pub const DEFAULT_RUNTIME: &str = "libhsa-runtime64.so.1";
 pub const ROCM_RUNTIME: &str = "/opt/rocm/lib/libhsa-runtime64.so.1";
 
 macro_rules! runtime_table {
-    ($( $field:ident : fn($($arg:ty),*) -> $ret:ty; )*) => {
-        /// Every runtime entry point the plugin calls, resolved once.
+    (
+        required { $( $field:ident : fn($($arg:ty),*) -> $ret:ty; )* }
+        optional { $( $ofield:ident : fn($($oarg:ty),*) -> $oret:ty; )* }
+    ) => {
+        /// Every runtime entry point the plugin calls, resolved once; the
+        /// optional ones are missing from some runtimes (the fake's).
         pub struct Hsa {
             $( pub $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
+            $( pub $ofield: Option<unsafe extern "C" fn($($oarg),*) -> $oret>, )*
             /// Where the library was loaded from.
             pub path: PathBuf,
             /// Keeps the function pointers valid.
@@ -176,13 +185,25 @@ macro_rules! runtime_table {
                             })?
                     };
                 )*
-                Ok(Hsa { $( $field, )* path, _library: library })
+                $(
+                    // SAFETY: as above, where the runtime has the symbol.
+                    let $ofield = unsafe {
+                        library
+                            .get::<unsafe extern "C" fn($($oarg),*) -> $oret>(
+                                concat!(stringify!($ofield), "\0").as_bytes(),
+                            )
+                            .ok()
+                            .map(|f| *f)
+                    };
+                )*
+                Ok(Hsa { $( $field, )* $( $ofield, )* path, _library: library })
             }
         }
     };
 }
 
 runtime_table! {
+    required {
     hsa_init: fn() -> hsa_status_t;
     hsa_shut_down: fn() -> hsa_status_t;
     hsa_status_string: fn(hsa_status_t, *mut *const c_char) -> hsa_status_t;
@@ -214,6 +235,11 @@ runtime_table! {
     hsa_executable_destroy: fn(hsa_executable_t) -> hsa_status_t;
     hsa_executable_get_symbol_by_name: fn(hsa_executable_t, *const c_char, *const hsa_agent_t, *mut hsa_executable_symbol_t) -> hsa_status_t;
     hsa_executable_symbol_get_info: fn(hsa_executable_symbol_t, u32, *mut c_void) -> hsa_status_t;
+    }
+    optional {
+    // GPU memory faults arrive here; without a handler ROCr aborts.
+    hsa_amd_register_system_event_handler: fn(EventCallback, *mut c_void) -> hsa_status_t;
+    }
 }
 
 impl Hsa {
@@ -232,16 +258,25 @@ impl Hsa {
             })?,
         };
         // SAFETY: loading the HSA runtime runs its initialisers, which is
-        // what using it means; RTLD_LOCAL keeps its symbols to itself.
+        // what using it means; RTLD_LOCAL keeps its symbols to itself, and
+        // RTLD_NODELETE keeps it loaded after the plugin (ROCr and its
+        // driver layer are not made to be unloaded).
         let library = unsafe {
             libloading::os::unix::Library::open(
                 Some(&name),
-                libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
+                libloading::os::unix::RTLD_NOW
+                    | libloading::os::unix::RTLD_LOCAL
+                    | libc_rtld_nodelete(),
             )
         }
         .map_err(|e| format!("cannot load the HSA runtime {}: {e}", name.display()))?;
         Hsa::resolve(Library::from(library), name)
     }
+}
+
+/// `RTLD_NODELETE` (glibc's value on every Linux architecture).
+const fn libc_rtld_nodelete() -> std::ffi::c_int {
+    0x1000
 }
 
 /// The runtime's soname when the loader can find it, else ROCm's file when

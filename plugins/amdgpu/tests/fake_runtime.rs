@@ -302,25 +302,81 @@ fn memory_of_every_kind_round_trips_and_host_memory_is_unlocked_after_copies() {
     };
     let d = &rt.devices()[0];
     let before = fake.live("allocations");
-    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
-    for kind in [AllocKind::Device, AllocKind::Host, AllocKind::Shared] {
-        let p = d.alloc(data.len(), kind).unwrap();
-        if kind != AllocKind::Device {
-            // GPU 0 (the fake's agents: the CPU, then the GPUs) reaches it.
-            assert!(fake.allowed(p, FAKE_AGENT_BASE + 1), "{kind:?}");
+    let (locks, stages) = (
+        fake.calls("hsa_amd_memory_lock"),
+        fake.calls("hsa_amd_memory_pool_allocate"),
+    );
+    // Small copies go through a staging buffer, large ones lock the
+    // caller's pages for the copy.
+    for len in [100_000usize, 3 << 20] {
+        let data: Vec<u8> = (0..len as u32).map(|i| (i * 7) as u8).collect();
+        for kind in [AllocKind::Device, AllocKind::Host, AllocKind::Shared] {
+            let p = d.alloc(data.len(), kind).unwrap();
+            if kind != AllocKind::Device {
+                // Every GPU (the fake's agents: the CPU, then the GPUs)
+                // reaches host memory.
+                assert!(fake.allowed(p, FAKE_AGENT_BASE + 1), "{kind:?}");
+                assert!(fake.allowed(p, FAKE_AGENT_BASE + 2), "{kind:?}");
+            }
+            write(d, p, &data);
+            assert_eq!(read::<u8>(d, p, data.len()), data, "{kind:?} {len}");
+            d.free(p).unwrap();
         }
-        write(d, p, &data);
-        assert_eq!(read::<u8>(d, p, data.len()), data, "{kind:?}");
-        d.free(p).unwrap();
     }
-    assert_eq!(fake.live("allocations"), before);
+    assert_eq!(fake.live("allocations"), before, "stages freed");
     assert_eq!(
         fake.live("locks"),
         0,
         "every pageable buffer unlocked after its copy"
     );
-    assert!(fake.calls("hsa_amd_memory_async_copy") >= 6);
-    assert!(fake.calls("hsa_amd_memory_lock") >= 2);
+    assert!(
+        fake.calls("hsa_amd_memory_lock") >= locks + 6,
+        "3 MiB copies lock"
+    );
+    assert!(
+        fake.calls("hsa_amd_memory_pool_allocate") >= stages + 6 + 6,
+        "small copies stage"
+    );
+}
+
+#[test]
+fn registered_host_memory_stays_locked_and_pool_memory_is_never_locked() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let mut buf = vec![0u8; 4 << 20];
+    let ptr = buf.as_mut_ptr();
+    let locks = fake.calls("hsa_amd_memory_lock");
+    // SAFETY: `buf` stays alive and mapped until unregistered below.
+    unsafe { d.register_host_range(DevicePtr(ptr as u64), buf.len(), offload_core::Owner(7)) }
+        .unwrap();
+    assert_eq!(fake.live("locks"), 1);
+    let p = d.alloc(buf.len(), AllocKind::Device).unwrap();
+    buf.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+    // SAFETY: `buf` is readable for the call.
+    unsafe { d.copy_to_device(p, buf.as_ptr(), buf.len()) }.unwrap();
+    assert_eq!(
+        fake.calls("hsa_amd_memory_lock"),
+        locks + 1,
+        "registered memory is not locked again"
+    );
+    assert_eq!(read::<u8>(d, p, 300)[..], buf[..300]);
+    // Registering it again, or host-pool memory, is refused.
+    // SAFETY: as above.
+    let again = unsafe { d.register_host_range(DevicePtr(ptr as u64), 16, offload_core::Owner(7)) };
+    assert!(again.is_err());
+    let h = d.alloc(4096, AllocKind::Host).unwrap();
+    // SAFETY: pool memory, mapped until freed below.
+    assert!(unsafe { d.register_host_range(h, 4096, offload_core::Owner(7)) }.is_err());
+    d.unregister_host_range(DevicePtr(ptr as u64)).unwrap();
+    assert!(
+        d.unregister_host_range(h).is_err(),
+        "pool memory is never unlocked"
+    );
+    assert_eq!(fake.live("locks"), 0);
+    d.free(h).unwrap();
+    d.free(p).unwrap();
 }
 
 #[test]
