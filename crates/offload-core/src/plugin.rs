@@ -544,3 +544,16 @@ pub trait Event: Send + Sync + AsAny {
     fn synchronize(&self) -> Result<()>;
     fn is_complete(&self) -> Result<bool>;
 }
+
+/// The event of a queue whose work has always finished by the time it is
+/// recorded (queues that complete inline, proxies that wait).
+pub struct FinishedEvent;
+
+impl Event for FinishedEvent {
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn is_complete(&self) -> Result<bool> {
+        Ok(true)
+    }
+}

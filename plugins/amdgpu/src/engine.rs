@@ -51,10 +51,8 @@ impl Engine {
     pub fn new(rt: &Arc<Runtime>, agent: hsa_agent_t, label: &str) -> Result<Engine> {
         let max: u32 =
             rt.agent_info(agent, sys::HSA_AGENT_INFO_QUEUE_MAX_SIZE, "QUEUE_MAX_SIZE")?;
-        let slots = QUEUE_SLOTS
-            .min(max.max(1))
-            .next_power_of_two()
-            .min(max.max(1));
+        // Both are powers of two (the runtime's maximum always is).
+        let slots = QUEUE_SLOTS.min(max).max(1);
         let fault = Arc::new(AtomicU32::new(0));
         let mut queue: *mut hsa_queue_t = std::ptr::null_mut();
         // SAFETY: the callback only stores into `fault`, which the engine

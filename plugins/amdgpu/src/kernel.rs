@@ -9,7 +9,7 @@ use offload_core::launch::{GridValues, OpenMpKernel};
 use offload_core::openmp_env::{
     kernel_environment_global, KernelEnvironment, KERNEL_ENVIRONMENT_SIZE, NO_LAUNCH_ENVIRONMENT,
 };
-use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
+use offload_core::plugin::{self, KernelArgs, LaunchConfig};
 use offload_core::{Error, Result};
 use offload_image::amdgpu::KernelMetadata;
 
@@ -30,6 +30,9 @@ pub struct AmdgpuKernel {
     dynamic_stack: bool,
     /// The kernel's metadata (no hidden arguments when the note is missing).
     meta: KernelMetadata,
+    /// Where the hidden arguments start: the first one's offset, else the
+    /// end of the segment. Explicit arguments must end before it.
+    hidden_start: u32,
     openmp: Option<OpenMpKernel>,
 }
 
@@ -91,7 +94,15 @@ impl AmdgpuKernel {
             .unwrap_or(false)
             || meta.uses_dynamic_stack;
         let openmp = openmp_kernel(program, name, &meta)?;
+        let hidden_start = meta
+            .args
+            .iter()
+            .filter(|a| a.is_hidden())
+            .map(|a| a.offset)
+            .min()
+            .unwrap_or(kernarg_size);
         Ok(AmdgpuKernel {
+            hidden_start,
             name: name.to_string(),
             program: program.clone(),
             kernel_object,
@@ -106,18 +117,6 @@ impl AmdgpuKernel {
 
     fn gpu(&self) -> &Gpu {
         &self.program.gpu
-    }
-
-    /// Where the hidden arguments start: the first one's offset, else the
-    /// end of the segment.
-    fn hidden_start(&self) -> u32 {
-        self.meta
-            .args
-            .iter()
-            .filter(|a| a.is_hidden())
-            .map(|a| a.offset)
-            .min()
-            .unwrap_or(self.kernarg_size)
     }
 
     /// What this GPU refuses about `config` for this kernel.
@@ -191,32 +190,30 @@ impl AmdgpuKernel {
             Some((_, words)) => KernelArgs::Words(words),
             None => args,
         };
-        let explicit: Vec<u8> = match args {
-            KernelArgs::Words(w) => w.iter().flat_map(|x| x.to_ne_bytes()).collect(),
-            KernelArgs::Packed(b) => b.to_vec(),
+        let explicit_len = match args {
+            KernelArgs::Words(w) => std::mem::size_of_val(w),
+            KernelArgs::Packed(b) => b.len(),
         };
-        if explicit.len() > self.hidden_start() as usize {
+        if explicit_len > self.hidden_start as usize {
             return Err(Error::invalid_argument(format!(
-                "kernel '{}' on {}: {} bytes of arguments, but the kernel takes {}",
-                self.name,
-                gpu.label,
-                explicit.len(),
-                self.hidden_start()
+                "kernel '{}' on {}: {explicit_len} bytes of arguments, but the kernel takes {}",
+                self.name, gpu.label, self.hidden_start
             )));
         }
-        let mut kernargs = vec![0u8; (self.kernarg_size as usize).max(explicit.len())];
-        kernargs[..explicit.len()].copy_from_slice(&explicit);
-        self.write_hidden(&mut kernargs, config);
+        let dims = dimensions(config);
+        let mut kernargs = vec![0u8; self.kernarg_size as usize];
+        match args {
+            KernelArgs::Words(w) => {
+                for (dst, word) in kernargs.chunks_exact_mut(8).zip(w) {
+                    dst.copy_from_slice(&word.to_ne_bytes());
+                }
+            }
+            KernelArgs::Packed(b) => kernargs[..b.len()].copy_from_slice(b),
+        }
+        self.write_hidden(&mut kernargs, config, dims);
         let buffer = KernargBuffer::new(gpu, &kernargs)?;
         let [gx, gy, gz] = config.num_groups;
         let [bx, by, bz] = config.group_size;
-        let dims = if gz > 1 || bz > 1 {
-            3
-        } else if gy > 1 || by > 1 {
-            2
-        } else {
-            1
-        };
         let private = if self.dynamic_stack {
             self.private_segment.max(gpu.stack_size)
         } else {
@@ -243,14 +240,7 @@ impl AmdgpuKernel {
     /// Fills the hidden arguments the metadata lists (those the device
     /// runtime and compiled code read: group counts and sizes, the
     /// dimensions, dynamic LDS); the others stay zero.
-    fn write_hidden(&self, kernargs: &mut [u8], config: &LaunchConfig) {
-        let dims = if config.num_groups[2] > 1 || config.group_size[2] > 1 {
-            3u64
-        } else if config.num_groups[1] > 1 || config.group_size[1] > 1 {
-            2
-        } else {
-            1
-        };
+    fn write_hidden(&self, kernargs: &mut [u8], config: &LaunchConfig, dims: u16) {
         for arg in self.meta.args.iter().filter(|a| a.is_hidden()) {
             let axis = |kind: &str| {
                 ["x", "y", "z"]
@@ -264,7 +254,7 @@ impl AmdgpuKernel {
             } else if kind.starts_with("hidden_group_size_") {
                 config.group_size[axis(kind)].into()
             } else if kind == "hidden_grid_dims" {
-                dims
+                dims.into()
             } else if kind == "hidden_dynamic_lds_size" {
                 config.dyn_group_memory.into()
             } else {
@@ -391,9 +381,15 @@ fn openmp_kernel(
     Ok(Some(OpenMpKernel::from_environment(&env, device)))
 }
 
-/// The device address of a kernel (for messages and tests).
-impl AmdgpuKernel {
-    pub fn kernel_object(&self) -> DevicePtr {
-        DevicePtr(self.kernel_object)
+/// The launch's dimensions: the highest one with more than one group or
+/// work-item.
+fn dimensions(config: &LaunchConfig) -> u16 {
+    let used = |d: usize| config.num_groups[d] > 1 || config.group_size[d] > 1;
+    if used(2) {
+        3
+    } else if used(1) {
+        2
+    } else {
+        1
     }
 }

@@ -16,18 +16,6 @@ pub struct AmdgpuQueue {
     pub(crate) gpu: Arc<Gpu>,
 }
 
-/// A point in a queue whose work has always finished.
-struct Finished;
-
-impl plugin::Event for Finished {
-    fn synchronize(&self) -> Result<()> {
-        Ok(())
-    }
-    fn is_complete(&self) -> Result<bool> {
-        Ok(true)
-    }
-}
-
 impl plugin::Queue for AmdgpuQueue {
     unsafe fn copy_to_device(&self, dst: DevicePtr, src: *const u8, size: usize) -> Result<()> {
         // SAFETY: the caller's ranges.
@@ -95,7 +83,7 @@ impl plugin::Queue for AmdgpuQueue {
     }
 
     fn record_event(&self) -> Result<Arc<dyn plugin::Event>> {
-        Ok(Arc::new(Finished))
+        Ok(Arc::new(plugin::FinishedEvent))
     }
 
     fn wait_event(&self, _event: &dyn plugin::Event) -> Result<()> {

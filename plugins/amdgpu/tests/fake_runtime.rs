@@ -461,6 +461,19 @@ fn opencl_kernels_run_with_their_hidden_arguments_in_place() {
     let (counter, size) = program.global("counter").unwrap();
     assert_eq!(size, 4);
     assert_eq!(read::<i32>(d, counter, 1), [42]);
+    // A two-dimensional launch: its y counts and 2 dimensions.
+    let two_d = LaunchConfig {
+        num_groups: [2, 3, 1],
+        group_size: [64, 2, 1],
+        ..Default::default()
+    };
+    d.launch(&saxpy, KernelArgs::Packed(&args), &two_d).unwrap();
+    let (_, packet, _, kernargs) = fake.last_dispatch();
+    assert_eq!(u16_at(&packet, 2) & 3, 2);
+    assert_eq!((u16_at(&packet, 6), u32_at(&packet, 16)), (2, 6));
+    assert_eq!(u32_at(&kernargs, hidden("hidden_block_count_y")), 3);
+    assert_eq!(u16_at(&kernargs, hidden("hidden_group_size_y")), 2);
+    assert_eq!(u16_at(&kernargs, hidden("hidden_grid_dims")), 2);
     // Too many argument bytes would overwrite the hidden ones.
     let long = vec![0u8; hidden("hidden_block_count_x") + 8];
     let e = d

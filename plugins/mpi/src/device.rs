@@ -218,17 +218,6 @@ pub struct MpiQueue {
     device: u32,
 }
 
-struct DoneEvent;
-
-impl plugin::Event for DoneEvent {
-    fn synchronize(&self) -> Result<()> {
-        Ok(())
-    }
-    fn is_complete(&self) -> Result<bool> {
-        Ok(true)
-    }
-}
-
 impl MpiQueue {
     fn queue_op(&self, op: queue_op::Op) -> QueueOp {
         QueueOp {
@@ -426,7 +415,7 @@ impl plugin::Queue for MpiQueue {
     fn record_event(&self) -> Result<Arc<dyn plugin::Event>> {
         // Everything before it has run once the event exists.
         self.synchronize()?;
-        Ok(Arc::new(DoneEvent))
+        Ok(Arc::new(plugin::FinishedEvent))
     }
 
     fn wait_event(&self, _event: &dyn plugin::Event) -> Result<()> {
