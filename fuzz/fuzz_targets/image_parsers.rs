@@ -36,6 +36,10 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = amdgpu::code_object_processor(data);
+    let _ = amdgpu::TargetId::of_code_object(data);
+    if let Ok(t) = amdgpu::TargetId::parse(&String::from_utf8_lossy(data)) {
+        assert_eq!(amdgpu::TargetId::parse(&t.to_string()), Ok(t));
+    }
     let _ = amdgpu::code_object_metadata(data);
     if let Ok(meta) = amdgpu::parse_metadata(data) {
         // Every kernel and argument took at least one byte of MessagePack.

@@ -1088,19 +1088,31 @@ impl Device {
         }
         if !self.raw.can_run(image) {
             return Err(Error::invalid_binary(format!(
-                "image ({}) cannot run on {} ({})",
+                "image ({}) cannot run on {} ({}){}",
                 describe_image(image),
                 self.label,
-                self.info().triple
+                self.info().triple,
+                self.incompatibility(image)
             )));
         }
         let raw = self.raw.load_program(image)?;
         Ok(Program::new(self.clone(), raw, owner, kept))
     }
 
+    /// `": reason"` when the plugin says why `image` does not run here.
+    fn incompatibility(&self, image: &DeviceImage<'_>) -> String {
+        self.raw
+            .incompatibility(image)
+            .map(|why| format!(": {why}"))
+            .unwrap_or_default()
+    }
+
     fn select_image<'i, 'a>(&self, images: &'i [DeviceImage<'a>]) -> Result<&'i DeviceImage<'a>> {
         self.best_image(images).ok_or_else(|| {
-            let found: Vec<String> = images.iter().map(describe_image).collect();
+            let found: Vec<String> = images
+                .iter()
+                .map(|i| format!("{}{}", describe_image(i), self.incompatibility(i)))
+                .collect();
             Error::invalid_binary(format!(
                 "no image compatible with {} ({}); found {} image(s): {}",
                 self.label,
@@ -1147,7 +1159,11 @@ pub fn describe_image(image: &DeviceImage<'_>) -> String {
     let triple = image.triple.as_deref().unwrap_or("unknown triple");
     match image.arch.as_deref() {
         Some(a) if !a.is_empty() => format!("{triple} {a}"),
-        _ => triple.to_string(),
+        // An AMD code object says its target in its ELF header.
+        _ => match offload_image::amdgpu::TargetId::of_code_object(image.bytes) {
+            Some(target) => format!("{triple} {target}"),
+            None => triple.to_string(),
+        },
     }
 }
 

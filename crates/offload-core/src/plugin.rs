@@ -312,6 +312,13 @@ pub trait Device: Send + Sync + AsAny {
         crate::image::triple_and_arch_match(self.info(), image)
     }
 
+    /// Why `image` does not run here, when the triple and architecture do
+    /// not say it all (an AMD GPU's `xnack` setting, say): the core adds
+    /// it to its "cannot run" errors. `None` when there is nothing to add.
+    fn incompatibility(&self, _image: &DeviceImage<'_>) -> Option<String> {
+        None
+    }
+
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;
     /// Release `ptr`.
     ///

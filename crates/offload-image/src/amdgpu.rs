@@ -10,8 +10,10 @@
 
 #[cfg(feature = "amdgpu-metadata")]
 mod note;
+mod target_id;
 #[cfg(feature = "amdgpu-metadata")]
 pub use note::{code_object_metadata, parse_metadata};
+pub use target_id::{Feature, TargetId, TargetIdError};
 
 /// The triple of AMD GPU code objects.
 pub const TRIPLE: &str = "amdgcn-amd-amdhsa";
@@ -188,5 +190,24 @@ mod tests {
         for (m, n) in PROCESSORS {
             assert_eq!(mach_of(n), Some(*m));
         }
+    }
+
+    #[test]
+    fn target_id_of_a_clang_code_object() {
+        // Built by clang-22 with --offload-arch=gfx90a: version 5, both
+        // features left to "any".
+        let bytes = include_bytes!("../tests/data/scale-gfx90a.hsaco");
+        let t = TargetId::of_code_object(bytes).unwrap();
+        assert_eq!(
+            (t.processor.as_str(), t.xnack, t.sramecc),
+            ("gfx90a", Feature::Any, Feature::Any)
+        );
+        let mut v3 = bytes.to_vec();
+        v3[8] = 1;
+        assert_eq!(
+            TargetId::of_code_object(&v3).unwrap().xnack,
+            Feature::Unsupported
+        );
+        assert_eq!(TargetId::of_code_object(b"not an elf"), None);
     }
 }

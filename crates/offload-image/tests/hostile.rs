@@ -40,6 +40,17 @@ fn exercise(b: &[u8]) {
 /// MessagePack read from anywhere).
 fn exercise_amdgpu(b: &[u8]) {
     let _ = amdgpu::code_object_processor(b);
+    if let Some(t) = amdgpu::TargetId::of_code_object(b) {
+        // A code object's target ID prints as one that parses back.
+        assert_eq!(
+            amdgpu::TargetId::parse(&t.to_string()).map(|p| p.processor),
+            Ok(t.processor)
+        );
+    }
+    if let Ok(t) = amdgpu::TargetId::parse(&String::from_utf8_lossy(b)) {
+        // Whatever parses prints canonically and parses back the same.
+        assert_eq!(amdgpu::TargetId::parse(&t.to_string()), Ok(t));
+    }
     // The note's reader is in the `amdgpu-metadata` feature, which
     // `cargo test --workspace` turns on (the AMDGPU plugin needs it).
     #[cfg(feature = "amdgpu-metadata")]

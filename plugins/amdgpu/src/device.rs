@@ -6,6 +6,8 @@ use offload_core::plugin::{self, AllocKind, Backend, DeviceInfo, DevicePtr, Devi
 use offload_core::{Error, Result};
 use offload_image::DeviceImage;
 
+use offload_image::amdgpu::TargetId;
+
 use crate::gpu::{Gpu, GROUP_MEMORY_BYTES};
 use crate::{image, memory, queue, TARGET_TRIPLE};
 
@@ -45,20 +47,37 @@ impl plugin::Device for AmdgpuDevice {
         &self.info
     }
 
-    /// An `amdgcn-amd-amdhsa` ELF code object for this GPU's processor
-    /// (the OffloadBinary's arch when it names one, else `e_flags`).
+    /// An `amdgcn-amd-amdhsa` ELF code object that one of this GPU's ISAs
+    /// runs: the processor and the `xnack`/`sramecc` settings of its
+    /// `e_flags`, and of the OffloadBinary's arch when that names a target
+    /// ID (`gfx90a:xnack+`), must suit the GPU.
     fn can_run(&self, image: &DeviceImage<'_>) -> bool {
+        self.incompatibility(image).is_none()
+    }
+
+    fn incompatibility(&self, image: &DeviceImage<'_>) -> Option<String> {
         if image.format != offload_image::ImageFormat::Elf {
-            return false;
+            return Some("not an ELF code object".to_string());
         }
-        let Some(processor) = offload_image::amdgpu::code_object_processor(image.bytes) else {
-            return false;
+        let Some(code) = TargetId::of_code_object(image.bytes) else {
+            return Some("not an AMD GPU code object of a known processor".to_string());
         };
-        processor == self.info.arch
-            && image
-                .arch
-                .as_deref()
-                .is_none_or(|a| a.is_empty() || a.split(':').next() == Some(processor))
+        let gpu_runs = |target: &TargetId| self.gpu.isa_for(target).is_some();
+        if !gpu_runs(&code) {
+            return Some(format!(
+                "the code object is built for {code}, which this GPU does not run ({})",
+                image::isa_list(&self.gpu)
+            ));
+        }
+        let declared = image.arch.as_deref().filter(|a| !a.is_empty())?;
+        match TargetId::parse(declared) {
+            Ok(d) if d.processor == code.processor && gpu_runs(&d) => None,
+            Ok(d) => Some(format!(
+                "the image is declared for {d}, which this GPU does not run ({})",
+                image::isa_list(&self.gpu)
+            )),
+            Err(e) => Some(format!("the image's arch: {e}")),
+        }
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {
@@ -84,11 +103,8 @@ impl plugin::Device for AmdgpuDevice {
     }
 
     fn load_program(&self, image: &DeviceImage<'_>) -> Result<Arc<dyn plugin::Program>> {
-        if !self.can_run(image) {
-            return Err(Error::invalid_binary(format!(
-                "{}: the image is not an AMD GPU code object for {}",
-                self.gpu.label, self.info.arch
-            )));
+        if let Some(why) = self.incompatibility(image) {
+            return Err(Error::invalid_binary(format!("{}: {why}", self.gpu.label)));
         }
         Ok(Arc::new(image::load(&self.gpu, image.bytes)?))
     }

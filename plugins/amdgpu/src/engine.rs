@@ -4,10 +4,12 @@
 //! core's executor makes them asynchronous for the faces that need it).
 //!
 //! A fault while a kernel runs (a memory violation, an illegal
-//! instruction) reaches the plugin through the queue's error callback,
-//! not through the completion signal, which then never completes: the
-//! wait looks at both, and from then on the engine refuses work with the
-//! fault's text, while the rest of the runtime stays usable.
+//! instruction) reaches the plugin through the queue's error callback, or
+//! (a page fault) through the runtime's system event naming the GPU, not
+//! through the completion signal, which then never completes: the wait
+//! looks at both, and from then on the engine refuses work with the
+//! fault's text, while the rest of the runtime, other GPUs included, stays
+//! usable.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -34,6 +36,8 @@ struct State {
 
 pub struct Engine {
     rt: Arc<Runtime>,
+    /// The GPU whose memory faults end this engine's waits.
+    agent: hsa_agent_t,
     label: String,
     state: Mutex<State>,
     /// Written by the queue's error callback (the failing status).
@@ -85,6 +89,7 @@ impl Engine {
         }
         Ok(Engine {
             rt: rt.clone(),
+            agent,
             label: label.to_string(),
             state: Mutex::new(State {
                 queue: queue as usize,
@@ -182,8 +187,8 @@ impl Engine {
         let status = self.fault.load(Ordering::Acquire);
         let text = if status != 0 {
             format!("{} (HSA status {status:#x})", self.rt.status_text(status))
-        } else if self.rt.memory_fault.load(Ordering::Acquire) {
-            "a GPU reported a memory fault".to_string()
+        } else if let Some(fault) = self.rt.faults.of(self.agent) {
+            fault.to_string()
         } else {
             return Ok(());
         };

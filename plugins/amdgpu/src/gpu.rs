@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use offload_core::{Error, Result};
 
+use offload_image::amdgpu::{Feature, TargetId};
+
 use crate::engine::Engine;
 use crate::hsa::Runtime;
 use crate::openmp::OpenMpSettings;
@@ -16,6 +18,9 @@ use crate::sys::{self, hsa_agent_t, hsa_amd_memory_pool_t};
 pub struct Facts {
     /// `gfx90a`, ... (`HSA_AGENT_INFO_NAME`).
     pub arch: String,
+    /// The target IDs of the ISAs the agent runs, with the features it
+    /// runs them with (`gfx90a:sramecc+:xnack-`): never empty.
+    pub isas: Vec<TargetId>,
     pub product_name: String,
     pub wavefront_size: u32,
     pub compute_units: u32,
@@ -98,6 +103,11 @@ impl HostRanges {
 }
 
 impl Gpu {
+    /// The ISA of this GPU that runs code built for `code`, if any.
+    pub fn isa_for(&self, code: &TargetId) -> Option<&TargetId> {
+        self.facts.isas.iter().find(|isa| code.runs_on(isa))
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         rt: Arc<Runtime>,
@@ -110,7 +120,7 @@ impl Gpu {
         stack_size: u32,
     ) -> Result<Gpu> {
         let facts = read_facts(&rt, agent)?;
-        let label = format!("amdgpu-{index} ({})", facts.arch);
+        let label = format!("amdgpu-{index} ({})", facts.isas[0]);
         let missing = |what: &str| {
             Error::backend(format!(
                 "{label}: the HSA runtime offers no {what} memory pool"
@@ -169,7 +179,18 @@ fn read_facts(rt: &Runtime, agent: hsa_agent_t) -> Result<Facts> {
         "WORKGROUP_MAX_DIM",
     )?;
     let arch = rt.agent_string(agent, sys::HSA_AGENT_INFO_NAME, "NAME")?;
+    let mut isas = rt.agent_isas(agent)?;
+    if isas.is_empty() {
+        // A runtime that names no ISA: the agent's processor, whose
+        // features code objects may then not ask for.
+        isas.push(TargetId {
+            processor: arch.clone(),
+            sramecc: Feature::Unsupported,
+            xnack: Feature::Unsupported,
+        });
+    }
     Ok(Facts {
+        isas,
         product_name: rt
             .agent_string(agent, sys::HSA_AMD_AGENT_INFO_PRODUCT_NAME, "PRODUCT_NAME")
             .unwrap_or_else(|_| arch.clone()),

@@ -3,33 +3,85 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::fmt::Display;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use offload_core::{Error, ErrorCode, Result};
+use offload_image::amdgpu::TargetId;
 
 use crate::sys::{self, hsa_agent_t, hsa_amd_memory_pool_t, hsa_status_t, Hsa};
 
 /// The loaded runtime, shut down when the last user drops it.
 pub struct Runtime {
     pub api: Hsa,
-    /// Set by the system event handler when a GPU reports a memory fault
-    /// (static: the runtime may call the handler as long as it lives).
-    pub memory_fault: &'static AtomicBool,
+    /// Memory faults the system event handler was told of (static: the
+    /// runtime may call the handler as long as it lives).
+    pub faults: &'static FaultLog,
 }
 
-/// ROCr's system events: a GPU memory fault is recorded (the engines then
-/// fail their waits) and handled, so that ROCr does not abort the process.
-unsafe extern "C" fn on_system_event(event: *const c_void, data: *mut c_void) -> hsa_status_t {
-    if event.is_null() {
+/// One GPU memory fault, as the runtime reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryFault {
+    pub agent: hsa_agent_t,
+    pub address: u64,
+    /// `HSA_AMD_MEMORY_FAULT_*` bits.
+    pub reasons: u32,
+}
+
+impl std::fmt::Display for MemoryFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "memory access fault at address {:#x}", self.address)?;
+        let reasons: Vec<&str> = sys::HSA_AMD_MEMORY_FAULT_REASONS
+            .iter()
+            .filter(|(bit, _)| self.reasons & bit != 0)
+            .map(|(_, text)| *text)
+            .collect();
+        if !reasons.is_empty() {
+            write!(f, " ({})", reasons.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// The memory faults of every GPU, newest last (few: a GPU that faulted
+/// runs nothing more).
+#[derive(Default)]
+pub struct FaultLog(Mutex<Vec<MemoryFault>>);
+
+impl FaultLog {
+    /// The first fault `agent` reported, if any.
+    pub fn of(&self, agent: hsa_agent_t) -> Option<MemoryFault> {
+        let log = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        log.iter().find(|f| f.agent == agent).copied()
+    }
+
+    fn record(&self, fault: MemoryFault) {
+        let mut log = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !log.contains(&fault) {
+            log.push(fault);
+        }
+    }
+}
+
+/// ROCr's system events: a GPU memory fault is recorded for that GPU
+/// (whose engine then fails its wait) and handled, so that ROCr does not
+/// abort the process.
+unsafe extern "C" fn on_system_event(
+    event: *const sys::hsa_amd_event_t,
+    data: *mut c_void,
+) -> hsa_status_t {
+    if event.is_null() || data.is_null() {
         return sys::HSA_STATUS_SUCCESS;
     }
-    // SAFETY: ROCr passes an `hsa_amd_event_t`, whose first field is its
-    // type, and our flag as `data`.
-    let kind = unsafe { event.cast::<u32>().read() };
+    // SAFETY: ROCr passes a valid event, and our log as `data`.
+    let (kind, log) = unsafe { ((*event).event_type, &*data.cast::<FaultLog>()) };
     if kind == sys::HSA_AMD_GPU_MEMORY_FAULT_EVENT {
-        // SAFETY: `data` is the leaked flag of `Runtime::open`.
-        unsafe { &*data.cast::<AtomicBool>() }.store(true, Ordering::Release);
+        // SAFETY: for this type the union holds the memory fault.
+        let info = unsafe { (*event).memory_fault };
+        log.record(MemoryFault {
+            agent: info.agent,
+            address: info.virtual_address,
+            reasons: info.fault_reason_mask,
+        });
     }
     sys::HSA_STATUS_SUCCESS
 }
@@ -40,17 +92,17 @@ impl Runtime {
         let api = Hsa::load(path).map_err(Error::backend)?;
         // SAFETY: takes no arguments; balanced by hsa_shut_down in Drop.
         let r = unsafe { (api.hsa_init)() };
-        let memory_fault: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-        let rt = Runtime { api, memory_fault };
+        let faults: &'static FaultLog = Box::leak(Box::default());
+        let rt = Runtime { api, faults };
         if let Err(e) = rt.check(r, format_args!("hsa_init ({})", rt.api.path.display())) {
             // Not initialised: Drop must not shut down.
             std::mem::forget(rt);
             return Err(e);
         }
         if let Some(register) = rt.api.hsa_amd_register_system_event_handler {
-            let data = (memory_fault as *const AtomicBool).cast_mut().cast();
-            // SAFETY: the handler only reads the event's type and stores
-            // into the flag, which is never freed.
+            let data = (faults as *const FaultLog).cast_mut().cast();
+            // SAFETY: the handler only reads the event and records into
+            // the log, which is never freed.
             let r = unsafe { register(on_system_event, data) };
             rt.check(r, "hsa_amd_register_system_event_handler")?;
         }
@@ -111,6 +163,54 @@ impl Runtime {
         self.check(r, format_args!("hsa_agent_get_info({what})"))?;
         let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
         Ok(String::from_utf8_lossy(&bytes[..end]).trim().to_string())
+    }
+
+    /// The target IDs of the ISAs `agent` runs (`gfx90a:sramecc+:xnack-`),
+    /// in the runtime's order; names that are not AMD GPU target IDs are
+    /// left out.
+    pub fn agent_isas(&self, agent: hsa_agent_t) -> Result<Vec<TargetId>> {
+        unsafe extern "C" fn push(isa: sys::hsa_isa_t, data: *mut c_void) -> hsa_status_t {
+            // SAFETY: `data` is the Vec below, alive for the iteration.
+            unsafe { (*data.cast::<Vec<sys::hsa_isa_t>>()).push(isa) };
+            sys::HSA_STATUS_SUCCESS
+        }
+        let mut isas: Vec<sys::hsa_isa_t> = Vec::new();
+        // SAFETY: `push` only appends to `isas`, which outlives the call.
+        let r = unsafe {
+            (self.api.hsa_agent_iterate_isas)(agent, push, (&mut isas as *mut Vec<_>).cast())
+        };
+        self.check(r, "hsa_agent_iterate_isas")?;
+        let mut ids = Vec::new();
+        for isa in isas {
+            let mut len = 0u32;
+            // SAFETY: the attribute is a u32.
+            let r = unsafe {
+                (self.api.hsa_isa_get_info_alt)(
+                    isa,
+                    sys::HSA_ISA_INFO_NAME_LENGTH,
+                    (&mut len as *mut u32).cast(),
+                )
+            };
+            self.check(r, "hsa_isa_get_info_alt(NAME_LENGTH)")?;
+            // Room for a terminator some runtimes write past the length.
+            let mut name = vec![0u8; len.min(4096) as usize + 1];
+            // SAFETY: the name is `len` bytes, and the buffer is larger.
+            let r = unsafe {
+                (self.api.hsa_isa_get_info_alt)(
+                    isa,
+                    sys::HSA_ISA_INFO_NAME,
+                    name.as_mut_ptr().cast(),
+                )
+            };
+            self.check(r, "hsa_isa_get_info_alt(NAME)")?;
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            let text = String::from_utf8_lossy(&name[..end]);
+            match TargetId::parse(text.trim()) {
+                Ok(id) => ids.push(id),
+                Err(e) => tracing::debug!("an ISA of the agent is not a target ID: {e}"),
+            }
+        }
+        Ok(ids)
     }
 
     /// One fixed-size attribute of a memory pool.

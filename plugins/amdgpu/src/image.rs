@@ -27,21 +27,10 @@ pub struct Loaded {
     pub(crate) metadata: CodeObjectMetadata,
 }
 
-/// Loads `bytes` (an `amdgcn-amd-amdhsa` code object for this GPU's
-/// processor) and writes the OpenMP device environment when it has one.
+/// Loads `bytes` (an `amdgcn-amd-amdhsa` code object this GPU runs, as
+/// the device checked) and writes the OpenMP device environment when it
+/// has one.
 pub fn load(gpu: &Arc<Gpu>, bytes: &[u8]) -> Result<Program> {
-    let processor = amdgpu::code_object_processor(bytes).ok_or_else(|| {
-        Error::invalid_binary(format!(
-            "{}: the image is not an AMD GPU code object of a known processor",
-            gpu.label
-        ))
-    })?;
-    if processor != gpu.facts.arch.split(':').next().unwrap_or_default() {
-        return Err(Error::invalid_binary(format!(
-            "{}: the code object is built for {processor}, not {}",
-            gpu.label, gpu.facts.arch
-        )));
-    }
     let metadata = amdgpu::code_object_metadata(bytes)
         .map_err(|e| Error::invalid_binary(format!("{}: {e}", gpu.label)))?
         .unwrap_or_default();
@@ -55,6 +44,12 @@ pub fn load(gpu: &Arc<Gpu>, bytes: &[u8]) -> Result<Program> {
     });
     crate::openmp::write_device_environment(&loaded)?;
     Ok(Program { loaded })
+}
+
+/// The GPU's ISAs, for messages: `gfx90a:sramecc+:xnack-`.
+pub(crate) fn isa_list(gpu: &Gpu) -> String {
+    let ids: Vec<String> = gpu.facts.isas.iter().map(ToString::to_string).collect();
+    ids.join(", ")
 }
 
 fn load_executable(gpu: &Gpu, bytes: &[u8]) -> Result<hsa_executable_t> {

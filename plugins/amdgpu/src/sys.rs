@@ -32,7 +32,8 @@ handle!(
     hsa_executable_t,
     hsa_executable_symbol_t,
     hsa_code_object_reader_t,
-    hsa_loaded_code_object_t
+    hsa_loaded_code_object_t,
+    hsa_isa_t
 );
 
 pub const HSA_STATUS_SUCCESS: hsa_status_t = 0x0;
@@ -143,10 +144,48 @@ const _: () = assert!(std::mem::size_of::<hsa_queue_t>() == 40);
 
 pub type AgentCallback = unsafe extern "C" fn(hsa_agent_t, *mut c_void) -> hsa_status_t;
 pub type PoolCallback = unsafe extern "C" fn(hsa_amd_memory_pool_t, *mut c_void) -> hsa_status_t;
-/// `hsa_amd_system_event_callback_t`; the event's first field is its type.
-pub type EventCallback = unsafe extern "C" fn(*const c_void, *mut c_void) -> hsa_status_t;
+pub type IsaCallback = unsafe extern "C" fn(hsa_isa_t, *mut c_void) -> hsa_status_t;
+/// `hsa_isa_info_t`: the length of an ISA's name (u32), and the name
+/// (`char[length]`, not terminated): `amdgcn-amd-amdhsa--gfx90a:xnack-`.
+pub const HSA_ISA_INFO_NAME_LENGTH: u32 = 0;
+pub const HSA_ISA_INFO_NAME: u32 = 1;
+/// `hsa_amd_system_event_callback_t`: called with an [`hsa_amd_event_t`].
+pub type EventCallback = unsafe extern "C" fn(*const hsa_amd_event_t, *mut c_void) -> hsa_status_t;
 /// `HSA_AMD_GPU_MEMORY_FAULT_EVENT`.
 pub const HSA_AMD_GPU_MEMORY_FAULT_EVENT: u32 = 0;
+
+/// `hsa_amd_gpu_memory_fault_info_t`: which GPU faulted, where, and why
+/// (`HSA_AMD_MEMORY_FAULT_*` bits).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct hsa_amd_gpu_memory_fault_info_t {
+    pub agent: hsa_agent_t,
+    pub virtual_address: u64,
+    pub fault_reason_mask: u32,
+}
+
+/// `hsa_amd_event_t`: the event's type, then a union of which only the
+/// memory fault (its largest member) is read, and only for that type.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct hsa_amd_event_t {
+    pub event_type: u32,
+    pub memory_fault: hsa_amd_gpu_memory_fault_info_t,
+}
+
+const _: () = assert!(std::mem::size_of::<hsa_amd_event_t>() == 32);
+
+/// `hsa_amd_memory_fault_reason_t` bits, with what they mean.
+pub const HSA_AMD_MEMORY_FAULT_REASONS: &[(u32, &str)] = &[
+    (1 << 0, "page not present or not accessible"),
+    (1 << 1, "write to a read-only page"),
+    (1 << 2, "execution of a non-executable page"),
+    (1 << 3, "access to a host-only page"),
+    (1 << 4, "DRAM ECC error"),
+    (1 << 5, "imprecise fault address"),
+    (1 << 6, "SRAM ECC error"),
+    (1 << 31, "GPU reset after a hang"),
+];
 pub type QueueCallback = unsafe extern "C" fn(hsa_status_t, *mut hsa_queue_t, *mut c_void);
 
 /// The library opened when `OFFLOAD_HSA_RUNTIME` names none.
@@ -209,6 +248,8 @@ runtime_table! {
     hsa_status_string: fn(hsa_status_t, *mut *const c_char) -> hsa_status_t;
     hsa_iterate_agents: fn(AgentCallback, *mut c_void) -> hsa_status_t;
     hsa_agent_get_info: fn(hsa_agent_t, u32, *mut c_void) -> hsa_status_t;
+    hsa_agent_iterate_isas: fn(hsa_agent_t, IsaCallback, *mut c_void) -> hsa_status_t;
+    hsa_isa_get_info_alt: fn(hsa_isa_t, u32, *mut c_void) -> hsa_status_t;
     hsa_amd_agent_iterate_memory_pools: fn(hsa_agent_t, PoolCallback, *mut c_void) -> hsa_status_t;
     hsa_amd_memory_pool_get_info: fn(hsa_amd_memory_pool_t, u32, *mut c_void) -> hsa_status_t;
     hsa_amd_memory_pool_allocate: fn(hsa_amd_memory_pool_t, usize, u32, *mut *mut c_void) -> hsa_status_t;

@@ -68,6 +68,7 @@ fn kernels(arch: &str) -> Option<Vec<u8>> {
          kernel void fake_fill(global int *p, int v, int n) {
            int i = ID(); if (i < n) p[i] = v; }
          kernel void fake_fault(global int *p) { p[0] = 1; }
+         kernel void fake_page_fault(global int *p) { p[0] = 1; }
          __attribute__((visibility(\"protected\"))) global int counter = 42;",
     )
     .unwrap();
@@ -227,16 +228,37 @@ fn setup() -> Option<(MutexGuard<'static, ()>, &'static Fake, &'static Runtime)>
         // SAFETY: set once, before any runtime of this process reads it,
         // while the other tests wait on the lock above.
         unsafe { std::env::set_var(offload_plugin_amdgpu::RUNTIME_ENV, &path) };
+        // The agents' target ID, as ROCr names an MI210's ISA.
+        // SAFETY: as above.
+        unsafe { std::env::set_var("FAKE_HSA_ARCH", AGENT_TARGET_ID) };
         // SAFETY: the test controls of the same library the plugin loads.
         let lib = unsafe { libloading::Library::new(&path) }.unwrap();
-        let config =
-            Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "amdgpu".to_string()));
-        let rt = Runtime::new(config, &[offload_plugin_amdgpu::ENTRY]);
+        let rt = amdgpu_runtime();
         assert!(rt.failed_plugins().is_empty(), "{:?}", rt.failed_plugins());
         Some((Fake { lib }, rt))
     });
     let (fake, rt) = state.as_ref()?;
     Some((guard, fake, rt))
+}
+
+/// A runtime of the amdgpu plugin alone, over the fake.
+fn amdgpu_runtime() -> Runtime {
+    let config = Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "amdgpu".to_string()));
+    Runtime::new(config, &[offload_plugin_amdgpu::ENTRY])
+}
+
+/// One work-group of `size` work-items runs `kernel` with `args`.
+fn launch_one_group(
+    d: &offload_core::Device,
+    kernel: &offload_core::Kernel,
+    args: &[u8],
+    size: u32,
+) -> offload_core::Result<()> {
+    d.launch(
+        kernel,
+        KernelArgs::Packed(args),
+        &LaunchConfig::linear(1, size),
+    )
 }
 
 fn write<T: Copy>(d: &offload_core::Device, p: DevicePtr, data: &[T]) {
@@ -257,6 +279,9 @@ fn read<T: Copy + Default>(d: &offload_core::Device, p: DevicePtr, n: usize) -> 
     .unwrap();
     out
 }
+
+/// What the fake's GPUs run: sramecc on, xnack off.
+const AGENT_TARGET_ID: &str = "gfx90a:sramecc+:xnack-";
 
 /// The fake's first agent handle (the CPU's; GPU i is this + 1 + i).
 const FAKE_AGENT_BASE: u64 = 0xa9e_0000;
@@ -564,6 +589,51 @@ fn code_objects_for_another_processor_or_malformed_are_refused() {
 }
 
 #[test]
+fn code_objects_must_suit_the_gpus_xnack_and_sramecc_settings() {
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let Some(any) = kernels("gfx90a") else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let image = |bytes: &[u8], arch: Option<&str>| {
+        let mut i = offload_image::unwrap(bytes).unwrap().remove(0);
+        i.arch = arch.map(str::to_string);
+        (d.can_run(&i), d.load_image(&i).map(|_| ()))
+    };
+    // Left to "any", or set as the GPU has them: runs.
+    for arch in ["gfx90a:xnack-", "gfx90a:sramecc+", "gfx90a:sramecc+:xnack-"] {
+        let code = kernels(arch).unwrap();
+        let t = amdgpu::TargetId::of_code_object(&code).unwrap();
+        assert_eq!(t.to_string(), arch, "clang's e_flags for {arch}");
+        let (runs, loaded) = image(&code, Some(arch));
+        assert!(runs && loaded.is_ok(), "{arch}: {loaded:?}");
+    }
+    assert!(image(&any, None).0);
+    // Asking for what the GPU does not do: refused, naming both sides.
+    for arch in ["gfx90a:xnack+", "gfx90a:sramecc-", "gfx90a:sramecc+:xnack+"] {
+        let code = kernels(arch).unwrap();
+        let (runs, loaded) = image(&code, None);
+        assert!(!runs, "{arch} should not run on {AGENT_TARGET_ID}");
+        let e = loaded.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidBinary);
+        assert!(e.message().contains(AGENT_TARGET_ID), "{e}");
+        let e = d.load_program(&code).err().expect("refused");
+        assert!(
+            e.message().contains(arch) && e.message().contains(AGENT_TARGET_ID),
+            "{e}"
+        );
+    }
+    // An OffloadBinary entry that asks for xnack+ does not run, even when
+    // its code object leaves xnack to "any"; a malformed arch neither.
+    assert!(!image(&any, Some("gfx90a:xnack+")).0);
+    assert!(!image(&any, Some("gfx90a:bogus+")).0);
+    assert!(!image(&any, Some("gfx942")).0);
+    assert!(image(&any, Some("gfx90a")).0);
+}
+
+#[test]
 fn out_of_memory_is_out_of_resources_and_the_device_stays_usable() {
     let Some((_g, fake, rt)) = setup() else {
         return;
@@ -658,20 +728,13 @@ fn a_fault_is_an_error_and_other_devices_stay_usable() {
     };
     // The last test of the file to use device 0's queue after its fault
     // would fail; this one uses its own runtime's devices instead.
-    let config = Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "amdgpu".to_string()));
-    let own = Runtime::new(config, &[offload_plugin_amdgpu::ENTRY]);
+    let own = amdgpu_runtime();
     let (d0, d1) = (&own.devices()[0], &own.devices()[1]);
     let program = d0.load_program(&image).unwrap();
     let fault = program.kernel("fake_fault").unwrap();
     let p = d0.alloc(8, AllocKind::Device).unwrap();
     let args = p.0.to_ne_bytes();
-    let e = d0
-        .launch(
-            &fault,
-            KernelArgs::Packed(&args),
-            &LaunchConfig::linear(1, 1),
-        )
-        .unwrap_err();
+    let e = launch_one_group(d0, &fault, &args, 1).unwrap_err();
     assert!(
         e.message().contains("fake_fault") && e.message().contains("0x29"),
         "{e}"
@@ -681,13 +744,7 @@ fn a_fault_is_an_error_and_other_devices_stay_usable() {
     // SAFETY: `one` is readable for the call.
     let e = unsafe { d0.copy_to_device(p, one.as_ptr(), 1) }.unwrap_err();
     assert!(e.message().contains("failed earlier"), "{e}");
-    let e = d0
-        .launch(
-            &fault,
-            KernelArgs::Packed(&args),
-            &LaunchConfig::linear(1, 1),
-        )
-        .unwrap_err();
+    let e = launch_one_group(d0, &fault, &args, 1).unwrap_err();
     assert!(e.message().contains("failed earlier"), "{e}");
     // The other GPU, and the shared runtime's, still work.
     let q = d1.alloc(16, AllocKind::Device).unwrap();
@@ -696,6 +753,49 @@ fn a_fault_is_an_error_and_other_devices_stay_usable() {
     d1.free(q).unwrap();
     let r = rt.devices()[0].alloc(16, AllocKind::Device).unwrap();
     rt.devices()[0].free(r).unwrap();
+}
+
+#[test]
+fn a_page_fault_names_its_address_and_stops_only_that_gpu() {
+    let Some((_g, _fake, _rt)) = setup() else {
+        return;
+    };
+    let Some(image) = kernels("gfx90a") else {
+        return;
+    };
+    // Its own runtime (the newest, which the fake tells of the fault), so
+    // that the shared one's GPU 1 stays usable for the other tests.
+    let own = amdgpu_runtime();
+    let (d0, d1) = (&own.devices()[0], &own.devices()[1]);
+    let program = d1.load_program(&image).unwrap();
+    let fault = program.kernel("fake_page_fault").unwrap();
+    let args = 0xdead_0000u64.to_ne_bytes();
+    let e = launch_one_group(d1, &fault, &args, 1).unwrap_err();
+    let m = e.message();
+    assert!(
+        m.contains("fake_page_fault")
+            && m.contains("amdgpu-1")
+            && m.contains("memory access fault at address 0xdead0000")
+            && m.contains("page not present"),
+        "{e}"
+    );
+    let e = launch_one_group(d1, &fault, &args, 1).unwrap_err();
+    assert!(e.message().contains("failed earlier"), "{e}");
+    // GPU 0 of the same runtime never faulted: it copies and runs kernels.
+    let program = d0.load_program(&image).unwrap();
+    let fill = program.kernel("fake_fill").unwrap();
+    let p = d0.alloc(64, AllocKind::Device).unwrap();
+    let mut args = p.0.to_ne_bytes().to_vec();
+    args.extend_from_slice(&7i32.to_ne_bytes());
+    args.extend_from_slice(&16i32.to_ne_bytes());
+    d0.launch(
+        &fill,
+        KernelArgs::Packed(&args),
+        &LaunchConfig::linear(1, 16),
+    )
+    .unwrap();
+    assert_eq!(read::<i32>(d0, p, 16), [7; 16]);
+    d0.free(p).unwrap();
 }
 
 #[test]

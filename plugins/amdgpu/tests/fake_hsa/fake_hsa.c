@@ -9,8 +9,9 @@
  *    HSA_STATUS_ERROR_NOT_INITIALIZED unless the count is positive
  *    (hsa_status_string excepted, so that an hsa_init failure can be named);
  *  - agents: one CPU agent ("fake-cpu") then FAKE_HSA_GPUS (default 2, at
- *    most 15) GPU agents of architecture FAKE_HSA_ARCH (default gfx90a),
- *    MI210-like;
+ *    most 15) GPU agents of target ID FAKE_HSA_ARCH (default gfx90a; e.g.
+ *    gfx90a:sramecc+:xnack-), MI210-like: the agent's name is the processor,
+ *    its one ISA is named amdgcn-amd-amdhsa--FAKE_HSA_ARCH;
  *  - memory pools: the CPU agent has a fine-grained kernarg pool and a
  *    fine-grained pool; each GPU a coarse-grained 64 GiB pool and a group
  *    segment pool that does not allow allocation. Allocations are zeroed,
@@ -41,13 +42,19 @@
  *    descriptor's kernarg_size bytes of runtime memory (else
  *    MEMORY_APERTURE_VIOLATION);
  *  - code objects: ELF64 little-endian, EM_AMDGPU, every offset checked; a
- *    code object loads only for an agent whose architecture is its
- *    EF_AMDGPU_MACH; its ".kd" symbols are kernels (their descriptors give
+ *    code object loads only for an agent whose processor is its
+ *    EF_AMDGPU_MACH and whose xnack/sramecc settings suit the code object's
+ *    (e_flags of code object version 4 and later, as ROCr's loader); its ".kd" symbols are kernels (their descriptors give
  *    the segment sizes), its global or weak data objects are variables with
  *    host memory of their initial bytes, per executable and agent;
  *  - kernels run as the host functions below of the same name, over
  *    grid_size_x work-items, with the kernarg bytes: fake_saxpy, fake_fill,
- *    and fake_fault (reports MEMORY_APERTURE_VIOLATION, does not complete);
+ *    fake_fault (reports MEMORY_APERTURE_VIOLATION, does not complete), and
+ *    fake_page_fault (a page fault at the address of its first argument:
+ *    the handler registered last with hsa_amd_register_system_event_handler
+ *    is told, with the queue's agent (ROCr tells every handler; the tests'
+ *    runtimes share the fake, and only the newest is to hear of it); the queue stops, and neither its callback
+ *    is called nor the completion signal decremented);
  *    the fake kernels' pointers must lie in runtime memory (else a fault
  *    too). Other kernels (e.g. OpenMP ones) are recorded, then do nothing;
  *  - every call is counted (fake_hsa_calls); fake_hsa_fail(name, status,
@@ -78,6 +85,7 @@ typedef struct { uint64_t handle; } hsa_amd_memory_pool_t;
 typedef struct { uint64_t handle; } hsa_executable_t;
 typedef struct { uint64_t handle; } hsa_executable_symbol_t;
 typedef struct { uint64_t handle; } hsa_code_object_reader_t;
+typedef struct { uint64_t handle; } hsa_isa_t;
 typedef struct { uint64_t handle; } hsa_loaded_code_object_t;
 
 typedef struct {
@@ -373,6 +381,13 @@ int fake_hsa_allowed(const void *ptr, uint64_t agent_handle) {
 
 /* ---- the "kernels": return 0, or the fault status ---- */
 
+/* hsa_amd_register_system_event_handler's callback, and the address of the
+ * page fault a kernel raised (read by `process`). */
+typedef hsa_status_t (*event_cb)(const void *event, void *data);
+static event_cb system_handler;
+static void *system_handler_data;
+static uint64_t page_fault_address;
+
 typedef hsa_status_t (*fake_kernel_fn)(const packet_t *, const unsigned char *,
                                        size_t);
 
@@ -419,11 +434,26 @@ static hsa_status_t fake_fault(const packet_t *p, const unsigned char *args,
   return MEMORY_APERTURE_VIOLATION;
 }
 
+/* Not an HSA status: the dispatch raised a page fault (a system event). */
+#define PAGE_FAULT 0xfa017u
+
+/* A page fault at the address in the first argument. */
+static hsa_status_t fake_page_fault(const packet_t *p, const unsigned char *args,
+                                    size_t size) {
+  (void)p;
+  page_fault_address = 0;
+  if (size >= 8)
+    memcpy(&page_fault_address, args, 8);
+  return PAGE_FAULT;
+}
+
 static const struct {
   const char *name;
   fake_kernel_fn fn;
-} kernels[] = {
-    {"fake_saxpy", fake_saxpy}, {"fake_fill", fake_fill}, {"fake_fault", fake_fault}};
+} kernels[] = {{"fake_saxpy", fake_saxpy},
+               {"fake_fill", fake_fill},
+               {"fake_fault", fake_fault},
+               {"fake_page_fault", fake_page_fault}};
 
 /* ---- init, status strings, agents ---- */
 
@@ -585,6 +615,50 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, uint32_t attr, void *value) {
   }
   default: return INVALID_ARGUMENT;
   }
+  return SUCCESS;
+}
+
+/* Each GPU agent runs one ISA, ISA_BASE + its index; the CPU none. */
+#define ISA_BASE 0x15a0000ULL
+#define ISA_PREFIX "amdgcn-amd-amdhsa--"
+
+hsa_status_t hsa_agent_iterate_isas(hsa_agent_t agent,
+                                    hsa_status_t (*cb)(hsa_isa_t, void *),
+                                    void *data) {
+  ENTER();
+  int a = agent_index(agent);
+  if (a < 0)
+    return INVALID_AGENT;
+  if (!cb)
+    return INVALID_ARGUMENT;
+  if (a == 0)
+    return SUCCESS;
+  return cb((hsa_isa_t){ISA_BASE + (uint64_t)a}, data); /* INFO_BREAK too */
+}
+
+hsa_status_t hsa_isa_get_info_alt(hsa_isa_t isa, uint32_t attr, void *value) {
+  ENTER();
+  if (isa.handle <= ISA_BASE || isa.handle > ISA_BASE + (uint64_t)ngpus)
+    return INVALID_ISA;
+  if (!value)
+    return INVALID_ARGUMENT;
+  char name[128];
+  int len = snprintf(name, sizeof name, ISA_PREFIX "%s", arch);
+  switch (attr) {
+  case 0: put_u32(value, (uint32_t)len); return SUCCESS;  /* NAME_LENGTH */
+  case 1: memcpy(value, name, (size_t)len); return SUCCESS; /* NAME, no NUL */
+  default: return INVALID_ARGUMENT;
+  }
+}
+
+hsa_status_t hsa_amd_register_system_event_handler(event_cb callback, void *data) {
+  ENTER();
+  if (!callback)
+    return INVALID_ARGUMENT;
+  pthread_mutex_lock(&lock);
+  system_handler = callback;
+  system_handler_data = data;
+  pthread_mutex_unlock(&lock);
   return SUCCESS;
 }
 
@@ -1173,9 +1247,26 @@ static void process(struct queue *q, uint64_t doorbell) {
     q->dead = 1;
   queue_cb callback = q->callback;
   void *data = q->data;
+  pthread_mutex_lock(&lock);
+  event_cb handler = system_handler;
+  void *handler_data = system_handler_data;
+  struct {
+    uint32_t type;
+    uint64_t agent, address;
+    uint32_t reasons;
+  } event = {0, AGENT_BASE + (uint64_t)q->agent, page_fault_address, 1};
+  pthread_mutex_unlock(&lock);
   pthread_mutex_unlock(&q->proc);
-  if (err && callback)
+  if (err == PAGE_FAULT) {
+    /* ROCr aborts the process when nobody handles a memory fault. */
+    if (!handler || handler(&event, handler_data) != SUCCESS) {
+      fprintf(stderr, "fake_hsa: unhandled GPU memory fault at %#llx\n",
+              (unsigned long long)event.address);
+      abort();
+    }
+  } else if (err && callback) {
     callback(err, &q->q, data);
+  }
 }
 
 /* ---- code objects and executables ---- */
@@ -1250,6 +1341,34 @@ static const struct {
     {"gfx1010", 0x33}, {"gfx1030", 0x36}, {"gfx1031", 0x37}, {"gfx1100", 0x41},
     {"gfx1101", 0x46}, {"gfx1102", 0x47}, {"gfx1200", 0x48}, {"gfx1201", 0x4e},
 };
+
+/* Whether the agents' target ID sets `feature` to `sign` ('+' or '-'). */
+static int agent_sets(const char *feature, char sign) {
+  char want[16];
+  snprintf(want, sizeof want, ":%s%c", feature, sign);
+  size_t n = strlen(want);
+  for (const char *at = strstr(arch, want); at; at = strstr(at + 1, want))
+    if (at[n] == 0 || at[n] == ':')
+      return 1;
+  return 0;
+}
+
+/* Whether the code object's xnack and sramecc settings (e_flags bits 8-9
+ * and 10-11 from code object version 4, EI_ABIVERSION 2, on: 0
+ * unsupported, 1 any, 2 off, 3 on) suit the agents' target ID. */
+static int features_fit(const Elf64Header *h) {
+  if (h->ident[8] < 2)
+    return 1;
+  static const struct { const char *name; int shift; } features[] = {
+      {"xnack", 8}, {"sramecc", 10}};
+  for (size_t i = 0; i < 2; i++) {
+    unsigned v = (h->flags >> features[i].shift) & 3;
+    if ((v == 2 && !agent_sets(features[i].name, '-')) ||
+        (v == 3 && !agent_sets(features[i].name, '+')))
+      return 0;
+  }
+  return 1;
+}
 
 /* EF_AMDGPU_MACH of the agents' architecture (up to any ":feature"), or -1. */
 static int agent_mach(void) {
@@ -1438,7 +1557,7 @@ hsa_status_t hsa_executable_load_agent_code_object(
     r = FROZEN_EXECUTABLE;
   else if (!elf_valid(rd->bytes, rd->size, &h))
     r = INVALID_CODE_OBJECT;
-  else if ((int)(h.flags & 0xff) != agent_mach())
+  else if ((int)(h.flags & 0xff) != agent_mach() || !features_fit(&h))
     r = INVALID_ISA;
   if (!r) {
     struct symbol *list = load_symbols(x, a, rd->bytes, rd->size, &r);
