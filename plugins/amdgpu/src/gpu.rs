@@ -11,6 +11,7 @@ use offload_image::amdgpu::{Feature, TargetId};
 use crate::engine::Engine;
 use crate::hsa::Runtime;
 use crate::openmp::OpenMpSettings;
+use crate::reuse::Scratch;
 use crate::sys::{self, hsa_agent_t, hsa_amd_memory_pool_t};
 
 /// What the plugin reads of a GPU agent once.
@@ -62,6 +63,21 @@ pub struct Gpu {
     /// Host memory every GPU reaches without locking, shared by the
     /// plugin's GPUs: its host allocations and registered ranges.
     pub(crate) host_ranges: Arc<HostRanges>,
+    /// Kernel-argument buffers and launch environments kept for reuse.
+    pub(crate) scratch: Scratch,
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        for block in self.scratch.kernargs.drain() {
+            // SAFETY: an idle kernel-argument buffer; no launch is left.
+            unsafe { (self.rt.api.hsa_amd_memory_pool_free)(block.ptr as *mut std::ffi::c_void) };
+        }
+        for block in self.scratch.launch_envs.drain() {
+            // SAFETY: an idle launch environment; no launch is left.
+            let _ = unsafe { crate::openmp::free_block(self, block) };
+        }
+    }
 }
 
 /// One range of [`HostRanges`].
@@ -167,6 +183,7 @@ impl Gpu {
             engine,
             gpu_agents,
             host_ranges,
+            scratch: Scratch::default(),
         })
     }
 }

@@ -16,6 +16,7 @@ use offload_image::amdgpu::KernelMetadata;
 use crate::gpu::{Gpu, GROUP_MEMORY_BYTES};
 use crate::image::Loaded;
 use crate::memory::{self, Host};
+use crate::reuse::Block;
 use crate::sys;
 
 pub struct AmdgpuKernel {
@@ -201,7 +202,8 @@ impl AmdgpuKernel {
             )));
         }
         let dims = dimensions(config);
-        let mut kernargs = vec![0u8; self.kernarg_size as usize];
+        let mut buffer = KernargBuffer::take(gpu, self.kernarg_size as usize)?;
+        let kernargs = buffer.bytes();
         match args {
             KernelArgs::Words(w) => {
                 for (dst, word) in kernargs.chunks_exact_mut(8).zip(w) {
@@ -210,8 +212,7 @@ impl AmdgpuKernel {
             }
             KernelArgs::Packed(b) => kernargs[..b.len()].copy_from_slice(b),
         }
-        self.write_hidden(&mut kernargs, config, dims);
-        let buffer = KernargBuffer::new(gpu, &kernargs)?;
+        self.write_hidden(kernargs, config, dims);
         let [gx, gy, gz] = config.num_groups;
         let [bx, by, bz] = config.group_size;
         let private = if self.dynamic_stack {
@@ -229,7 +230,7 @@ impl AmdgpuKernel {
             private_segment_size: private,
             group_segment_size: self.group_segment + config.dyn_group_memory,
             kernel_object: self.kernel_object,
-            kernarg_address: buffer.ptr as u64,
+            kernarg_address: buffer.block.ptr as u64,
             ..Default::default()
         };
         let _span = tracing::debug_span!("amdgpu_launch", kernel = %self.name, grid = ?config.num_groups, block = ?config.group_size, lds = config.dyn_group_memory).entered();
@@ -271,36 +272,68 @@ impl AmdgpuKernel {
     }
 }
 
-/// Kernel-argument memory from the host's kernarg pool, freed on drop.
+/// Kernel-argument memory from the host's kernarg pool, reachable by the
+/// GPU: taken from the GPU's idle buffers (or allocated), zeroed up to the
+/// kernel's size, and given back on drop, after the dispatch was waited for.
 struct KernargBuffer<'g> {
     gpu: &'g Gpu,
-    ptr: *mut c_void,
+    block: Block,
+    size: usize,
 }
 
 impl<'g> KernargBuffer<'g> {
-    fn new(gpu: &'g Gpu, bytes: &[u8]) -> Result<KernargBuffer<'g>> {
+    /// The smallest allocation: every kernel of code object version 5
+    /// has 256 bytes of hidden arguments.
+    const MIN_CAPACITY: usize = 512;
+
+    fn take(gpu: &'g Gpu, size: usize) -> Result<KernargBuffer<'g>> {
+        let block = match gpu.scratch.kernargs.take(size) {
+            Some(block) => block,
+            None => Self::allocate(gpu, size.next_power_of_two().max(Self::MIN_CAPACITY))?,
+        };
+        // SAFETY: `size <= capacity` bytes of host memory the block owns,
+        // read by no dispatch while it is taken.
+        unsafe { std::ptr::write_bytes(block.ptr as *mut u8, 0, size) };
+        Ok(KernargBuffer { gpu, block, size })
+    }
+
+    fn allocate(gpu: &Gpu, capacity: usize) -> Result<Block> {
         let mut ptr: *mut c_void = std::ptr::null_mut();
-        let size = bytes.len().max(16);
         // SAFETY: writes one pointer; flags 0.
         let r = unsafe {
-            (gpu.rt.api.hsa_amd_memory_pool_allocate)(gpu.kernarg_pool, size, 0, &mut ptr)
+            (gpu.rt.api.hsa_amd_memory_pool_allocate)(gpu.kernarg_pool, capacity, 0, &mut ptr)
         };
         gpu.rt.check(
             r,
-            format_args!("{}: allocating {size} bytes of kernel arguments", gpu.label),
+            format_args!(
+                "{}: allocating {capacity} bytes of kernel arguments",
+                gpu.label
+            ),
         )?;
-        let buffer = KernargBuffer { gpu, ptr };
-        memory::allow_access(gpu, ptr)?;
-        // SAFETY: host memory of `size >= bytes.len()` bytes just allocated.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.cast::<u8>(), bytes.len()) };
-        Ok(buffer)
+        if let Err(e) = memory::allow_access(gpu, ptr) {
+            // SAFETY: the allocation just made, used by nobody.
+            unsafe { (gpu.rt.api.hsa_amd_memory_pool_free)(ptr) };
+            return Err(e);
+        }
+        Ok(Block {
+            ptr: ptr as usize,
+            capacity,
+        })
+    }
+
+    /// The kernel's argument bytes.
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `size` bytes of host memory this buffer holds alone.
+        unsafe { std::slice::from_raw_parts_mut(self.block.ptr as *mut u8, self.size) }
     }
 }
 
 impl Drop for KernargBuffer<'_> {
     fn drop(&mut self) {
-        // SAFETY: the dispatch that read it was waited for.
-        unsafe { (self.gpu.rt.api.hsa_amd_memory_pool_free)(self.ptr) };
+        if let Some(extra) = self.gpu.scratch.kernargs.keep(self.block) {
+            // SAFETY: an idle block no dispatch reads any more.
+            unsafe { (self.gpu.rt.api.hsa_amd_memory_pool_free)(extra.ptr as *mut c_void) };
+        }
     }
 }
 

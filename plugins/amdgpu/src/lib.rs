@@ -21,7 +21,9 @@
 //!   metadata note), [`kernel`] (kernel-argument buffers with the hidden
 //!   arguments the metadata places, dispatch packets, an OpenMP kernel's
 //!   environment and grid values), [`openmp`] (the device environment
-//!   written at load, launch environments for teams reductions).
+//!   written at load, launch environments for teams reductions); kernel
+//!   arguments and launch environments come from blocks each GPU keeps
+//!   for reuse (`reuse`).
 //!
 //! Without the runtime (or without GPU agents) the plugin has no devices:
 //! when `OFFLOAD_PLUGINS` names `amdgpu` that is an init error, otherwise
@@ -39,6 +41,7 @@ pub mod kernel;
 pub mod memory;
 pub mod openmp;
 pub mod queue;
+mod reuse;
 pub mod sys;
 
 use std::path::PathBuf;

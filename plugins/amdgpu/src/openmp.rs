@@ -2,7 +2,8 @@
 //! object (ours or LLVM's; the layouts are `offload_core::openmp_env`'s):
 //! the device environment written at load, and a launch environment with
 //! a zeroed reduction buffer for each launch of a kernel with a teams
-//! reduction (its address becomes the kernel's first argument, `dyn_ptr`).
+//! reduction (its address becomes the kernel's first argument, `dyn_ptr`),
+//! in blocks the GPU keeps for reuse.
 
 use std::ffi::c_void;
 
@@ -10,11 +11,12 @@ use offload_core::openmp_env::{
     launch_environment, DeviceEnvironment, DEVICE_ENVIRONMENT_GLOBAL, LAUNCH_ENVIRONMENT_SIZE,
 };
 use offload_core::plugin::{AllocKind, DevicePtr};
-use offload_core::Result;
+use offload_core::{Error, Result};
 
 use crate::gpu::Gpu;
 use crate::image::Loaded;
 use crate::memory::{self, Host};
+use crate::reuse::Block;
 
 /// What every image's device environment says about the runtime around
 /// it, fixed when the plugin enumerates its GPUs.
@@ -76,53 +78,96 @@ pub(crate) fn write_device_environment(program: &Loaded) -> Result<()> {
     Ok(())
 }
 
-/// One launch's environment and reduction buffer, in one device
-/// allocation (the buffer first, the 16-byte environment after it), freed
-/// when dropped, after the launch that used it was waited for.
+/// One launch's environment and reduction buffer, in one device block:
+/// the buffer first, the 16-byte environment in the block's last 16 bytes,
+/// its buffer address written once, when the block is made. Each launch
+/// zeroes the buffer and both counters with one fill; the block goes back
+/// to the GPU's idle ones when dropped, after the launch was waited for.
 pub struct LaunchEnvironment<'g> {
     gpu: &'g Gpu,
-    ptr: DevicePtr,
-    buffer_bytes: u64,
+    block: Block,
 }
 
 impl<'g> LaunchEnvironment<'g> {
     pub fn new(gpu: &'g Gpu, buffer_bytes: u64) -> Result<LaunchEnvironment<'g>> {
-        let buffer_bytes = buffer_bytes.div_ceil(16) * 16;
-        let total = buffer_bytes as usize + LAUNCH_ENVIRONMENT_SIZE;
-        let ptr = memory::alloc(gpu, total, AllocKind::Device)?;
-        let env = LaunchEnvironment {
-            gpu,
-            ptr,
-            buffer_bytes,
+        let need = usize::try_from(buffer_bytes.div_ceil(16) * 16)
+            .ok()
+            .and_then(|b| b.checked_add(LAUNCH_ENVIRONMENT_SIZE))
+            .ok_or_else(|| {
+                Error::out_of_resources(format!(
+                    "{}: a teams-reduction buffer of {buffer_bytes} bytes",
+                    gpu.label
+                ))
+            })?;
+        let block = match gpu.scratch.launch_envs.take(need) {
+            Some(block) => block,
+            None => make_block(gpu, need)?,
         };
-        // SAFETY: the allocation just made, `total` bytes.
-        unsafe { memory::fill(gpu, ptr, &[0], buffer_bytes as usize) }?;
-        let bytes = launch_environment(ptr.0);
-        // SAFETY: the last 16 bytes of the allocation; `bytes` outlives
-        // the copy, which is waited for.
-        unsafe {
-            memory::copy(
-                gpu,
-                env.address() as *mut c_void,
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                Host::Src,
-            )
-        }?;
+        let env = LaunchEnvironment { gpu, block };
+        // The buffer and the two 32-bit counters that open the environment.
+        let zeroed = block.capacity - LAUNCH_ENVIRONMENT_SIZE + 8;
+        // SAFETY: the first `zeroed` bytes of the block, which no launch
+        // uses while it is taken.
+        unsafe { memory::fill(gpu, DevicePtr(block.ptr as u64), &[0], zeroed) }?;
         Ok(env)
     }
 
     /// The environment's device address (the kernel's `dyn_ptr`).
     pub fn address(&self) -> u64 {
-        self.ptr.0 + self.buffer_bytes
+        environment_address(self.block)
     }
+}
+
+fn environment_address(block: Block) -> u64 {
+    (block.ptr + block.capacity - LAUNCH_ENVIRONMENT_SIZE) as u64
+}
+
+/// A device block of `capacity` bytes whose last 16 hold an environment
+/// pointing at the block's start.
+fn make_block(gpu: &Gpu, capacity: usize) -> Result<Block> {
+    let ptr = memory::alloc(gpu, capacity, AllocKind::Device)?;
+    let block = Block {
+        ptr: ptr.0 as usize,
+        capacity,
+    };
+    let bytes = launch_environment(ptr.0);
+    // SAFETY: the block's last 16 bytes; `bytes` outlives the copy, which
+    // is waited for.
+    let written = unsafe {
+        memory::copy(
+            gpu,
+            environment_address(block) as *mut c_void,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            Host::Src,
+        )
+    };
+    if let Err(e) = written {
+        // SAFETY: the allocation just made, used by nobody.
+        let _ = unsafe { memory::free(gpu, ptr, AllocKind::Device) };
+        return Err(e);
+    }
+    tracing::debug!(device = %gpu.label, bytes = capacity, "teams-reduction launch environment allocated");
+    Ok(block)
 }
 
 impl Drop for LaunchEnvironment<'_> {
     fn drop(&mut self) {
-        // SAFETY: our allocation; the launch that used it has finished.
-        if let Err(e) = unsafe { memory::free(self.gpu, self.ptr, AllocKind::Device) } {
+        let Some(extra) = self.gpu.scratch.launch_envs.keep(self.block) else {
+            return;
+        };
+        // SAFETY: an idle block no launch uses any more.
+        if let Err(e) = unsafe { free_block(self.gpu, extra) } {
             tracing::warn!(device = %self.gpu.label, "freeing a launch environment: {e}");
         }
     }
+}
+
+/// Frees a launch-environment block.
+///
+/// # Safety
+/// A block of this GPU's launch environments that no launch uses.
+pub(crate) unsafe fn free_block(gpu: &Gpu, block: Block) -> Result<()> {
+    // SAFETY: the caller's guarantee.
+    unsafe { memory::free(gpu, DevicePtr(block.ptr as u64), AllocKind::Device) }
 }

@@ -692,19 +692,16 @@ fn openmp_code_objects_get_their_environments() {
     let s = d.alloc(8, AllocKind::Device).unwrap();
     let words = [NO_LAUNCH_ENVIRONMENT, s.0, a.0, 1000];
     let explicit_words = (kernel_meta.explicit_size() / 8) as usize;
-    let before = fake.live("allocations");
-    d.launch(
-        &kernel,
-        KernelArgs::Words(&words[..explicit_words.min(4)]),
-        &unset,
-    )
-    .unwrap();
-    assert_eq!(
-        fake.live("allocations"),
-        before,
-        "the launch environment is freed after the launch"
-    );
-    let (_, packet, name, kernargs) = fake.last_dispatch();
+    let launch = || {
+        d.launch(
+            &kernel,
+            KernelArgs::Words(&words[..explicit_words.min(4)]),
+            &unset,
+        )
+        .unwrap();
+        fake.last_dispatch()
+    };
+    let (_, packet, name, kernargs) = launch();
     assert_eq!(name, kernel_meta.name);
     let dyn_ptr = u64_at(&kernargs, 0);
     assert!(dyn_ptr != NO_LAUNCH_ENVIRONMENT && dyn_ptr != 0);
@@ -714,6 +711,33 @@ fn openmp_code_objects_get_their_environments() {
     let hidden = |kind: &str| kernel_meta.hidden(kind).unwrap().offset as usize;
     assert_eq!(u32_at(&kernargs, hidden("hidden_block_count_x")), groups);
     assert_eq!(u16_at(&kernargs, hidden("hidden_group_size_x")), group);
+    // The environment: both counters 0, the reduction buffer just before
+    // it. The fake's device memory is this process's: play the kernel
+    // that leaves counters and partial results behind.
+    let env = dyn_ptr as *mut u32;
+    // SAFETY: the 16-byte environment and the buffer's first 8 bytes, in
+    // the fake's device memory, which no launch uses now.
+    let buffer = unsafe {
+        assert_eq!((env.read(), env.add(1).read()), (0, 0));
+        let buffer = env.add(2).cast::<u64>().read();
+        assert!(buffer < dyn_ptr && buffer + 8 <= dyn_ptr, "{buffer:#x}");
+        env.write(5);
+        env.add(1).write(7);
+        (buffer as *mut u64).write(u64::MAX);
+        buffer
+    };
+    // The next launch reuses the environment and its kernel-argument
+    // buffer (no allocation), zeroed again.
+    let allocations = fake.calls("hsa_amd_memory_pool_allocate");
+    let (_, _, _, kernargs) = launch();
+    assert_eq!(fake.calls("hsa_amd_memory_pool_allocate"), allocations);
+    assert_eq!(u64_at(&kernargs, 0), dyn_ptr, "the same environment");
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!((env.read(), env.add(1).read()), (0, 0));
+        assert_eq!(env.add(2).cast::<u64>().read(), buffer);
+        assert_eq!((buffer as *const u64).read(), 0);
+    }
     d.free(a).unwrap();
     d.free(s).unwrap();
 }
@@ -840,18 +864,26 @@ fn every_object_is_released_when_the_runtime_goes() {
         return;
     };
     let (queues, executables) = (fake.live("queues"), fake.live("executables"));
+    let allocations = fake.live("allocations");
     {
-        let config =
-            Config::from_lookup(|k| (k == "OFFLOAD_PLUGINS").then(|| "amdgpu".to_string()));
-        let own = Runtime::new(config, &[offload_plugin_amdgpu::ENTRY]);
+        let own = amdgpu_runtime();
         assert_eq!(fake.live("queues"), queues + 2);
-        let program = own.devices()[0].load_program(&image).unwrap();
+        let d = &own.devices()[0];
+        let program = d.load_program(&image).unwrap();
         assert_eq!(fake.live("executables"), executables + 1);
+        // A launch leaves its kernel-argument buffer for the next one.
+        let fill = program.kernel("fake_fill").unwrap();
+        let p = d.alloc(64, AllocKind::Device).unwrap();
+        let mut args = p.0.to_ne_bytes().to_vec();
+        args.extend_from_slice(&[0; 8]);
+        launch_one_group(d, &fill, &args, 1).unwrap();
+        assert_eq!(fake.live("allocations"), allocations + 2);
         drop(program);
         own.shutdown();
     }
     assert_eq!(fake.live("queues"), queues);
     assert_eq!(fake.live("executables"), executables);
+    assert_eq!(fake.live("allocations"), allocations);
     // No call of the plugin named a handle the runtime never gave out.
     assert_eq!(fake.calls("invalid_handle"), 0);
 }
