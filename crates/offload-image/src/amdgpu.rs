@@ -202,11 +202,17 @@ mod tests {
             (t.processor.as_str(), t.xnack, t.sramecc),
             ("gfx90a", Feature::Any, Feature::Any)
         );
-        let mut v3 = bytes.to_vec();
-        v3[8] = 1;
+        // The same header read as version 3 (one bit per feature: 0x53f
+        // has xnack's set, sramecc's clear) and as version 2.
+        let mut old = bytes.to_vec();
+        old[8] = 1;
+        let t = TargetId::of_code_object(&old).unwrap();
+        assert_eq!((t.xnack, t.sramecc), (Feature::On, Feature::Any));
+        old[8] = 0;
+        let t = TargetId::of_code_object(&old).unwrap();
         assert_eq!(
-            TargetId::of_code_object(&v3).unwrap().xnack,
-            Feature::Unsupported
+            (t.xnack, t.sramecc),
+            (Feature::Unsupported, Feature::Unsupported)
         );
         assert_eq!(TargetId::of_code_object(b"not an elf"), None);
     }

@@ -8,8 +8,9 @@
 //! (a page fault) through the runtime's system event naming the GPU, not
 //! through the completion signal, which then never completes: the wait
 //! looks at both, and from then on the engine refuses work with the
-//! fault's text, while the rest of the runtime, other GPUs included, stays
-//! usable.
+//! fault's text, while the rest of the runtime stays usable. Other GPUs
+//! go on copying, but launch no kernels after a page fault (the runtime
+//! reports only the first).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -111,6 +112,25 @@ impl Engine {
         Ok(state)
     }
 
+    /// `Ok` while the engine takes kernel launches; the fault's text once
+    /// it does not.
+    pub fn check_usable(&self) -> Result<()> {
+        self.lock().and_then(|_| self.check_no_page_fault())
+    }
+
+    /// ROCr tells of a process's first GPU page fault only (its handler
+    /// does not re-arm): after one, on any GPU, a kernel that faults would
+    /// never end, so no GPU launches kernels any more. Copies go on.
+    fn check_no_page_fault(&self) -> Result<()> {
+        match self.rt.faults.first() {
+            None => Ok(()),
+            Some(fault) => Err(Error::backend(format!(
+                "{}: no kernel launches after a GPU page fault ({fault}, agent {:#x}): the HSA runtime reports only the first one, so a later fault would hang",
+                self.label, fault.agent.handle
+            ))),
+        }
+    }
+
     /// Runs one asynchronous copy (or fill) that `start` begins with the
     /// given completion signal, and waits for it.
     pub fn copy(&self, what: &str, start: impl FnOnce(hsa_signal_t) -> u32) -> Result<()> {
@@ -134,6 +154,7 @@ impl Engine {
         what: &str,
     ) -> Result<()> {
         let mut state = self.lock()?;
+        self.check_no_page_fault()?;
         let api = &self.rt.api;
         let queue = state.queue as *mut hsa_queue_t;
         packet.completion_signal = state.signal;

@@ -48,6 +48,15 @@ impl std::fmt::Display for MemoryFault {
 pub struct FaultLog(Mutex<Vec<MemoryFault>>);
 
 impl FaultLog {
+    /// The first fault of any GPU, if any.
+    pub fn first(&self) -> Option<MemoryFault> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .first()
+            .copied()
+    }
+
     /// The first fault `agent` reported, if any.
     pub fn of(&self, agent: hsa_agent_t) -> Option<MemoryFault> {
         let log = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -64,7 +73,7 @@ impl FaultLog {
 
 /// ROCr's system events: a GPU memory fault is recorded for that GPU
 /// (whose engine then fails its wait) and handled, so that ROCr does not
-/// abort the process.
+/// abort the process; other events are left to the runtime.
 unsafe extern "C" fn on_system_event(
     event: *const sys::hsa_amd_event_t,
     data: *mut c_void,
@@ -74,15 +83,18 @@ unsafe extern "C" fn on_system_event(
     }
     // SAFETY: ROCr passes a valid event, and our log as `data`.
     let (kind, log) = unsafe { ((*event).event_type, &*data.cast::<FaultLog>()) };
-    if kind == sys::HSA_AMD_GPU_MEMORY_FAULT_EVENT {
-        // SAFETY: for this type the union holds the memory fault.
-        let info = unsafe { (*event).memory_fault };
-        log.record(MemoryFault {
-            agent: info.agent,
-            address: info.virtual_address,
-            reasons: info.fault_reason_mask,
-        });
+    if kind != sys::HSA_AMD_GPU_MEMORY_FAULT_EVENT {
+        // Not handled: the runtime's default (for hardware exceptions and
+        // memory errors, ending the process) applies.
+        return sys::HSA_STATUS_ERROR;
     }
+    // SAFETY: for this type the union holds the memory fault.
+    let info = unsafe { (*event).memory_fault };
+    log.record(MemoryFault {
+        agent: info.agent,
+        address: info.virtual_address,
+        reasons: info.fault_reason_mask,
+    });
     sys::HSA_STATUS_SUCCESS
 }
 
@@ -192,8 +204,14 @@ impl Runtime {
                 )
             };
             self.check(r, "hsa_isa_get_info_alt(NAME_LENGTH)")?;
-            // Room for a terminator some runtimes write past the length.
-            let mut name = vec![0u8; len.min(4096) as usize + 1];
+            if len > 4096 {
+                return Err(Error::backend(format!(
+                    "hsa_isa_get_info_alt: an ISA name of {len} bytes"
+                )));
+            }
+            // Room for a terminator: older runtimes count it, newer ones
+            // write it past the length.
+            let mut name = vec![0u8; len as usize + 1];
             // SAFETY: the name is `len` bytes, and the buffer is larger.
             let r = unsafe {
                 (self.api.hsa_isa_get_info_alt)(

@@ -176,6 +176,8 @@ impl AmdgpuKernel {
     pub(crate) fn launch(&self, args: KernelArgs<'_>, config: &LaunchConfig) -> Result<()> {
         self.check_config(config)?;
         let gpu = self.gpu();
+        // A GPU that faulted refuses before any scratch memory is taken.
+        gpu.engine.check_usable()?;
         // A kernel with a teams reduction gets a launch environment in
         // place of the "none" the OpenMP face put first (as the CUDA plugin).
         let reduction = match (self.openmp.and_then(|o| o.reduction_buffer), args) {
@@ -234,8 +236,18 @@ impl AmdgpuKernel {
             ..Default::default()
         };
         let _span = tracing::debug_span!("amdgpu_launch", kernel = %self.name, grid = ?config.num_groups, block = ?config.group_size, lds = config.dyn_group_memory).entered();
-        gpu.engine
-            .dispatch(packet, dims, &format!("kernel '{}'", self.name))
+        let done = gpu
+            .engine
+            .dispatch(packet, dims, &format!("kernel '{}'", self.name));
+        if done.is_err() {
+            // The kernel may not have ended (a fault leaves its waves
+            // behind): its argument buffer and launch environment are
+            // never reused or freed. The engine refuses work from now on,
+            // so this happens once per GPU.
+            std::mem::forget(buffer);
+            std::mem::forget(reduction);
+        }
+        done
     }
 
     /// Fills the hidden arguments the metadata lists (those the device
@@ -287,9 +299,17 @@ impl<'g> KernargBuffer<'g> {
     const MIN_CAPACITY: usize = 512;
 
     fn take(gpu: &'g Gpu, size: usize) -> Result<KernargBuffer<'g>> {
-        let block = match gpu.scratch.kernargs.take(size) {
+        let capacity = size.next_power_of_two().max(Self::MIN_CAPACITY);
+        let block = match gpu.scratch.kernargs.take(size, capacity) {
             Some(block) => block,
-            None => Self::allocate(gpu, size.next_power_of_two().max(Self::MIN_CAPACITY))?,
+            None => Self::allocate(gpu, capacity).or_else(|_| {
+                // Short of memory: give back what is idle, and try again.
+                for idle in gpu.scratch.kernargs.drain() {
+                    // SAFETY: an idle block no dispatch reads any more.
+                    unsafe { (gpu.rt.api.hsa_amd_memory_pool_free)(idle.ptr as *mut c_void) };
+                }
+                Self::allocate(gpu, capacity)
+            })?,
         };
         // SAFETY: `size <= capacity` bytes of host memory the block owns,
         // read by no dispatch while it is taken.

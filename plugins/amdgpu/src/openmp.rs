@@ -99,9 +99,16 @@ impl<'g> LaunchEnvironment<'g> {
                     gpu.label
                 ))
             })?;
-        let block = match gpu.scratch.launch_envs.take(need) {
+        let block = match gpu.scratch.launch_envs.take(need, need.saturating_mul(2)) {
             Some(block) => block,
-            None => make_block(gpu, need)?,
+            None => make_block(gpu, need).or_else(|_| {
+                // Short of memory: give back what is idle, and try again.
+                for idle in gpu.scratch.launch_envs.drain() {
+                    // SAFETY: an idle block no launch uses any more.
+                    let _ = unsafe { free_block(gpu, idle) };
+                }
+                make_block(gpu, need)
+            })?,
         };
         let env = LaunchEnvironment { gpu, block };
         // The buffer and the two 32-bit counters that open the environment.

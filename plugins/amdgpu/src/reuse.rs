@@ -23,13 +23,14 @@ pub(crate) struct Block {
 pub(crate) struct Idle(Mutex<Vec<Block>>);
 
 impl Idle {
-    /// The smallest idle block of at least `need` bytes, taken out.
-    pub fn take(&self, need: usize) -> Option<Block> {
+    /// The smallest idle block of `need` to `most` bytes, taken out (a
+    /// block much larger than needed is left for a launch that needs it).
+    pub fn take(&self, need: usize, most: usize) -> Option<Block> {
         let mut idle = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let best = idle
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.capacity >= need)
+            .filter(|(_, b)| b.capacity >= need && b.capacity <= most)
             .min_by_key(|(_, b)| b.capacity)
             .map(|(i, _)| i)?;
         Some(idle.swap_remove(best))
@@ -82,11 +83,12 @@ mod tests {
         for b in [block(1, 512), block(2, 256), block(3, 1024)] {
             assert_eq!(idle.keep(b), None);
         }
-        assert_eq!(idle.take(300), Some(block(1, 512)));
-        assert_eq!(idle.take(2000), None);
-        assert_eq!(idle.take(1), Some(block(2, 256)));
+        assert_eq!(idle.take(300, 600), Some(block(1, 512)));
+        assert_eq!(idle.take(2000, 4000), None);
+        assert_eq!(idle.take(1, 2), None, "all much larger than needed");
+        assert_eq!(idle.take(1, usize::MAX), Some(block(2, 256)));
         assert_eq!(idle.drain(), [block(3, 1024)]);
-        assert_eq!(idle.take(1), None);
+        assert_eq!(idle.take(1, usize::MAX), None);
     }
 
     #[test]

@@ -146,7 +146,8 @@ pub type AgentCallback = unsafe extern "C" fn(hsa_agent_t, *mut c_void) -> hsa_s
 pub type PoolCallback = unsafe extern "C" fn(hsa_amd_memory_pool_t, *mut c_void) -> hsa_status_t;
 pub type IsaCallback = unsafe extern "C" fn(hsa_isa_t, *mut c_void) -> hsa_status_t;
 /// `hsa_isa_info_t`: the length of an ISA's name (u32), and the name
-/// (`char[length]`, not terminated): `amdgcn-amd-amdhsa--gfx90a:xnack-`.
+/// (`amdgcn-amd-amdhsa--gfx90a:xnack-`; current runtimes count and write
+/// a terminating NUL, older ones neither).
 pub const HSA_ISA_INFO_NAME_LENGTH: u32 = 0;
 pub const HSA_ISA_INFO_NAME: u32 = 1;
 /// `hsa_amd_system_event_callback_t`: called with an [`hsa_amd_event_t`].

@@ -744,7 +744,7 @@ fn openmp_code_objects_get_their_environments() {
 
 #[test]
 fn a_fault_is_an_error_and_other_devices_stay_usable() {
-    let Some((_g, _fake, rt)) = setup() else {
+    let Some((_g, fake, rt)) = setup() else {
         return;
     };
     let Some(image) = kernels("gfx90a") else {
@@ -768,8 +768,11 @@ fn a_fault_is_an_error_and_other_devices_stay_usable() {
     // SAFETY: `one` is readable for the call.
     let e = unsafe { d0.copy_to_device(p, one.as_ptr(), 1) }.unwrap_err();
     assert!(e.message().contains("failed earlier"), "{e}");
+    // Refused before any kernel-argument memory is taken.
+    let allocations = fake.calls("hsa_amd_memory_pool_allocate");
     let e = launch_one_group(d0, &fault, &args, 1).unwrap_err();
     assert!(e.message().contains("failed earlier"), "{e}");
+    assert_eq!(fake.calls("hsa_amd_memory_pool_allocate"), allocations);
     // The other GPU, and the shared runtime's, still work.
     let q = d1.alloc(16, AllocKind::Device).unwrap();
     write(d1, q, &[5u8; 16]);
@@ -803,23 +806,58 @@ fn a_page_fault_names_its_address_and_stops_only_that_gpu() {
             && m.contains("page not present"),
         "{e}"
     );
+    assert!(!m.contains("no kernel launches"), "{e}");
     let e = launch_one_group(d1, &fault, &args, 1).unwrap_err();
     assert!(e.message().contains("failed earlier"), "{e}");
-    // GPU 0 of the same runtime never faulted: it copies and runs kernels.
+    // GPU 0 of the same runtime never faulted: it copies, but launches no
+    // kernel, since ROCr would not report a second page fault.
+    let p = d0.alloc(64, AllocKind::Device).unwrap();
+    write(d0, p, &[3i32; 16]);
+    assert_eq!(read::<i32>(d0, p, 16), [3; 16]);
     let program = d0.load_program(&image).unwrap();
     let fill = program.kernel("fake_fill").unwrap();
-    let p = d0.alloc(64, AllocKind::Device).unwrap();
     let mut args = p.0.to_ne_bytes().to_vec();
     args.extend_from_slice(&7i32.to_ne_bytes());
     args.extend_from_slice(&16i32.to_ne_bytes());
-    d0.launch(
-        &fill,
-        KernelArgs::Packed(&args),
-        &LaunchConfig::linear(1, 16),
-    )
-    .unwrap();
-    assert_eq!(read::<i32>(d0, p, 16), [7; 16]);
+    let e = launch_one_group(d0, &fill, &args, 16).unwrap_err();
+    assert!(
+        e.message().contains("amdgpu-0")
+            && e.message()
+                .contains("no kernel launches after a GPU page fault")
+            && e.message().contains("0xdead0000"),
+        "{e}"
+    );
+    assert_eq!(read::<i32>(d0, p, 16), [3; 16]);
     d0.free(p).unwrap();
+}
+
+#[test]
+fn kernel_arguments_are_zeroed_between_launches() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(image) = kernels("gfx90a") else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&image).unwrap();
+    let fill = program.kernel("fake_fill").unwrap();
+    let p = d.alloc(64, AllocKind::Device).unwrap();
+    let mut args = p.0.to_ne_bytes().to_vec();
+    args.extend_from_slice(&7i32.to_ne_bytes());
+    args.extend_from_slice(&16i32.to_ne_bytes());
+    launch_one_group(d, &fill, &args, 16).unwrap();
+    assert_eq!(read::<i32>(d, p, 16), [7; 16]);
+    // The same buffer again, with only the pointer given: the value and
+    // count the last launch left there read as 0 (nothing filled).
+    let allocations = fake.calls("hsa_amd_memory_pool_allocate");
+    launch_one_group(d, &fill, &args[..8], 16).unwrap();
+    assert_eq!(fake.calls("hsa_amd_memory_pool_allocate"), allocations);
+    let (_, _, _, kernargs) = fake.last_dispatch();
+    assert_eq!(&kernargs[..8], &args[..8]);
+    assert_eq!(&kernargs[8..16], &[0; 8]);
+    assert_eq!(read::<i32>(d, p, 16), [7; 16]);
+    d.free(p).unwrap();
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! AMD GPU target IDs: a processor and the settings of its `xnack` and
 //! `sramecc` features (`gfx90a:sramecc+:xnack-`), as clang's
 //! `--offload-arch` takes them, as the HSA runtime names an agent's ISA,
-//! and as code objects of version 4 and later say them in `e_flags`.
+//! and as code objects say them in `e_flags` (fully from version 4).
 //!
 //! A code object runs on an agent when the processors are equal and each
 //! feature the code object turns on (`+`) or off (`-`) is set the same way
@@ -18,6 +18,11 @@ const SRAMECC_V4: u32 = 0xc00;
 /// `EI_ABIVERSION` of code object version 4 (`ELFABIVERSION_AMDGPU_HSA_V4`);
 /// versions 5 and 6 are 3 and 4, with the same feature bits.
 const ABI_VERSION_V4: u8 = 2;
+/// `EI_ABIVERSION` of code object version 3, whose `e_flags` have one bit
+/// per feature (`EF_AMDGPU_FEATURE_XNACK_V3`, `..._SRAMECC_V3`): set is on.
+const ABI_VERSION_V3: u8 = 1;
+const XNACK_V3: u32 = 0x100;
+const SRAMECC_V3: u32 = 0x200;
 /// The offset of `EI_ABIVERSION` in the ELF identification.
 const EI_ABIVERSION: usize = 8;
 
@@ -141,26 +146,26 @@ impl TargetId {
         Ok(target)
     }
 
-    /// The target ID of a code object: its processor (`e_flags`) and, for
-    /// code object version 4 and later, its feature settings. `None` when
-    /// the bytes are not a 64-bit AMD GPU ELF file of a known processor.
+    /// The target ID of a code object: its processor (`e_flags`) and its
+    /// feature settings. Version 3 code objects say only "on" (a clear
+    /// bit is taken as "any", where the loader would read "off" on
+    /// processors with the feature); older ones say nothing.
+    /// `None` when the bytes are not a 64-bit AMD GPU ELF file of a known
+    /// processor.
     pub fn of_code_object(bytes: &[u8]) -> Option<TargetId> {
         let processor = super::code_object_processor(bytes)?;
         let flags = crate::elf::info(bytes).ok()?.flags;
-        let versioned = bytes
-            .get(EI_ABIVERSION)
-            .is_some_and(|&v| v >= ABI_VERSION_V4);
-        let feature = |mask| {
-            if versioned {
-                Feature::from_flags(flags, mask)
-            } else {
-                Feature::Unsupported
-            }
+        let abi = bytes.get(EI_ABIVERSION).copied().unwrap_or(0);
+        let feature = |v4_mask, v3_bit| match abi {
+            v if v >= ABI_VERSION_V4 => Feature::from_flags(flags, v4_mask),
+            ABI_VERSION_V3 if flags & v3_bit != 0 => Feature::On,
+            ABI_VERSION_V3 => Feature::Any,
+            _ => Feature::Unsupported,
         };
         Some(TargetId {
             processor: processor.to_string(),
-            sramecc: feature(SRAMECC_V4),
-            xnack: feature(XNACK_V4),
+            sramecc: feature(SRAMECC_V4, SRAMECC_V3),
+            xnack: feature(XNACK_V4, XNACK_V3),
         })
     }
 

@@ -11,7 +11,7 @@
  *  - agents: one CPU agent ("fake-cpu") then FAKE_HSA_GPUS (default 2, at
  *    most 15) GPU agents of target ID FAKE_HSA_ARCH (default gfx90a; e.g.
  *    gfx90a:sramecc+:xnack-), MI210-like: the agent's name is the processor,
- *    its one ISA is named amdgcn-amd-amdhsa--FAKE_HSA_ARCH;
+ *    its one ISA is named amdgcn-amd-amdhsa--FAKE_HSA_ARCH (NUL counted);
  *  - memory pools: the CPU agent has a fine-grained kernarg pool and a
  *    fine-grained pool; each GPU a coarse-grained 64 GiB pool and a group
  *    segment pool that does not allow allocation. Allocations are zeroed,
@@ -643,10 +643,11 @@ hsa_status_t hsa_isa_get_info_alt(hsa_isa_t isa, uint32_t attr, void *value) {
   if (!value)
     return INVALID_ARGUMENT;
   char name[128];
-  int len = snprintf(name, sizeof name, ISA_PREFIX "%s", arch);
+  /* As current ROCr: the length counts the terminating NUL, written too. */
+  int len = snprintf(name, sizeof name, ISA_PREFIX "%s", arch) + 1;
   switch (attr) {
-  case 0: put_u32(value, (uint32_t)len); return SUCCESS;  /* NAME_LENGTH */
-  case 1: memcpy(value, name, (size_t)len); return SUCCESS; /* NAME, no NUL */
+  case 0: put_u32(value, (uint32_t)len); return SUCCESS; /* NAME_LENGTH */
+  case 1: memcpy(value, name, (size_t)len); return SUCCESS; /* NAME */
   default: return INVALID_ARGUMENT;
   }
 }
