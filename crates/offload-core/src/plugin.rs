@@ -546,10 +546,38 @@ pub trait Queue: Send + Sync + AsAny {
     }
 }
 
+/// The plugin's own kernel type `K` behind a kernel a queue was handed,
+/// or an invalid-argument error naming the kernel and `plugin` (`CUDA`,
+/// `host`, ...). Every plugin's `launch` starts with it.
+pub fn own_kernel<'k, K: Kernel>(kernel: &'k dyn Kernel, plugin: &str) -> Result<&'k K> {
+    kernel.as_any().downcast_ref::<K>().ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "kernel '{}' does not belong to the {plugin} plugin",
+            kernel.name()
+        ))
+    })
+}
+
+/// The error of a kernel launched on a queue of a device other than the
+/// one its program was loaded on (devices named by their labels).
+pub fn kernel_on_other_device(kernel: &str, loaded_on: &str, queue_of: &str) -> Error {
+    Error::invalid_argument(format!(
+        "kernel '{kernel}' was loaded on {loaded_on}, not {queue_of}"
+    ))
+}
+
 /// A point in a queue's work.
 pub trait Event: Send + Sync + AsAny {
     fn synchronize(&self) -> Result<()>;
     fn is_complete(&self) -> Result<bool>;
+}
+
+/// The plugin's own event type `E` behind an event a queue was asked to
+/// wait for, or an invalid-argument error naming `plugin`.
+pub fn own_event<'e, E: Event>(event: &'e dyn Event, plugin: &str) -> Result<&'e E> {
+    event.as_any().downcast_ref::<E>().ok_or_else(|| {
+        Error::invalid_argument(format!("the event does not belong to the {plugin} plugin"))
+    })
 }
 
 /// The event of a queue whose work has always finished by the time it is
@@ -562,5 +590,70 @@ impl Event for FinishedEvent {
     }
     fn is_complete(&self) -> Result<bool> {
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Saxpy;
+    impl Kernel for Saxpy {
+        fn name(&self) -> &str {
+            "saxpy"
+        }
+    }
+    struct OtherKernel;
+    impl Kernel for OtherKernel {
+        fn name(&self) -> &str {
+            "other"
+        }
+    }
+
+    #[test]
+    fn own_kernel_takes_the_plugins_type_and_names_a_foreign_one() {
+        let mine: &dyn Kernel = &Saxpy;
+        assert!(own_kernel::<Saxpy>(mine, "CUDA").is_ok());
+        let foreign: &dyn Kernel = &OtherKernel;
+        let e = own_kernel::<Saxpy>(foreign, "CUDA").err().unwrap();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        assert!(
+            e.to_string()
+                .contains("kernel 'other' does not belong to the CUDA plugin"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn own_event_refuses_another_plugins_event() {
+        struct OtherEvent;
+        impl Event for OtherEvent {
+            fn synchronize(&self) -> Result<()> {
+                Ok(())
+            }
+            fn is_complete(&self) -> Result<bool> {
+                Ok(true)
+            }
+        }
+        assert!(own_event::<FinishedEvent>(&FinishedEvent, "AMDGPU").is_ok());
+        let e = own_event::<FinishedEvent>(&OtherEvent, "AMDGPU")
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .contains("does not belong to the AMDGPU plugin"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_kernel_on_another_device_names_both() {
+        let e = kernel_on_other_device("k", "cuda-0 (H200)", "cuda-1 (H200)");
+        assert_eq!(e.code(), ErrorCode::InvalidArgument);
+        assert!(
+            e.to_string()
+                .contains("kernel 'k' was loaded on cuda-0 (H200), not cuda-1 (H200)"),
+            "{e}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use offload_core::plugin::{self, DevicePtr, KernelArgs, LaunchConfig};
-use offload_core::{Error, Result};
+use offload_core::Result;
 
 use crate::gpu::Gpu;
 use crate::kernel::AmdgpuKernel;
@@ -59,20 +59,13 @@ impl plugin::Queue for AmdgpuQueue {
         args: KernelArgs<'_>,
         config: &LaunchConfig,
     ) -> Result<()> {
-        let k = kernel
-            .as_any()
-            .downcast_ref::<AmdgpuKernel>()
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "kernel '{}' does not belong to the AMDGPU plugin",
-                    kernel.name()
-                ))
-            })?;
+        let k = plugin::own_kernel::<AmdgpuKernel>(kernel, "AMDGPU")?;
         if !Arc::ptr_eq(&k.program.gpu, &self.gpu) {
-            return Err(Error::invalid_argument(format!(
-                "kernel '{}' was loaded on {}, not {}",
-                k.name, k.program.gpu.label, self.gpu.label
-            )));
+            return Err(plugin::kernel_on_other_device(
+                &k.name,
+                &k.program.gpu.label,
+                &self.gpu.label,
+            ));
         }
         k.launch(args, config)
     }

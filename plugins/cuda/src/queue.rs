@@ -261,20 +261,13 @@ impl plugin::Queue for CudaQueue {
         args: KernelArgs<'_>,
         config: &LaunchConfig,
     ) -> Result<()> {
-        let k = kernel
-            .as_any()
-            .downcast_ref::<CudaKernel>()
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "kernel '{}' does not belong to the CUDA plugin",
-                    kernel.name()
-                ))
-            })?;
+        let k = plugin::own_kernel::<CudaKernel>(kernel, "CUDA")?;
         if k.module.gpu.ordinal != self.gpu.ordinal {
-            return Err(Error::invalid_argument(format!(
-                "kernel '{}' was loaded on {}, not {}",
-                k.name, k.module.gpu.label, self.gpu.label
-            )));
+            return Err(plugin::kernel_on_other_device(
+                &k.name,
+                &k.module.gpu.label,
+                &self.gpu.label,
+            ));
         }
         // OpenMP kernels arrive with the sizes the core picked
         // (`offload_core::launch`).
@@ -422,9 +415,7 @@ impl plugin::Queue for CudaQueue {
     }
 
     fn wait_event(&self, event: &dyn plugin::Event) -> Result<()> {
-        let e = event.as_any().downcast_ref::<CudaEvent>().ok_or_else(|| {
-            Error::invalid_argument("the event does not belong to the CUDA plugin")
-        })?;
+        let e = plugin::own_event::<CudaEvent>(event, "CUDA")?;
         let (s, ev) = (self.raw(), e.raw());
         // SAFETY: a live stream and event (events of any device may be waited on).
         self.gpu.call("cuStreamWaitEvent", |d| unsafe {

@@ -126,9 +126,10 @@ pub struct ForwardKernel<T> {
 }
 
 impl<T: Transport> ForwardKernel<T> {
-    /// The server's id of `kernel`, if it is a kernel of transport `T`.
-    pub fn id_of(kernel: &dyn plugin::Kernel) -> Option<u64> {
-        kernel.as_any().downcast_ref::<Self>().map(|k| k.id)
+    /// The server's id of `kernel`, or an error naming `plugin` when it
+    /// is not a kernel of transport `T`.
+    pub fn id_of(kernel: &dyn plugin::Kernel, plugin: &str) -> Result<u64> {
+        plugin::own_kernel::<Self>(kernel, plugin).map(|k| k.id)
     }
 }
 

@@ -34,12 +34,7 @@ impl plugin::Event for HostEvent {
 }
 
 pub(crate) fn host_kernel(kernel: &dyn plugin::Kernel) -> Result<&HostKernel> {
-    kernel.as_any().downcast_ref::<HostKernel>().ok_or_else(|| {
-        Error::invalid_argument(format!(
-            "kernel '{}' does not belong to the host plugin",
-            kernel.name()
-        ))
-    })
+    plugin::own_kernel(kernel, "host")
 }
 
 /// Run one launch to completion.

@@ -401,8 +401,7 @@ impl plugin::Queue for MpiQueue {
         args: KernelArgs<'_>,
         config: &LaunchConfig,
     ) -> Result<()> {
-        let k = MpiKernel::id_of(kernel)
-            .ok_or_else(|| Error::invalid_argument("kernel of another plugin"))?;
+        let k = MpiKernel::id_of(kernel, "MPI")?;
         self.defer(request::launch(k, args, config))
     }
 

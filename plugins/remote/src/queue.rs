@@ -463,12 +463,7 @@ fn wait(shared: &Shared, conn: &Connection, ticket: u64) -> Result<()> {
 }
 
 fn kernel_id(kernel: &dyn plugin::Kernel) -> Result<u64> {
-    RemoteKernel::id_of(kernel).ok_or_else(|| {
-        Error::invalid_argument(format!(
-            "kernel '{}' does not belong to the remote plugin",
-            kernel.name()
-        ))
-    })
+    RemoteKernel::id_of(kernel, "remote")
 }
 
 impl plugin::Queue for RemoteQueue {
