@@ -792,6 +792,19 @@ mod tests {
         assert_eq!(e.downcast_ref::<ExitStatusError>().unwrap().status, 2);
     }
 
+    /// Every AMD architecture users may build for is one the runtime
+    /// recognises in a code object's header (or its images would be
+    /// refused as of an unknown processor).
+    #[test]
+    fn every_amd_arch_is_known_to_the_image_reader() {
+        for a in AMD_ARCHS {
+            assert!(
+                offload_image::amdgpu::mach_of(a).is_some(),
+                "{a} has no e_flags value in offload_image::amdgpu"
+            );
+        }
+    }
+
     #[test]
     fn flags_for_nvidia_amd_and_both() {
         let nv = rt(Vendor::Nvidia, "/rtl/nvptx64-nvidia-cuda");

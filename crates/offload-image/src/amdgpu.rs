@@ -67,14 +67,92 @@ const PROCESSORS: &[(u32, &str)] = &[
     (0x4a, "gfx1151"),
     (0x4b, "gfx941"),
     (0x4c, "gfx942"),
+    (0x49, "gfx1250"),
     (0x4e, "gfx1201"),
     (0x4f, "gfx950"),
+    (0x51, "gfx9-generic"),
+    (0x52, "gfx10-1-generic"),
+    (0x53, "gfx10-3-generic"),
+    (0x54, "gfx11-generic"),
+    (0x55, "gfx1152"),
+    (0x58, "gfx1153"),
+    (0x59, "gfx12-generic"),
+    (0x5a, "gfx1251"),
+    (0x5b, "gfx12-5-generic"),
+    (0x5f, "gfx9-4-generic"),
 ];
+
+/// LLVM's generic processors and the processors each one's code runs on.
+/// A code object built for a generic processor (code object version 6)
+/// runs on every member, with the generic version of its `e_flags`.
+const GENERIC_FAMILIES: &[(&str, &[&str])] = &[
+    (
+        "gfx9-generic",
+        &["gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"],
+    ),
+    ("gfx9-4-generic", &["gfx940", "gfx941", "gfx942", "gfx950"]),
+    (
+        "gfx10-1-generic",
+        &["gfx1010", "gfx1011", "gfx1012", "gfx1013"],
+    ),
+    (
+        "gfx10-3-generic",
+        &[
+            "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
+        ],
+    ),
+    (
+        "gfx11-generic",
+        &[
+            "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153",
+        ],
+    ),
+    ("gfx12-generic", &["gfx1200", "gfx1201"]),
+    ("gfx12-5-generic", &["gfx1250", "gfx1251"]),
+];
+
+/// `EF_AMDGPU_GENERIC_VERSION`: the generic version's bits of `e_flags`
+/// (code object version 6 and later).
+const EF_AMDGPU_GENERIC_VERSION: u32 = 0xff00_0000;
+/// `EI_ABIVERSION` of code object version 6 (`ELFABIVERSION_AMDGPU_HSA_V6`).
+const ABI_VERSION_V6: u8 = 4;
+/// The lowest generic version the HSA runtime loads (every processor of
+/// today's families joined its family at version 1).
+pub const MIN_GENERIC_VERSION: u8 = 1;
 
 /// The processor (`gfx90a`, ...) that `e_flags` of a code object names.
 pub fn processor(e_flags: u32) -> Option<&'static str> {
     let mach = e_flags & EF_AMDGPU_MACH;
     PROCESSORS.iter().find(|(m, _)| *m == mach).map(|(_, n)| *n)
+}
+
+/// The generic processor whose code runs on `processor` (`gfx11-generic`
+/// for `gfx1100`), if it belongs to a family.
+pub fn generic_of(processor: &str) -> Option<&'static str> {
+    GENERIC_FAMILIES
+        .iter()
+        .find(|(_, members)| members.contains(&processor))
+        .map(|(generic, _)| *generic)
+}
+
+/// Whether `processor` is one of LLVM's generic processors.
+pub fn is_generic(processor: &str) -> bool {
+    GENERIC_FAMILIES.iter().any(|(g, _)| *g == processor)
+}
+
+/// The generic version of a code object (`e_flags` bits 24-31): 0 when
+/// the code object is older than version 6 or its header does not say.
+/// `None` when the bytes are not a 64-bit AMD GPU ELF file.
+pub fn code_object_generic_version(bytes: &[u8]) -> Option<u8> {
+    let info = crate::elf::info(bytes).ok()?;
+    if info.machine != crate::elf::EM_AMDGPU || info.class != 64 {
+        return None;
+    }
+    let abi = bytes.get(8).copied().unwrap_or(0);
+    if abi < ABI_VERSION_V6 {
+        return Some(0);
+    }
+    Some(((info.flags & EF_AMDGPU_GENERIC_VERSION) >> 24) as u8)
 }
 
 /// The `e_flags` processor value of `name` (`gfx90a`, or a target ID
@@ -193,15 +271,53 @@ mod tests {
     }
 
     #[test]
+    fn generic_families() {
+        assert_eq!(generic_of("gfx1100"), Some("gfx11-generic"));
+        assert_eq!(generic_of("gfx1153"), Some("gfx11-generic"));
+        assert_eq!(generic_of("gfx942"), Some("gfx9-4-generic"));
+        assert_eq!(generic_of("gfx906"), Some("gfx9-generic"));
+        assert_eq!(generic_of("gfx90a"), None);
+        assert_eq!(generic_of("gfx908"), None);
+        assert_eq!(generic_of("gfx11-generic"), None);
+        for (generic, members) in GENERIC_FAMILIES {
+            assert!(is_generic(generic));
+            assert!(mach_of(generic).is_some(), "{generic} has an e_flags value");
+            for m in *members {
+                assert!(mach_of(m).is_some(), "{m} has an e_flags value");
+                assert!(!is_generic(m));
+            }
+        }
+    }
+
+    #[test]
+    fn generic_version_of_a_code_object() {
+        let bytes = include_bytes!("../tests/data/scale-gfx90a.hsaco");
+        // Version 5 (EI_ABIVERSION 3): no generic version, whatever the
+        // top bits say.
+        let mut co = bytes.to_vec();
+        co[48..52].copy_from_slice(&0x0100_0154u32.to_le_bytes());
+        co[8] = 3;
+        assert_eq!(code_object_generic_version(&co), Some(0));
+        co[8] = ABI_VERSION_V6;
+        assert_eq!(code_object_generic_version(&co), Some(1));
+        assert_eq!(
+            TargetId::of_code_object(&co).unwrap().processor,
+            "gfx11-generic"
+        );
+        assert_eq!(code_object_generic_version(b"not an elf"), None);
+    }
+
+    #[test]
     fn target_id_of_a_clang_code_object() {
-        // Built by clang-22 with --offload-arch=gfx90a: version 5, both
-        // features left to "any".
+        // Built by clang-22 for gfx90a: code object version 6 (clang-22's
+        // default), both features left to "any", generic version 0.
         let bytes = include_bytes!("../tests/data/scale-gfx90a.hsaco");
         let t = TargetId::of_code_object(bytes).unwrap();
         assert_eq!(
             (t.processor.as_str(), t.xnack, t.sramecc),
             ("gfx90a", Feature::Any, Feature::Any)
         );
+        assert_eq!(code_object_generic_version(bytes), Some(0));
         // The same header read as version 3 (one bit per feature: 0x53f
         // has xnack's set, sramecc's clear) and as version 2.
         let mut old = bytes.to_vec();

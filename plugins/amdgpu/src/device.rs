@@ -6,7 +6,7 @@ use offload_core::plugin::{self, AllocKind, Backend, DeviceInfo, DevicePtr, Devi
 use offload_core::{Error, Result};
 use offload_image::DeviceImage;
 
-use offload_image::amdgpu::TargetId;
+use offload_image::amdgpu::{self, TargetId};
 
 use crate::gpu::{Gpu, GROUP_MEMORY_BYTES};
 use crate::{image, memory, queue, TARGET_TRIPLE};
@@ -62,6 +62,16 @@ impl plugin::Device for AmdgpuDevice {
         let Some(code) = TargetId::of_code_object(image.bytes) else {
             return Some("not an AMD GPU code object of a known processor".to_string());
         };
+        if amdgpu::is_generic(&code.processor)
+            && amdgpu::code_object_generic_version(image.bytes).unwrap_or(0)
+                < amdgpu::MIN_GENERIC_VERSION
+        {
+            return Some(format!(
+                "the code object is built for the generic processor {} but has no \
+                 generic version (e_flags bits 24-31 of a version 6 code object)",
+                code.processor
+            ));
+        }
         let gpu_runs = |target: &TargetId| self.gpu.isa_for(target).is_some();
         if !gpu_runs(&code) {
             return Some(format!(

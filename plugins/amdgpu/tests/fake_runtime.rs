@@ -183,6 +183,22 @@ impl Fake {
             ) != 0
         }
     }
+    /// The agents' target ID and whether they list their family's generic
+    /// ISA, until the guard returned is dropped (then as `setup` left them).
+    fn agents_as(&self, target_id: &str, with_generic_isa: bool) -> ArchGuard<'_> {
+        self.set_arch(target_id, with_generic_isa);
+        ArchGuard(self)
+    }
+    fn set_arch(&self, target_id: &str, with_generic_isa: bool) {
+        let t = CString::new(target_id).unwrap();
+        // SAFETY: the fake's target-ID control.
+        unsafe {
+            self.sym::<unsafe extern "C" fn(*const c_char, c_int)>("fake_hsa_set_arch\0")(
+                t.as_ptr(),
+                c_int::from(with_generic_isa),
+            )
+        }
+    }
     /// (dispatches so far, the last packet, kernel name, kernel arguments).
     fn last_dispatch(&self) -> (i32, [u8; 64], String, Vec<u8>) {
         let mut packet = [0u8; 64];
@@ -247,6 +263,14 @@ fn amdgpu_runtime() -> Runtime {
     Runtime::new(config, &[offload_plugin_amdgpu::ENTRY])
 }
 
+/// The arguments of `fake_fill`: `n` ints at `p` set to `value`.
+fn fill_args(p: DevicePtr, value: i32, n: i32) -> Vec<u8> {
+    let mut args = p.0.to_ne_bytes().to_vec();
+    args.extend_from_slice(&value.to_ne_bytes());
+    args.extend_from_slice(&n.to_ne_bytes());
+    args
+}
+
 /// One work-group of `size` work-items runs `kernel` with `args`.
 fn launch_one_group(
     d: &offload_core::Device,
@@ -278,6 +302,15 @@ fn read<T: Copy + Default>(d: &offload_core::Device, p: DevicePtr, n: usize) -> 
     }
     .unwrap();
     out
+}
+
+/// Puts the fake's agents back to [`AGENT_TARGET_ID`] when dropped.
+struct ArchGuard<'a>(&'a Fake);
+
+impl Drop for ArchGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set_arch(AGENT_TARGET_ID, true);
+    }
 }
 
 /// What the fake's GPUs run: sramecc on, xnack off.
@@ -523,9 +556,7 @@ fn launches_past_the_devices_limits_are_refused_naming_the_kernel() {
     let program = d.load_program(&image).unwrap();
     let k = program.kernel("fake_fill").unwrap();
     let p = d.alloc(64, AllocKind::Device).unwrap();
-    let mut args = p.0.to_ne_bytes().to_vec();
-    args.extend_from_slice(&7i32.to_ne_bytes());
-    args.extend_from_slice(&16i32.to_ne_bytes());
+    let args = fill_args(p, 7, 16);
     for config in [
         LaunchConfig::linear(1, 2048),
         LaunchConfig {
@@ -631,6 +662,66 @@ fn code_objects_must_suit_the_gpus_xnack_and_sramecc_settings() {
     assert!(!image(&any, Some("gfx90a:bogus+")).0);
     assert!(!image(&any, Some("gfx942")).0);
     assert!(image(&any, Some("gfx90a")).0);
+}
+
+#[test]
+fn generic_code_objects_run_on_every_processor_of_their_family() {
+    let Some((_g, fake, _rt)) = setup() else {
+        return;
+    };
+    let Some(generic) = kernels("gfx11-generic") else {
+        return;
+    };
+    let rdna2 = kernels("gfx10-3-generic").unwrap();
+    let _restore = fake.agents_as("gfx1100", true);
+    // Whether or not the runtime lists the family's generic ISA (ROCr
+    // does since it knows generic code objects; older runtimes do not).
+    for listed in [true, false] {
+        fake.set_arch("gfx1100", listed);
+        let rt = amdgpu_runtime();
+        let d = &rt.devices()[0];
+        let image = offload_image::unwrap(&generic).unwrap().remove(0);
+        assert!(d.can_run(&image), "listed {listed}");
+        let program = d.load_program(&generic).unwrap();
+        let fill = program.kernel("fake_fill").unwrap();
+        let p = d.alloc(64, AllocKind::Device).unwrap();
+        let args = fill_args(p, 7, 16);
+        launch_one_group(d, &fill, &args, 16).unwrap();
+        assert_eq!(read::<i32>(d, p, 16), vec![7; 16]);
+        d.free(p).unwrap();
+        // Another family's generic code: refused, naming both sides.
+        let e = d.load_program(&rdna2).err().expect("refused");
+        assert_eq!(e.code(), ErrorCode::InvalidBinary);
+        assert!(
+            e.message().contains("gfx10-3-generic") && e.message().contains("gfx1100"),
+            "{e}"
+        );
+        assert_eq!(e.message().contains("gfx11-generic"), listed, "{e}");
+    }
+    // A generic code object without a generic version (not one clang
+    // writes): refused by its header, before the runtime sees it.
+    let mut unversioned = generic.clone();
+    unversioned[48 + 3] = 0;
+    let rt = amdgpu_runtime();
+    let e = rt.devices()[0]
+        .load_program(&unversioned)
+        .err()
+        .expect("refused");
+    assert!(e.message().contains("generic version"), "{e}");
+    // xnack/sramecc hold for generic code as for any: a gfx942 agent with
+    // sramecc on runs gfx9-4-generic code, not code asking for it off.
+    let mi300 = "gfx942:sramecc+:xnack-";
+    let ok = kernels("gfx9-4-generic:sramecc+").unwrap();
+    let off = kernels("gfx9-4-generic:sramecc-").unwrap();
+    fake.set_arch(mi300, true);
+    let rt = amdgpu_runtime();
+    let d = &rt.devices()[0];
+    assert!(d.load_program(&ok).is_ok());
+    let e = d.load_program(&off).err().expect("refused");
+    assert!(
+        e.message().contains("gfx9-4-generic:sramecc-") && e.message().contains(mi300),
+        "{e}"
+    );
 }
 
 #[test]
@@ -816,9 +907,7 @@ fn a_page_fault_names_its_address_and_stops_only_that_gpu() {
     assert_eq!(read::<i32>(d0, p, 16), [3; 16]);
     let program = d0.load_program(&image).unwrap();
     let fill = program.kernel("fake_fill").unwrap();
-    let mut args = p.0.to_ne_bytes().to_vec();
-    args.extend_from_slice(&7i32.to_ne_bytes());
-    args.extend_from_slice(&16i32.to_ne_bytes());
+    let args = fill_args(p, 7, 16);
     let e = launch_one_group(d0, &fill, &args, 16).unwrap_err();
     assert!(
         e.message().contains("amdgpu-0")
@@ -843,9 +932,7 @@ fn kernel_arguments_are_zeroed_between_launches() {
     let program = d.load_program(&image).unwrap();
     let fill = program.kernel("fake_fill").unwrap();
     let p = d.alloc(64, AllocKind::Device).unwrap();
-    let mut args = p.0.to_ne_bytes().to_vec();
-    args.extend_from_slice(&7i32.to_ne_bytes());
-    args.extend_from_slice(&16i32.to_ne_bytes());
+    let args = fill_args(p, 7, 16);
     launch_one_group(d, &fill, &args, 16).unwrap();
     assert_eq!(read::<i32>(d, p, 16), [7; 16]);
     // The same buffer again, with only the pointer given: the value and

@@ -11,7 +11,11 @@
  *  - agents: one CPU agent ("fake-cpu") then FAKE_HSA_GPUS (default 2, at
  *    most 15) GPU agents of target ID FAKE_HSA_ARCH (default gfx90a; e.g.
  *    gfx90a:sramecc+:xnack-), MI210-like: the agent's name is the processor,
- *    its one ISA is named amdgcn-amd-amdhsa--FAKE_HSA_ARCH (NUL counted);
+ *    its first ISA is named amdgcn-amd-amdhsa--FAKE_HSA_ARCH (NUL counted),
+ *    and, as ROCr does, a processor of an LLVM generic family (gfx1100:
+ *    gfx11-generic) has a second ISA, the generic one with the same
+ *    features (fake_hsa_set_arch changes the target ID and turns that
+ *    second ISA off, as older runtimes have none);
  *  - memory pools: the CPU agent has a fine-grained kernarg pool and a
  *    fine-grained pool; each GPU a coarse-grained 64 GiB pool and a group
  *    segment pool that does not allow allocation. Allocations are zeroed,
@@ -43,7 +47,9 @@
  *    MEMORY_APERTURE_VIOLATION);
  *  - code objects: ELF64 little-endian, EM_AMDGPU, every offset checked; a
  *    code object loads only for an agent whose processor is its
- *    EF_AMDGPU_MACH and whose xnack/sramecc settings suit the code object's
+ *    EF_AMDGPU_MACH, or whose family's generic processor it is with a
+ *    generic version (e_flags bits 24-31, code object version 6) of at
+ *    least 1, and whose xnack/sramecc settings suit the code object's
  *    (e_flags of code object version 4 and later, as ROCr's loader); its ".kd" symbols are kernels (their descriptors give
  *    the segment sizes), its global or weak data objects are variables with
  *    host memory of their initial bytes, per executable and agent;
@@ -206,6 +212,8 @@ static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
 static _Atomic int refcount;
 static int ngpus = -1; /* read from the environment at the first hsa_init */
 static char arch[64];
+/* Whether agents list their family's generic ISA after their own. */
+static int list_generic = 1;
 static uint64_t max_alloc, live_bytes;
 static struct alloc *allocs;
 static struct hostlock *locks;
@@ -618,8 +626,47 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, uint32_t attr, void *value) {
   return SUCCESS;
 }
 
-/* Each GPU agent runs one ISA, ISA_BASE + its index; the CPU none. */
+/* Processors: EF_AMDGPU_MACH, and the generic processor of the family
+ * (its name and EF_AMDGPU_MACH), if any. */
+static const struct {
+  const char *name;
+  unsigned mach;
+  const char *generic;
+  unsigned generic_mach;
+} machs[] = {
+    {"gfx900", 0x2c, "gfx9-generic", 0x51},   {"gfx902", 0x2d, "gfx9-generic", 0x51},
+    {"gfx904", 0x2e, "gfx9-generic", 0x51},   {"gfx906", 0x2f, "gfx9-generic", 0x51},
+    {"gfx909", 0x31, "gfx9-generic", 0x51},   {"gfx90c", 0x32, "gfx9-generic", 0x51},
+    {"gfx908", 0x30, 0, 0},                   {"gfx90a", 0x3f, 0, 0},
+    {"gfx942", 0x4c, "gfx9-4-generic", 0x5f}, {"gfx950", 0x4f, "gfx9-4-generic", 0x5f},
+    {"gfx1010", 0x33, "gfx10-1-generic", 0x52}, {"gfx1030", 0x36, "gfx10-3-generic", 0x53},
+    {"gfx1031", 0x37, "gfx10-3-generic", 0x53}, {"gfx1100", 0x41, "gfx11-generic", 0x54},
+    {"gfx1101", 0x46, "gfx11-generic", 0x54},   {"gfx1102", 0x47, "gfx11-generic", 0x54},
+    {"gfx1200", 0x48, "gfx12-generic", 0x59},   {"gfx1201", 0x4e, "gfx12-generic", 0x59},
+};
+
+/* The agents' processor's entry of machs (up to any ":feature"), or -1. */
+static int agent_processor(void) {
+  size_t len = strcspn(arch, ":");
+  for (size_t i = 0; i < sizeof machs / sizeof machs[0]; i++)
+    if (strlen(machs[i].name) == len && !strncmp(machs[i].name, arch, len))
+      return (int)i;
+  return -1;
+}
+
+/* Test control: the GPU agents' target ID from now on (as FAKE_HSA_ARCH),
+ * and whether they list their family's generic ISA. */
+void fake_hsa_set_arch(const char *target_id, int with_generic_isa) {
+  pthread_mutex_lock(&lock);
+  snprintf(arch, sizeof arch, "%s", target_id);
+  list_generic = with_generic_isa;
+  pthread_mutex_unlock(&lock);
+}
+
+/* GPU agent i's own ISA is ISA_BASE + i, its generic one GENERIC_ISA_BASE
+ * + i; the CPU has none. */
 #define ISA_BASE 0x15a0000ULL
+#define GENERIC_ISA_BASE 0x15a1000ULL
 #define ISA_PREFIX "amdgcn-amd-amdhsa--"
 
 hsa_status_t hsa_agent_iterate_isas(hsa_agent_t agent,
@@ -633,18 +680,30 @@ hsa_status_t hsa_agent_iterate_isas(hsa_agent_t agent,
     return INVALID_ARGUMENT;
   if (a == 0)
     return SUCCESS;
-  return cb((hsa_isa_t){ISA_BASE + (uint64_t)a}, data); /* INFO_BREAK too */
+  /* A status other than SUCCESS (INFO_BREAK too) ends the walk. */
+  hsa_status_t r = cb((hsa_isa_t){ISA_BASE + (uint64_t)a}, data);
+  int p = agent_processor();
+  if (r == SUCCESS && list_generic && p >= 0 && machs[p].generic)
+    r = cb((hsa_isa_t){GENERIC_ISA_BASE + (uint64_t)a}, data);
+  return r;
 }
 
 hsa_status_t hsa_isa_get_info_alt(hsa_isa_t isa, uint32_t attr, void *value) {
   ENTER();
-  if (isa.handle <= ISA_BASE || isa.handle > ISA_BASE + (uint64_t)ngpus)
+  int own = isa.handle > ISA_BASE && isa.handle <= ISA_BASE + (uint64_t)ngpus;
+  int p = agent_processor();
+  int generic = p >= 0 && machs[p].generic && isa.handle > GENERIC_ISA_BASE &&
+                isa.handle <= GENERIC_ISA_BASE + (uint64_t)ngpus;
+  if (!own && !generic)
     return INVALID_ISA;
   if (!value)
     return INVALID_ARGUMENT;
   char name[128];
-  /* As current ROCr: the length counts the terminating NUL, written too. */
-  int len = snprintf(name, sizeof name, ISA_PREFIX "%s", arch) + 1;
+  /* As current ROCr: the length counts the terminating NUL, written too.
+   * The generic ISA has the agent's features. */
+  int len = own ? snprintf(name, sizeof name, ISA_PREFIX "%s", arch) + 1
+                : snprintf(name, sizeof name, ISA_PREFIX "%s%s", machs[p].generic,
+                           arch + strcspn(arch, ":")) + 1;
   switch (attr) {
   case 0: put_u32(value, (uint32_t)len); return SUCCESS; /* NAME_LENGTH */
   case 1: memcpy(value, name, (size_t)len); return SUCCESS; /* NAME */
@@ -1332,16 +1391,6 @@ static int elf_valid(const unsigned char *b, size_t n, Elf64Header *h) {
   return 1;
 }
 
-static const struct {
-  const char *name;
-  unsigned mach;
-} machs[] = {
-    {"gfx900", 0x2c}, {"gfx902", 0x2d}, {"gfx904", 0x2e}, {"gfx906", 0x2f},
-    {"gfx908", 0x30}, {"gfx909", 0x31}, {"gfx90c", 0x32}, {"gfx90a", 0x3f},
-    {"gfx940", 0x40}, {"gfx941", 0x4b}, {"gfx942", 0x4c}, {"gfx950", 0x4f},
-    {"gfx1010", 0x33}, {"gfx1030", 0x36}, {"gfx1031", 0x37}, {"gfx1100", 0x41},
-    {"gfx1101", 0x46}, {"gfx1102", 0x47}, {"gfx1200", 0x48}, {"gfx1201", 0x4e},
-};
 
 /* Whether the agents' target ID sets `feature` to `sign` ('+' or '-'). */
 static int agent_sets(const char *feature, char sign) {
@@ -1371,13 +1420,18 @@ static int features_fit(const Elf64Header *h) {
   return 1;
 }
 
-/* EF_AMDGPU_MACH of the agents' architecture (up to any ":feature"), or -1. */
-static int agent_mach(void) {
-  size_t len = strcspn(arch, ":");
-  for (size_t i = 0; i < sizeof machs / sizeof machs[0]; i++)
-    if (strlen(machs[i].name) == len && !strncmp(machs[i].name, arch, len))
-      return (int)machs[i].mach;
-  return -1;
+/* Whether the agents' processor runs the code object's: the same, or its
+ * family's generic processor with a generic version of at least 1 (code
+ * object version 6, EI_ABIVERSION 4, and later). */
+static int processor_fits(const Elf64Header *h) {
+  int p = agent_processor();
+  if (p < 0)
+    return 0;
+  unsigned mach = h->flags & 0xff;
+  if (mach == machs[p].mach)
+    return 1;
+  return machs[p].generic && mach == machs[p].generic_mach && h->ident[8] >= 4 &&
+         (h->flags >> 24) >= 1;
 }
 
 static void free_symbol(struct symbol *s) {
@@ -1558,7 +1612,7 @@ hsa_status_t hsa_executable_load_agent_code_object(
     r = FROZEN_EXECUTABLE;
   else if (!elf_valid(rd->bytes, rd->size, &h))
     r = INVALID_CODE_OBJECT;
-  else if ((int)(h.flags & 0xff) != agent_mach() || !features_fit(&h))
+  else if (!processor_fits(&h) || !features_fit(&h))
     r = INVALID_ISA;
   if (!r) {
     struct symbol *list = load_symbols(x, a, rd->bytes, rd->size, &r);
