@@ -158,6 +158,8 @@ fn amdgpu_mach(arch: &str) -> u64 {
     match arch {
         "gfx90a" => 0x3f,
         "gfx942" => 0x4c,
+        "gfx9-4-generic" => 0x5f,
+        "gfx11-generic" => 0x54,
         other => panic!("no EF_AMDGPU_MACH for {other}"),
     }
 }
@@ -218,6 +220,14 @@ fn check_images(file: &Path, want: &[(&str, &str)]) {
                 assert_eq!(
                     flags & 0xff,
                     amdgpu_mach(arch),
+                    "{what} {arch}: e_flags {flags:#x}"
+                );
+                // A generic processor's code object carries its generic
+                // version (1 for today's families), the loader's check.
+                let generic_version = u64::from(arch.ends_with("-generic"));
+                assert_eq!(
+                    flags >> 24,
+                    generic_version,
                     "{what} {arch}: e_flags {flags:#x}"
                 );
             }
@@ -312,6 +322,23 @@ fn constructs_link_without_undefined_symbols() {
     let src = root().join("devicertl/notes/constructs.c");
     build(&src, &flags, &["-fPIC", "-shared"], &so);
     check_images(&so, &[(AMDGCN, "gfx90a"), (NVPTX, "sm_90")]);
+}
+
+/// The device runtime links for LLVM's generic AMD processors too, whose
+/// code runs on every GPU of a family (gfx11-generic: gfx1100 to gfx1153).
+#[test]
+fn constructs_link_for_generic_amd_processors() {
+    let Some(flags) = clang_flags("gfx9-4-generic,gfx11-generic") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let so = dir.path().join("libconstructs.so");
+    let src = root().join("devicertl/notes/constructs.c");
+    build(&src, &flags, &["-fPIC", "-shared"], &so);
+    check_images(
+        &so,
+        &[(AMDGCN, "gfx11-generic"), (AMDGCN, "gfx9-4-generic")],
+    );
 }
 
 #[test]
