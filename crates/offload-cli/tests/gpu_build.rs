@@ -309,34 +309,32 @@ gpu_build_tests! {
     mapper => "mapper.cpp",
 }
 
-/// Every construct clang-22 lowers to a device-runtime call links for
-/// sm_90 and gfx90a (as a shared object: the file has no main): nvlink
-/// and ld.lld refuse undefined symbols, and the message lists them.
-#[test]
-fn constructs_link_without_undefined_symbols() {
-    let Some(flags) = clang_flags("sm_90,gfx90a") else {
+/// Links `devicertl/notes/constructs.c` (every construct clang-22 lowers
+/// to a device-runtime call) for `archs` as a shared object (the file has
+/// no main): nvlink and ld.lld refuse undefined symbols, and the message
+/// lists them. Then the images must be `want`.
+fn link_constructs(archs: &str, want: &[(&str, &str)]) {
+    let Some(flags) = clang_flags(archs) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let so = dir.path().join("libconstructs.so");
     let src = root().join("devicertl/notes/constructs.c");
     build(&src, &flags, &["-fPIC", "-shared"], &so);
-    check_images(&so, &[(AMDGCN, "gfx90a"), (NVPTX, "sm_90")]);
+    check_images(&so, want);
+}
+
+#[test]
+fn constructs_link_without_undefined_symbols() {
+    link_constructs("sm_90,gfx90a", &[(AMDGCN, "gfx90a"), (NVPTX, "sm_90")]);
 }
 
 /// The device runtime links for LLVM's generic AMD processors too, whose
 /// code runs on every GPU of a family (gfx11-generic: gfx1100 to gfx1153).
 #[test]
 fn constructs_link_for_generic_amd_processors() {
-    let Some(flags) = clang_flags("gfx9-4-generic,gfx11-generic") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let so = dir.path().join("libconstructs.so");
-    let src = root().join("devicertl/notes/constructs.c");
-    build(&src, &flags, &["-fPIC", "-shared"], &so);
-    check_images(
-        &so,
+    link_constructs(
+        "gfx9-4-generic,gfx11-generic",
         &[(AMDGCN, "gfx11-generic"), (AMDGCN, "gfx9-4-generic")],
     );
 }
