@@ -206,22 +206,11 @@ pub fn parse_arch(s: &str) -> Result<Arch, String> {
             vendor: Vendor::Nvidia,
         });
     }
-    let mut parts = s.split(':');
-    let base = parts.next().unwrap_or_default();
+    let base = s.split(':').next().unwrap_or_default();
     if AMD_ARCHS.contains(&base) {
-        let mut seen: Vec<&str> = Vec::new();
-        for feature in parts {
-            let name = feature.trim_end_matches(['+', '-']);
-            let valid = matches!(name, "xnack" | "sramecc")
-                && feature.len() == name.len() + 1
-                && !seen.contains(&name);
-            if !valid {
-                return Err(format!(
-                    "invalid feature '{feature}' in GPU architecture '{s}': AMD features are \
-                     xnack+, xnack-, sramecc+ and sramecc-, each at most once"
-                ));
-            }
-            seen.push(name);
+        // The features of a target ID, read as the AMDGPU plugin reads them.
+        if let Err(e) = offload_image::amdgpu::TargetId::parse(s) {
+            return Err(format!("invalid GPU architecture {e}"));
         }
         return Ok(Arch {
             name: s.to_string(),
@@ -773,7 +762,7 @@ mod tests {
         ] {
             let e = parse_arch(bad).unwrap_err();
             assert!(
-                e.contains("sm_90") || e.contains("xnack+, xnack-"),
+                e.contains("sm_90") || e.contains("xnack+ or xnack-") || e.contains("set twice"),
                 "{bad}: {e}"
             );
         }
