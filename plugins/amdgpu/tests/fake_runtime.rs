@@ -93,6 +93,32 @@ fn kernels(arch: &str) -> Option<Vec<u8>> {
     Some(std::fs::read(out).unwrap())
 }
 
+/// A code object for `target` (`gfx90a:xnack-`) whose global `mark`
+/// starts at `mark`: which image of a bundle a GPU loaded.
+fn marked(target: &str, mark: i32) -> Vec<u8> {
+    let clang = clang().expect("clang-22");
+    let dir = scratch().join(format!("marked-{}-{mark}", target.replace(':', "_")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("m.cl");
+    std::fs::write(
+        &src,
+        format!("__attribute__((visibility(\"protected\"))) global int mark = {mark};"),
+    )
+    .unwrap();
+    let out = dir.join("m.hsaco");
+    run(
+        Command::new(clang)
+            .args(["-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"])
+            .args(["-nogpulib", "-O2"])
+            .arg(format!("-mcpu={target}"))
+            .arg("-o")
+            .arg(&out)
+            .arg(&src),
+        "building a marked code object",
+    );
+    std::fs::read(out).unwrap()
+}
+
 /// An OpenMP program with a teams reduction, built for gfx90a against the
 /// project's device runtime; its linked code object.
 fn openmp_code_object() -> Option<Vec<u8>> {
@@ -722,6 +748,56 @@ fn generic_code_objects_run_on_every_processor_of_their_family() {
         e.message().contains("gfx9-4-generic:sramecc-") && e.message().contains(mi300),
         "{e}"
     );
+}
+
+/// Of the images of one binary a GPU runs, the most specific is loaded,
+/// wherever it stands: its own processor before its family's generic
+/// one, and pinned features before features left to "any".
+#[test]
+fn the_most_specific_image_a_gpu_runs_is_loaded() {
+    use offload_image::offload_binary::{write, ImageKind, OffloadBinary, OffloadKind};
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let entry = |code: &[u8], arch: &str| -> Vec<u8> {
+        let e = OffloadBinary::new(ImageKind::Object, OffloadKind::OpenMp, code)
+            .with("triple", amdgpu::TRIPLE)
+            .with("arch", arch);
+        write(&[e])
+    };
+    let bundle = |images: &[(&str, i32)]| -> Vec<u8> {
+        images
+            .iter()
+            .flat_map(|&(arch, mark)| entry(&marked(arch, mark), arch))
+            .collect()
+    };
+    let loaded_mark = |d: &std::sync::Arc<offload_core::Device>, binary: &[u8]| -> i32 {
+        let program = d.load_program(binary).unwrap();
+        let (mark, _) = program.global("mark").unwrap();
+        read::<i32>(d, mark, 1)[0]
+    };
+    let d = &rt.devices()[0];
+    // gfx90a:sramecc+:xnack-: the image pinning both features wins over
+    // one pinning xnack only, which wins over the bare processor; an image
+    // the GPU does not run (xnack+) never.
+    let images = [
+        ("gfx90a", 1),
+        ("gfx90a:xnack+", 2),
+        ("gfx90a:xnack-", 3),
+        ("gfx90a:sramecc+:xnack-", 4),
+    ];
+    assert_eq!(loaded_mark(d, &bundle(&images)), 4);
+    assert_eq!(loaded_mark(d, &bundle(&images[..3])), 3);
+    assert_eq!(loaded_mark(d, &bundle(&[images[3], images[0]])), 4);
+    // Equally specific: the first.
+    assert_eq!(loaded_mark(d, &bundle(&[("gfx90a", 5), ("gfx90a", 6)])), 5);
+    // A gfx1100 runs gfx11-generic code, but prefers its own.
+    let _restore = fake.agents_as("gfx1100", true);
+    let rt = amdgpu_runtime();
+    let d = &rt.devices()[0];
+    let own_and_generic = bundle(&[("gfx11-generic", 7), ("gfx1100", 8)]);
+    assert_eq!(loaded_mark(d, &own_and_generic), 8);
+    assert_eq!(loaded_mark(d, &bundle(&[("gfx11-generic", 7)])), 7);
 }
 
 #[test]
