@@ -1010,12 +1010,11 @@ impl Device {
     }
 
     /// The image of `images` this device should load: native code for
-    /// exactly its architecture (the more target features it pins, as
-    /// `gfx90a:sramecc+:xnack-` does, the better: the device runs it, so
-    /// they are the device's), then native code for its family (no or a
-    /// generic architecture, `gfx11-generic`), then bitcode it compiles;
-    /// the first of the best kind. Images for other targets are never
-    /// chosen.
+    /// exactly its architecture (the more target features its plugin
+    /// checked, as an AMD GPU's `gfx90a:sramecc+:xnack-`, the better), then
+    /// native code for its family (no or a generic architecture,
+    /// `gfx11-generic`), then bitcode it compiles; the first of the best
+    /// kind. Images for other targets are never chosen.
     pub fn best_image<'i, 'a>(&self, images: &'i [DeviceImage<'a>]) -> Option<&'i DeviceImage<'a>> {
         let mut best: Option<(u8, &'i DeviceImage<'a>)> = None;
         for image in images {
@@ -1034,14 +1033,15 @@ impl Device {
     fn rank(&self, image: &DeviceImage<'_>) -> Option<u8> {
         if image.format != offload_image::ImageFormat::Bitcode && self.raw.can_run(image) {
             let arch = self.info().arch.as_str();
-            let exact = (!arch.is_empty())
-                .then_some(image.arch.as_deref())
-                .flatten()
-                .filter(|a| *a == arch || a.split(':').next() == Some(arch));
-            return Some(match exact {
-                // 3, plus one for each `:feature` (the plugin checked them).
-                Some(a) => 3u8.saturating_add(a.matches(':').count().min(8) as u8),
-                None => 2,
+            let exact = !arch.is_empty()
+                && image
+                    .arch
+                    .as_deref()
+                    .is_some_and(|a| a == arch || a.split(':').next() == Some(arch));
+            return Some(if exact {
+                3u8.saturating_add(self.raw.pinned_features(image).min(8))
+            } else {
+                2
             });
         }
         // Bitcode: compiled here, or taken as it is by a plugin that passes
@@ -1049,8 +1049,9 @@ impl Device {
         (self.raw.can_run(image) || self.compiles(image)).then_some(1)
     }
 
-    /// Load the first image in `bytes` this device can run (containers are
-    /// unwrapped; metadata reaches the plugin with the image).
+    /// Load the image of `bytes` that suits this device best
+    /// ([`Device::best_image`]; containers are unwrapped, metadata reaches
+    /// the plugin with the image).
     pub fn load_program(self: &Arc<Self>, bytes: &[u8]) -> Result<Arc<Program>> {
         let _s = debug_span!("load_program", device = self.id, size = bytes.len()).entered();
         crate::files::check_image_size(bytes.len())?;

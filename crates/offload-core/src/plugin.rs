@@ -319,6 +319,14 @@ pub trait Device: Send + Sync + AsAny {
         None
     }
 
+    /// How many target features of `image` (one it runs) this device
+    /// checked and holds, such as an AMD GPU's `xnack-` and `sramecc+`:
+    /// of images for its architecture, the core loads the one pinning
+    /// most. 0 (the default) for devices that do not check features.
+    fn pinned_features(&self, _image: &DeviceImage<'_>) -> u8 {
+        0
+    }
+
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;
     /// Release `ptr`.
     ///

@@ -333,6 +333,13 @@ fn images_are_matched_by_triple_and_arch_and_carry_metadata() {
     dev.load_program(&offload_binary::write(&[entry("", b"generic")]))
         .unwrap();
     assert!(take_log()[0].contains(r#"bytes="generic""#));
+    // Target features its plugin does not check (`pinned_features` left
+    // at 0, as for remote devices) make no image more specific: the first
+    // of equals is loaded.
+    let featured = offload_binary::write(&[entry("t1", b"plain"), entry("t1:xnack+", b"pinned")]);
+    take_log();
+    dev.load_program(&featured).unwrap();
+    assert!(take_log()[0].contains(r#"bytes="plain""#));
     let only_t0 = offload_binary::write(&[entry("t0", b"for-t0")]);
     let e = dev.load_program(&only_t0).err().unwrap();
     assert_eq!(e.code(), ErrorCode::InvalidBinary);

@@ -78,6 +78,8 @@ const PROCESSORS: &[(u32, &str)] = &[
     (0x58, "gfx1153"),
     (0x59, "gfx12-generic"),
     (0x5a, "gfx1251"),
+    // Newer than clang-22 (which has gfx1250 and gfx1251 but not their
+    // generic processor): for code objects of later compilers.
     (0x5b, "gfx12-5-generic"),
     (0x5f, "gfx9-4-generic"),
 ];

@@ -6,7 +6,7 @@ use offload_core::plugin::{self, AllocKind, Backend, DeviceInfo, DevicePtr, Devi
 use offload_core::{Error, Result};
 use offload_image::DeviceImage;
 
-use offload_image::amdgpu::{self, TargetId};
+use offload_image::amdgpu::{self, Feature, TargetId};
 
 use crate::gpu::{Gpu, GROUP_MEMORY_BYTES};
 use crate::{image, memory, queue, TARGET_TRIPLE};
@@ -73,6 +73,16 @@ impl plugin::Device for AmdgpuDevice {
             ));
         }
         let gpu_runs = |target: &TargetId| self.gpu.isa_for(target).is_some();
+        let family = amdgpu::generic_of(&self.gpu.facts.arch);
+        if !gpu_runs(&code) && family == Some(code.processor.as_str()) {
+            // ROCr lists the generic ISA where it can load generic code.
+            return Some(format!(
+                "the code object is built for {code}, the generic processor of this GPU's \
+                 family, but the HSA runtime does not list that ISA ({}): it is too old \
+                 to load generic code objects",
+                image::isa_list(&self.gpu)
+            ));
+        }
         if !gpu_runs(&code) {
             return Some(format!(
                 "the code object is built for {code}, which this GPU does not run ({})",
@@ -88,6 +98,24 @@ impl plugin::Device for AmdgpuDevice {
             )),
             Err(e) => Some(format!("the image's arch: {e}")),
         }
+    }
+
+    /// The `xnack`/`sramecc` settings the code object (or the
+    /// OffloadBinary's arch) pins: [`Self::incompatibility`] checked them.
+    fn pinned_features(&self, image: &DeviceImage<'_>) -> u8 {
+        let count = |t: &TargetId| {
+            [t.sramecc, t.xnack]
+                .iter()
+                .filter(|f| matches!(f, Feature::On | Feature::Off))
+                .count() as u8
+        };
+        let code = TargetId::of_code_object(image.bytes).map_or(0, |t| count(&t));
+        let declared = image
+            .arch
+            .as_deref()
+            .and_then(|a| TargetId::parse(a).ok())
+            .map_or(0, |t| count(&t));
+        code.max(declared)
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {

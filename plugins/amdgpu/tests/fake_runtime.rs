@@ -700,30 +700,39 @@ fn generic_code_objects_run_on_every_processor_of_their_family() {
     };
     let rdna2 = kernels("gfx10-3-generic").unwrap();
     let _restore = fake.agents_as("gfx1100", true);
-    // Whether or not the runtime lists the family's generic ISA (ROCr
-    // does since it knows generic code objects; older runtimes do not).
-    for listed in [true, false] {
-        fake.set_arch("gfx1100", listed);
-        let rt = amdgpu_runtime();
-        let d = &rt.devices()[0];
-        let image = offload_image::unwrap(&generic).unwrap().remove(0);
-        assert!(d.can_run(&image), "listed {listed}");
-        let program = d.load_program(&generic).unwrap();
-        let fill = program.kernel("fake_fill").unwrap();
-        let p = d.alloc(64, AllocKind::Device).unwrap();
-        let args = fill_args(p, 7, 16);
-        launch_one_group(d, &fill, &args, 16).unwrap();
-        assert_eq!(read::<i32>(d, p, 16), vec![7; 16]);
-        d.free(p).unwrap();
-        // Another family's generic code: refused, naming both sides.
-        let e = d.load_program(&rdna2).err().expect("refused");
-        assert_eq!(e.code(), ErrorCode::InvalidBinary);
-        assert!(
-            e.message().contains("gfx10-3-generic") && e.message().contains("gfx1100"),
-            "{e}"
-        );
-        assert_eq!(e.message().contains("gfx11-generic"), listed, "{e}");
-    }
+    let rt = amdgpu_runtime();
+    let d = &rt.devices()[0];
+    let image = offload_image::unwrap(&generic).unwrap().remove(0);
+    assert!(d.can_run(&image));
+    let program = d.load_program(&generic).unwrap();
+    let fill = program.kernel("fake_fill").unwrap();
+    let p = d.alloc(64, AllocKind::Device).unwrap();
+    let args = fill_args(p, 7, 16);
+    launch_one_group(d, &fill, &args, 16).unwrap();
+    assert_eq!(read::<i32>(d, p, 16), vec![7; 16]);
+    d.free(p).unwrap();
+    // Another family's generic code: refused, naming both sides.
+    let e = d.load_program(&rdna2).err().expect("refused");
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert!(
+        e.message().contains("gfx10-3-generic") && e.message().contains("(gfx1100, gfx11-generic)"),
+        "{e}"
+    );
+    // A runtime older than generic code objects lists no generic ISA (and
+    // cannot load them): refused before loading, saying why.
+    fake.set_arch("gfx1100", false);
+    let old_rt = amdgpu_runtime();
+    let d = &old_rt.devices()[0];
+    assert!(!d.can_run(&image));
+    let e = d.load_program(&generic).err().expect("refused");
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert!(
+        e.message()
+            .contains("generic processor of this GPU's family")
+            && e.message().contains("too old"),
+        "{e}"
+    );
+    fake.set_arch("gfx1100", true);
     // A generic code object without a generic version (not one clang
     // writes): refused by its header, before the runtime sees it.
     let mut unversioned = generic.clone();

@@ -9,8 +9,9 @@
 //! agent. That is the rule of the HSA runtime's loader and of LLVM's
 //! plugin. Code built for one of LLVM's generic processors
 //! (`gfx11-generic`) runs on every processor of its family, under the same
-//! feature rule: the HSA runtime lists the family's generic ISA beside the
-//! agent's own, and a runtime that does not is matched by family here.
+//! feature rule: an HSA runtime that can load such code lists the family's
+//! generic ISA beside the agent's own (`gfx1100`, then `gfx11-generic`),
+//! and one that does not list it cannot load it.
 
 use std::fmt;
 
@@ -172,14 +173,13 @@ impl TargetId {
         })
     }
 
-    /// Whether code built for `self` runs on an agent whose ISA is `agent`:
-    /// the processors are equal, or `self`'s is the generic processor of
-    /// `agent`'s family (whether the runtime lists that generic ISA or
-    /// not; the generic version is the loader's to check).
+    /// Whether code built for `self` runs on an agent whose ISA is `agent`
+    /// (generic code runs on an agent that lists its family's generic ISA,
+    /// `gfx11-generic`, beside its own).
     pub fn runs_on(&self, agent: &TargetId) -> bool {
-        let processor_runs = self.processor == agent.processor
-            || super::generic_of(&agent.processor) == Some(self.processor.as_str());
-        processor_runs && self.sramecc.runs_on(agent.sramecc) && self.xnack.runs_on(agent.xnack)
+        self.processor == agent.processor
+            && self.sramecc.runs_on(agent.sramecc)
+            && self.xnack.runs_on(agent.xnack)
     }
 }
 
@@ -247,22 +247,15 @@ mod tests {
         };
         assert!(id("gfx1030").runs_on(&rdna));
         assert!(!id("gfx1030:xnack+").runs_on(&rdna));
-        // A generic processor's code runs on its family, with the feature
-        // rule; not on another family, and a family member's code not on
-        // the generic ISA's name.
-        assert!(id("gfx10-3-generic").runs_on(&rdna));
-        assert!(!id("gfx11-generic").runs_on(&rdna));
-        assert!(!id("gfx10-3-generic:xnack+").runs_on(&rdna));
-        let mi300 = id("gfx942:sramecc+:xnack-");
-        assert!(id("gfx9-4-generic").runs_on(&mi300));
-        assert!(id("gfx9-4-generic:xnack-").runs_on(&mi300));
-        assert!(!id("gfx9-4-generic:sramecc-").runs_on(&mi300));
-        assert!(id("gfx9-4-generic").runs_on(&id("gfx9-4-generic:sramecc+:xnack-")));
-        assert!(!id("gfx942").runs_on(&id("gfx9-4-generic")));
-        assert!(
-            !id("gfx9-generic").runs_on(&agent),
-            "gfx90a has no generic family"
-        );
+        // Generic code runs on the generic ISA an agent lists, with the
+        // feature rule; not on the agent's own ISA, nor another family's.
+        let generic_isa = id("gfx9-4-generic:sramecc+:xnack-");
+        assert!(id("gfx9-4-generic").runs_on(&generic_isa));
+        assert!(id("gfx9-4-generic:xnack-").runs_on(&generic_isa));
+        assert!(!id("gfx9-4-generic:sramecc-").runs_on(&generic_isa));
+        assert!(!id("gfx9-4-generic").runs_on(&id("gfx942:sramecc+:xnack-")));
+        assert!(!id("gfx942").runs_on(&generic_isa));
+        assert!(!id("gfx11-generic").runs_on(&id("gfx10-3-generic")));
     }
 
     #[test]

@@ -14,8 +14,9 @@
  *    its first ISA is named amdgcn-amd-amdhsa--FAKE_HSA_ARCH (NUL counted),
  *    and, as ROCr does, a processor of an LLVM generic family (gfx1100:
  *    gfx11-generic) has a second ISA, the generic one with the same
- *    features (fake_hsa_set_arch changes the target ID and turns that
- *    second ISA off, as older runtimes have none);
+ *    features (fake_hsa_set_arch(target_id, with_generic_isa) changes the
+ *    target ID, and without the generic ISA the fake, as runtimes older
+ *    than generic code objects, neither lists nor loads generic code);
  *  - memory pools: the CPU agent has a fine-grained kernarg pool and a
  *    fine-grained pool; each GPU a coarse-grained 64 GiB pool and a group
  *    segment pool that does not allow allocation. Allocations are zeroed,
@@ -214,6 +215,18 @@ static int ngpus = -1; /* read from the environment at the first hsa_init */
 static char arch[64];
 /* Whether agents list their family's generic ISA after their own. */
 static int list_generic = 1;
+/* Guards arch and list_generic, which tests change while runtime threads
+ * may read them (taken after `lock`, never before it). */
+static pthread_mutex_t arch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A copy of the agents' target ID into `out`; returns list_generic. */
+static int arch_now(char out[64]) {
+  pthread_mutex_lock(&arch_lock);
+  memcpy(out, arch, sizeof arch);
+  int generic = list_generic;
+  pthread_mutex_unlock(&arch_lock);
+  return generic;
+}
 static uint64_t max_alloc, live_bytes;
 static struct alloc *allocs;
 static struct hostlock *locks;
@@ -475,7 +488,9 @@ hsa_status_t hsa_init(void) {
     const char *m = getenv("FAKE_HSA_MAX_ALLOC");
     ngpus = g && *g ? atoi(g) : 2;
     ngpus = ngpus < 0 ? 0 : ngpus > MAX_GPUS ? MAX_GPUS : ngpus;
+    pthread_mutex_lock(&arch_lock);
     snprintf(arch, sizeof arch, "%s", a && *a ? a : "gfx90a");
+    pthread_mutex_unlock(&arch_lock);
     max_alloc = m && *m ? strtoull(m, 0, 0) : 1ULL << 40;
   }
   atomic_fetch_add(&refcount, 1);
@@ -592,8 +607,9 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, uint32_t attr, void *value) {
   }
   switch (attr) {
   case 0: {                                          /* NAME, no features */
-    char name[64];
-    snprintf(name, sizeof name, "%.*s", (int)strcspn(arch, ":"), arch);
+    char name[64], target[64];
+    arch_now(target);
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(target, ":"), target);
     put_name(value, name);
     break;
   }
@@ -638,6 +654,7 @@ static const struct {
     {"gfx904", 0x2e, "gfx9-generic", 0x51},   {"gfx906", 0x2f, "gfx9-generic", 0x51},
     {"gfx909", 0x31, "gfx9-generic", 0x51},   {"gfx90c", 0x32, "gfx9-generic", 0x51},
     {"gfx908", 0x30, 0, 0},                   {"gfx90a", 0x3f, 0, 0},
+    {"gfx940", 0x40, "gfx9-4-generic", 0x5f}, {"gfx941", 0x4b, "gfx9-4-generic", 0x5f},
     {"gfx942", 0x4c, "gfx9-4-generic", 0x5f}, {"gfx950", 0x4f, "gfx9-4-generic", 0x5f},
     {"gfx1010", 0x33, "gfx10-1-generic", 0x52}, {"gfx1030", 0x36, "gfx10-3-generic", 0x53},
     {"gfx1031", 0x37, "gfx10-3-generic", 0x53}, {"gfx1100", 0x41, "gfx11-generic", 0x54},
@@ -645,11 +662,11 @@ static const struct {
     {"gfx1200", 0x48, "gfx12-generic", 0x59},   {"gfx1201", 0x4e, "gfx12-generic", 0x59},
 };
 
-/* The agents' processor's entry of machs (up to any ":feature"), or -1. */
-static int agent_processor(void) {
-  size_t len = strcspn(arch, ":");
+/* The entry of machs of target ID `target`'s processor, or -1. */
+static int processor_of(const char *target) {
+  size_t len = strcspn(target, ":");
   for (size_t i = 0; i < sizeof machs / sizeof machs[0]; i++)
-    if (strlen(machs[i].name) == len && !strncmp(machs[i].name, arch, len))
+    if (strlen(machs[i].name) == len && !strncmp(machs[i].name, target, len))
       return (int)i;
   return -1;
 }
@@ -657,10 +674,10 @@ static int agent_processor(void) {
 /* Test control: the GPU agents' target ID from now on (as FAKE_HSA_ARCH),
  * and whether they list their family's generic ISA. */
 void fake_hsa_set_arch(const char *target_id, int with_generic_isa) {
-  pthread_mutex_lock(&lock);
+  pthread_mutex_lock(&arch_lock);
   snprintf(arch, sizeof arch, "%s", target_id);
   list_generic = with_generic_isa;
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&arch_lock);
 }
 
 /* GPU agent i's own ISA is ISA_BASE + i, its generic one GENERIC_ISA_BASE
@@ -681,18 +698,20 @@ hsa_status_t hsa_agent_iterate_isas(hsa_agent_t agent,
   if (a == 0)
     return SUCCESS;
   /* A status other than SUCCESS (INFO_BREAK too) ends the walk. */
+  char target[64];
+  int listed = arch_now(target), p = processor_of(target);
   hsa_status_t r = cb((hsa_isa_t){ISA_BASE + (uint64_t)a}, data);
-  int p = agent_processor();
-  if (r == SUCCESS && list_generic && p >= 0 && machs[p].generic)
+  if (r == SUCCESS && listed && p >= 0 && machs[p].generic)
     r = cb((hsa_isa_t){GENERIC_ISA_BASE + (uint64_t)a}, data);
   return r;
 }
 
 hsa_status_t hsa_isa_get_info_alt(hsa_isa_t isa, uint32_t attr, void *value) {
   ENTER();
+  char target[64];
+  int listed = arch_now(target), p = processor_of(target);
   int own = isa.handle > ISA_BASE && isa.handle <= ISA_BASE + (uint64_t)ngpus;
-  int p = agent_processor();
-  int generic = p >= 0 && machs[p].generic && isa.handle > GENERIC_ISA_BASE &&
+  int generic = listed && p >= 0 && machs[p].generic && isa.handle > GENERIC_ISA_BASE &&
                 isa.handle <= GENERIC_ISA_BASE + (uint64_t)ngpus;
   if (!own && !generic)
     return INVALID_ISA;
@@ -701,9 +720,9 @@ hsa_status_t hsa_isa_get_info_alt(hsa_isa_t isa, uint32_t attr, void *value) {
   char name[128];
   /* As current ROCr: the length counts the terminating NUL, written too.
    * The generic ISA has the agent's features. */
-  int len = own ? snprintf(name, sizeof name, ISA_PREFIX "%s", arch) + 1
+  int len = own ? snprintf(name, sizeof name, ISA_PREFIX "%s", target) + 1
                 : snprintf(name, sizeof name, ISA_PREFIX "%s%s", machs[p].generic,
-                           arch + strcspn(arch, ":")) + 1;
+                           target + strcspn(target, ":")) + 1;
   switch (attr) {
   case 0: put_u32(value, (uint32_t)len); return SUCCESS; /* NAME_LENGTH */
   case 1: memcpy(value, name, (size_t)len); return SUCCESS; /* NAME */
@@ -1392,12 +1411,12 @@ static int elf_valid(const unsigned char *b, size_t n, Elf64Header *h) {
 }
 
 
-/* Whether the agents' target ID sets `feature` to `sign` ('+' or '-'). */
-static int agent_sets(const char *feature, char sign) {
+/* Whether target ID `target` sets `feature` to `sign` ('+' or '-'). */
+static int target_sets(const char *target, const char *feature, char sign) {
   char want[16];
   snprintf(want, sizeof want, ":%s%c", feature, sign);
   size_t n = strlen(want);
-  for (const char *at = strstr(arch, want); at; at = strstr(at + 1, want))
+  for (const char *at = strstr(target, want); at; at = strstr(at + 1, want))
     if (at[n] == 0 || at[n] == ':')
       return 1;
   return 0;
@@ -1409,12 +1428,14 @@ static int agent_sets(const char *feature, char sign) {
 static int features_fit(const Elf64Header *h) {
   if (h->ident[8] < 2)
     return 1;
+  char target[64];
+  arch_now(target);
   static const struct { const char *name; int shift; } features[] = {
       {"xnack", 8}, {"sramecc", 10}};
   for (size_t i = 0; i < 2; i++) {
     unsigned v = (h->flags >> features[i].shift) & 3;
-    if ((v == 2 && !agent_sets(features[i].name, '-')) ||
-        (v == 3 && !agent_sets(features[i].name, '+')))
+    if ((v == 2 && !target_sets(target, features[i].name, '-')) ||
+        (v == 3 && !target_sets(target, features[i].name, '+')))
       return 0;
   }
   return 1;
@@ -1422,16 +1443,18 @@ static int features_fit(const Elf64Header *h) {
 
 /* Whether the agents' processor runs the code object's: the same, or its
  * family's generic processor with a generic version of at least 1 (code
- * object version 6, EI_ABIVERSION 4, and later). */
+ * object version 6, EI_ABIVERSION 4, and later), as ROCr does; a runtime
+ * that does not list generic ISAs does not know them. */
 static int processor_fits(const Elf64Header *h) {
-  int p = agent_processor();
+  char target[64];
+  int listed = arch_now(target), p = processor_of(target);
   if (p < 0)
     return 0;
   unsigned mach = h->flags & 0xff;
   if (mach == machs[p].mach)
     return 1;
-  return machs[p].generic && mach == machs[p].generic_mach && h->ident[8] >= 4 &&
-         (h->flags >> 24) >= 1;
+  return listed && machs[p].generic && mach == machs[p].generic_mach &&
+         h->ident[8] >= 4 && (h->flags >> 24) >= 1;
 }
 
 static void free_symbol(struct symbol *s) {
