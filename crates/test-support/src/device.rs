@@ -43,3 +43,33 @@ pub fn read(dev: &offload_core::Device, at: offload_core::DevicePtr, n: usize) -
     read_into(dev, at, &mut out).unwrap();
     out
 }
+
+/// Copy the elements of `data` to `at` on `dev`, now (panics on failure).
+///
+/// `T` must have no padding bytes (integers, floats, arrays of them).
+pub fn write_values<T: Copy>(dev: &offload_core::Device, at: offload_core::DevicePtr, data: &[T]) {
+    // SAFETY: `data` is a borrowed slice of padding-free `T` (see above),
+    // so all `size_of_val(data)` bytes are initialised and readable.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
+    };
+    write(dev, at, bytes).unwrap();
+}
+
+/// `n` elements of `T` copied from `at` on `dev`, now (panics on failure).
+///
+/// `T` must be a type for which any bytes are a valid value (integers,
+/// floats, arrays of them).
+pub fn read_values<T: Copy + Default>(
+    dev: &offload_core::Device,
+    at: offload_core::DevicePtr,
+    n: usize,
+) -> Vec<T> {
+    let mut out = vec![T::default(); n];
+    let size = std::mem::size_of_val(out.as_slice());
+    // SAFETY: `out` is an exclusively borrowed vector of `size` bytes, and
+    // any bytes are valid `T` (see above).
+    let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), size) };
+    read_into(dev, at, bytes).unwrap();
+    out
+}

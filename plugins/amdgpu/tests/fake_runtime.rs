@@ -18,6 +18,7 @@ use offload_core::{Config, ErrorCode, Runtime};
 use offload_image::amdgpu;
 
 use test_support::clang;
+use test_support::device::{read_values as read, write_values as write};
 
 fn scratch() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
@@ -309,25 +310,6 @@ fn launch_one_group(
         KernelArgs::Packed(args),
         &LaunchConfig::linear(1, size),
     )
-}
-
-fn write<T: Copy>(d: &offload_core::Device, p: DevicePtr, data: &[T]) {
-    // SAFETY: `data` is readable for all its bytes during the call.
-    unsafe { d.copy_to_device(p, data.as_ptr().cast(), std::mem::size_of_val(data)) }.unwrap()
-}
-
-fn read<T: Copy + Default>(d: &offload_core::Device, p: DevicePtr, n: usize) -> Vec<T> {
-    let mut out = vec![T::default(); n];
-    // SAFETY: `out` is writable for all its bytes; any bytes are valid T.
-    unsafe {
-        d.copy_from_device(
-            out.as_mut_ptr().cast(),
-            p,
-            std::mem::size_of_val(out.as_slice()),
-        )
-    }
-    .unwrap();
-    out
 }
 
 /// Puts the fake's agents back to [`AGENT_TARGET_ID`] when dropped.

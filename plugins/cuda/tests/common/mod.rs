@@ -188,28 +188,6 @@ pub fn fatbin(entries: &[(u16, u32, &[u8])]) -> Vec<u8> {
     f
 }
 
-/// Copies `data` into device memory at `p`, which holds at least its bytes.
-pub fn write<T: Copy>(d: &offload_core::Device, p: offload_core::plugin::DevicePtr, data: &[T]) {
-    // SAFETY: `data` is readable for all its bytes during the call.
-    unsafe { d.copy_to_device(p, data.as_ptr().cast(), std::mem::size_of_val(data)) }.unwrap()
-}
-
-/// `n` elements of plain data `T` read back from device memory at `p`.
-pub fn read<T: Copy + Default>(
-    d: &offload_core::Device,
-    p: offload_core::plugin::DevicePtr,
-    n: usize,
-) -> Vec<T> {
-    let mut out = vec![T::default(); n];
-    // SAFETY: `out` is writable for all its bytes during the call; the
-    // test's `T` are integers and floats, for which any bytes are valid.
-    unsafe {
-        d.copy_from_device(
-            out.as_mut_ptr().cast(),
-            p,
-            std::mem::size_of_val(out.as_slice()),
-        )
-    }
-    .unwrap();
-    out
-}
+/// Typed copies to and from device memory, as the tests share them.
+#[allow(unused_imports)] // not every test binary of this folder copies values
+pub use test_support::device::{read_values as read, write_values as write};
