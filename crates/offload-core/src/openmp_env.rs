@@ -149,6 +149,16 @@ pub fn launch_environment(reduction_buffer: u64) -> [u8; LAUNCH_ENVIRONMENT_SIZE
     b
 }
 
+/// What a plugin writes into every image's device environment about the
+/// runtime around it, fixed when it enumerates its GPUs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenMpSettings {
+    /// GPUs of this plugin.
+    pub num_devices: u32,
+    /// `LIBOMPTARGET_DEVICE_RTL_DEBUG`.
+    pub debug_kind: u32,
+}
+
 /// `DeviceEnvironmentTy`, what the host writes into an image's
 /// `__omp_rtl_device_environment` when it loads it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,9 +10,9 @@ use offload_image::amdgpu::{Feature, TargetId};
 
 use crate::engine::Engine;
 use crate::hsa::Runtime;
-use crate::openmp::OpenMpSettings;
 use crate::reuse::Scratch;
 use crate::sys::{self, hsa_agent_t, hsa_amd_memory_pool_t};
+use offload_core::openmp_env::OpenMpSettings;
 
 /// What the plugin reads of a GPU agent once.
 #[derive(Debug, Clone)]

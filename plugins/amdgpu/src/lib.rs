@@ -121,7 +121,7 @@ impl AmdgpuPlugin {
                 rt.api.path.display()
             ))
         })?;
-        let settings = openmp::OpenMpSettings {
+        let settings = offload_core::openmp_env::OpenMpSettings {
             num_devices: gpu_agents.len() as u32,
             debug_kind: self.device_rtl_debug,
         };

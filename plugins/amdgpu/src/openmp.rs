@@ -18,16 +18,6 @@ use crate::image::Loaded;
 use crate::memory::{self, Host};
 use crate::reuse::Block;
 
-/// What every image's device environment says about the runtime around
-/// it, fixed when the plugin enumerates its GPUs.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct OpenMpSettings {
-    /// GPUs of this plugin.
-    pub num_devices: u32,
-    /// `LIBOMPTARGET_DEVICE_RTL_DEBUG`.
-    pub debug_kind: u32,
-}
-
 /// The clock of `omp_get_wtime` on AMD GPUs (`s_memrealtime`) when the
 /// runtime does not say: 100 MHz on every current GPU.
 pub const DEFAULT_CLOCK_HZ: u64 = 100_000_000;

@@ -8,9 +8,10 @@ use std::sync::{Arc, OnceLock};
 
 use offload_core::{Error, ErrorCode, Result};
 
-use crate::openmp::{LaunchEnvPool, OpenMpSettings};
+use crate::openmp::LaunchEnvPool;
 use crate::pool::QueuePool;
 use crate::sys::{self, CUcontext, CUdevice, CUresult, Driver};
+use offload_core::openmp_env::OpenMpSettings;
 
 /// The `ol_errc_t` a driver result stands for.
 pub fn error_code(r: CUresult) -> ErrorCode {

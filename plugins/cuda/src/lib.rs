@@ -124,7 +124,7 @@ impl CudaPlugin {
             // SAFETY: writes one device handle for ordinal `i` < count.
             let r = unsafe { (driver.cuDeviceGet)(&mut ordinal, i) };
             driver::check(&driver, r, format_args!("cuDeviceGet({i})"))?;
-            let openmp = openmp::OpenMpSettings {
+            let openmp = offload_core::openmp_env::OpenMpSettings {
                 num_devices: count as u32,
                 debug_kind: self.device_rtl_debug,
             };

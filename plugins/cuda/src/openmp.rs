@@ -20,16 +20,6 @@ use offload_core::Result;
 use crate::driver::Gpu;
 use crate::{memory, sys};
 
-/// What every image's device environment says about the runtime around
-/// it, fixed when the plugin enumerates its GPUs.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct OpenMpSettings {
-    /// GPUs of this plugin.
-    pub num_devices: u32,
-    /// `LIBOMPTARGET_DEVICE_RTL_DEBUG`.
-    pub debug_kind: u32,
-}
-
 /// The clock `omp_get_wtime` reads on NVIDIA GPUs is `%globaltimer`, in
 /// nanoseconds: LLVM's CUDA plugin reports 1 GHz whatever the SM clock.
 pub const NVPTX_CLOCK_FREQUENCY: u64 = 1_000_000_000;
