@@ -52,6 +52,19 @@ fn fp(c: &FpCapability) -> String {
 
 /// The rows of one device: LLVM's labels and formats first, then ours.
 fn device_rows(d: &DeviceReport) -> Vec<(&'static str, String)> {
+    let mut rows = common_rows(d);
+    if !d.target_ids.is_empty() {
+        let arch = rows
+            .iter()
+            .position(|(k, _)| *k == "Arch")
+            .map_or(rows.len(), |i| i + 1);
+        rows.insert(arch, ("Target IDs", output::text(&d.target_ids.join(", "))));
+    }
+    rows
+}
+
+/// The rows every device has.
+fn common_rows(d: &DeviceReport) -> Vec<(&'static str, String)> {
     vec![
         ("Platform Name", output::text(&d.platform_name)),
         (

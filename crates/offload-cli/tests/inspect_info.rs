@@ -525,3 +525,40 @@ fn info_exit_status() {
     assert!(help.contains("Exit status:"), "{help}");
     assert!(help.contains("schema_version"), "{help}");
 }
+
+/// An AMD GPU (the fake HSA runtime's gfx1100) reports the target IDs of
+/// its ISAs, its own and its family's generic one, in text and JSON;
+/// other devices have none.
+#[test]
+fn info_names_an_amd_gpus_target_ids() {
+    let Some(runtime) = test_support::amd::fake_hsa_library() else {
+        return;
+    };
+    let amd = || {
+        let mut c = offload();
+        c.arg("info")
+            .env("OFFLOAD_PLUGINS", "amdgpu")
+            .env("OFFLOAD_HSA_RUNTIME", &runtime)
+            .env("HSA_FAKE_ARCH", "gfx1100")
+            .env("HSA_FAKE_GPUS", "1");
+        c
+    };
+    let text = ok(&mut amd());
+    let rows: Vec<&str> = text.lines().map(str::trim).collect();
+    let arch = rows.iter().position(|l| l.starts_with("Arch")).unwrap();
+    assert!(rows[arch].ends_with("gfx1100"), "{text}");
+    assert!(
+        rows[arch + 1].starts_with("Target IDs")
+            && rows[arch + 1].ends_with("gfx1100, gfx11-generic"),
+        "{text}"
+    );
+    let v = json(amd().arg("--json"));
+    let devices = all_devices(&v);
+    let gpu = devices.iter().find(|d| d["backend"] == "amdgpu").unwrap();
+    assert_eq!(
+        gpu["target_ids"],
+        serde_json::json!(["gfx1100", "gfx11-generic"])
+    );
+    let host = devices.iter().find(|d| d["uid"] == "HOST").unwrap();
+    assert_eq!(host["target_ids"], serde_json::json!([]));
+}

@@ -4,6 +4,8 @@ use offload_image::{cuda, DeviceImage};
 
 use crate::plugin::DeviceInfo;
 
+mod amdgpu;
+
 /// Triple components that decide compatibility: architecture and OS
 /// (`x86_64-unknown-linux-gnu` runs `x86_64-pc-linux-gnu` images).
 fn triple_key(triple: &str) -> (&str, &str) {
@@ -35,6 +37,11 @@ pub fn triple_and_arch_match(info: &DeviceInfo, image: &DeviceImage<'_>) -> bool
         if let Some(device) = cuda_device_sm(info) {
             return cuda_image_runs_on(image, device);
         }
+        // An AMD GPU that names its ISAs: target-ID rules, xnack and
+        // sramecc included, as its own plugin applies them.
+        if let Some(isas) = amdgpu::isas(info) {
+            return amdgpu::incompatibility(&info.arch, isas, image).is_none();
+        }
     }
     let Some(triple) = image.triple.as_deref() else {
         return false;
@@ -48,6 +55,19 @@ pub fn triple_and_arch_match(info: &DeviceInfo, image: &DeviceImage<'_>) -> bool
             info.arch.is_empty() || arch == info.arch || arch.split(':').next() == Some(&info.arch)
         }
     }
+}
+
+/// Why the device of `info` does not run `image`, where the triple and
+/// architecture do not say it all (an AMD GPU's `xnack` setting); `None`
+/// when there is nothing to add.
+pub fn incompatibility(info: &DeviceInfo, image: &DeviceImage<'_>) -> Option<String> {
+    amdgpu::incompatibility(&info.arch, amdgpu::isas(info)?, image)
+}
+
+/// How many target features of `image` (one the device runs) the rules
+/// above checked: an AMD GPU's `xnack-` and `sramecc+`; 0 elsewhere.
+pub fn pinned_features(info: &DeviceInfo, image: &DeviceImage<'_>) -> u8 {
+    amdgpu::isas(info).map_or(0, |_| amdgpu::pinned_features(image))
 }
 
 /// The compute capability of an NVIDIA GPU device (`nvptx64` triple,
@@ -88,7 +108,8 @@ pub fn cuda_image_runs_on(image: &DeviceImage<'_>, device: cuda::Sm) -> bool {
 mod tests {
     use super::*;
 
-    fn device(triple: &str, arch: &str) -> DeviceInfo {
+    /// A server's device as the remote plugin shows it.
+    pub(super) fn device(triple: &str, arch: &str) -> DeviceInfo {
         use crate::plugin::{Backend, DeviceType};
         DeviceInfo {
             name: String::new(),
@@ -98,6 +119,7 @@ mod tests {
             backend: Backend::Remote,
             triple: triple.into(),
             arch: arch.into(),
+            target_ids: Vec::new(),
             uid: String::new(),
             driver_version: String::new(),
             global_memory_bytes: 0,

@@ -178,6 +178,12 @@ pub struct DeviceInfo {
     pub triple: String,
     /// Architecture (`sm_80`, `gfx90a`); empty when any arch of the triple runs.
     pub arch: String,
+    /// An AMD GPU's ISAs as target IDs, with the features it runs them
+    /// with (`gfx90a:sramecc+:xnack-`, then its family's generic ISA where
+    /// the HSA runtime lists one): what decides which code objects run on
+    /// it, here and behind a proxy. Empty for other devices, and for a
+    /// server's AMD GPU that did not say (the processor name decides then).
+    pub target_ids: Vec<offload_image::amdgpu::TargetId>,
     /// Stable unique id, e.g. `x86_64-0` (LLVM's host plugin format).
     pub uid: String,
     pub driver_version: String,
@@ -307,7 +313,9 @@ pub trait Device: Send + Sync + AsAny {
     fn info(&self) -> &DeviceInfo;
 
     /// Whether this device can run `image`. The default compares the triple
-    /// and, when both sides name one, the architecture.
+    /// and, when both sides name one, the architecture; for NVIDIA GPUs
+    /// compute capabilities, for AMD GPUs that list their ISAs
+    /// ([`DeviceInfo::target_ids`]) target IDs.
     fn can_run(&self, image: &DeviceImage<'_>) -> bool {
         crate::image::triple_and_arch_match(self.info(), image)
     }
@@ -315,16 +323,17 @@ pub trait Device: Send + Sync + AsAny {
     /// Why `image` does not run here, when the triple and architecture do
     /// not say it all (an AMD GPU's `xnack` setting, say): the core adds
     /// it to its "cannot run" errors. `None` when there is nothing to add.
-    fn incompatibility(&self, _image: &DeviceImage<'_>) -> Option<String> {
-        None
+    fn incompatibility(&self, image: &DeviceImage<'_>) -> Option<String> {
+        crate::image::incompatibility(self.info(), image)
     }
 
     /// How many target features of `image` (one it runs) this device
     /// checked and holds, such as an AMD GPU's `xnack-` and `sramecc+`:
     /// of images for its architecture, the core loads the one pinning
-    /// most. 0 (the default) for devices that do not check features.
-    fn pinned_features(&self, _image: &DeviceImage<'_>) -> u8 {
-        0
+    /// most. The default counts them for AMD GPUs that list their ISAs,
+    /// and is 0 elsewhere.
+    fn pinned_features(&self, image: &DeviceImage<'_>) -> u8 {
+        crate::image::pinned_features(self.info(), image)
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr>;

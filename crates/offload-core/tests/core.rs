@@ -51,6 +51,7 @@ impl plugin::Plugin for TestPlugin {
             backend: Backend::Other,
             triple: "testarch-unknown-none".into(),
             arch: "t1".into(),
+            target_ids: Vec::new(),
             uid: format!("{}-0", self.name),
             driver_version: "0".into(),
             global_memory_bytes: 1 << 30,

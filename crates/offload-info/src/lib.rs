@@ -169,6 +169,10 @@ pub struct DeviceReport {
     pub backend: String,
     pub triple: String,
     pub arch: String,
+    /// An AMD GPU's ISAs as target IDs (`gfx90a:sramecc+:xnack-`, then
+    /// its family's generic ISA): what decides which code objects it runs.
+    /// Empty for other devices.
+    pub target_ids: Vec<String>,
     pub global_memory_bytes: u64,
     pub group_memory_bytes: u64,
     pub compute_units: u32,
@@ -241,6 +245,7 @@ pub fn device_report(d: &Device, p: &PlatformFacts) -> DeviceReport {
         backend: i.backend.name().to_string(),
         triple: i.triple.clone(),
         arch: i.arch.clone(),
+        target_ids: i.target_ids.iter().map(ToString::to_string).collect(),
         global_memory_bytes: i.global_memory_bytes,
         group_memory_bytes: i.group_memory_bytes,
         compute_units: i.compute_units,
@@ -293,6 +298,7 @@ pub fn host_device_report(runtime: &Runtime) -> DeviceReport {
         backend: Backend::Host.name().to_string(),
         triple: String::new(),
         arch: String::new(),
+        target_ids: Vec::new(),
         global_memory_bytes: memory,
         group_memory_bytes: 0,
         compute_units: cpus,

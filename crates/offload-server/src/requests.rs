@@ -33,6 +33,7 @@ pub(crate) fn device_desc(d: &offload_core::Device) -> DeviceDesc {
         backend: format!("{:?}", i.backend).to_lowercase(),
         triple: i.triple.clone(),
         arch: i.arch.clone(),
+        target_ids: i.target_ids.iter().map(ToString::to_string).collect(),
         uid: i.uid.clone(),
         driver_version: i.driver_version.clone(),
         global_memory_bytes: i.global_memory_bytes,

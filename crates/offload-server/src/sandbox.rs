@@ -297,13 +297,19 @@ impl Plan {
 }
 
 /// Names of the environment a worker is started with: the server's own
-/// `OFFLOAD_*` configuration, never a credential.
+/// `OFFLOAD_*` configuration and the GPU runtimes' (which GPUs, the HSA
+/// runtime's `HSA_*` settings such as `HSA_XNACK`, which decide what code
+/// the GPUs run), never a credential.
 pub fn passes_to_worker(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     let secret = upper.contains("TOKEN") || upper.contains("SECRET") || upper.contains("KEY");
     !secret
         && (name.starts_with("OFFLOAD_") && !name.starts_with("OFFLOAD_REMOTE")
-            || matches!(name, "PATH" | "LD_LIBRARY_PATH" | "CUDA_VISIBLE_DEVICES"))
+            || name.starts_with("HSA_")
+            || matches!(
+                name,
+                "PATH" | "LD_LIBRARY_PATH" | "CUDA_VISIBLE_DEVICES" | "ROCR_VISIBLE_DEVICES"
+            ))
 }
 
 /// Remove every environment variable of this process that
@@ -1042,6 +1048,10 @@ mod tests {
         // (Built from pieces: not a variable anything reads.)
         assert!(!passes_to_worker(concat!("OFFLOAD_", "SOMETHING_SECRET")));
         assert!(!passes_to_worker("HOME"));
+        // The GPU runtimes' settings reach it: they decide what code runs.
+        assert!(passes_to_worker("HSA_XNACK"));
+        assert!(passes_to_worker("ROCR_VISIBLE_DEVICES"));
+        assert!(!passes_to_worker(concat!("HSA_", "API_KEY")));
     }
 
     #[test]

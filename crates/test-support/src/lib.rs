@@ -7,9 +7,11 @@
 //!
 //! Beside that: the workspace's own build outputs found from any crate's
 //! tests ([`offload_bin`], [`drop_in_libraries`]), `offload serve` in a
-//! child process ([`serve::Server`]) and, with the `device` feature, bytes
+//! child process ([`serve::Server`]), the fake HSA runtime and AMD code
+//! objects built for it ([`amd`]) and, with the `device` feature, bytes
 //! in and out of offload-core devices ([`device`]).
 
+pub mod amd;
 mod artifacts;
 #[cfg(feature = "device")]
 pub mod device;

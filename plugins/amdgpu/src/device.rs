@@ -6,8 +6,6 @@ use offload_core::plugin::{self, AllocKind, Backend, DeviceInfo, DevicePtr, Devi
 use offload_core::{Error, Result};
 use offload_image::DeviceImage;
 
-use offload_image::amdgpu::{self, Feature, TargetId};
-
 use crate::gpu::{Gpu, GROUP_MEMORY_BYTES};
 use crate::{image, memory, queue, TARGET_TRIPLE};
 
@@ -27,6 +25,7 @@ impl AmdgpuDevice {
             backend: Backend::Amdgpu,
             triple: TARGET_TRIPLE.to_string(),
             arch: f.arch.split(':').next().unwrap_or_default().to_string(),
+            target_ids: f.isas.clone(),
             uid: format!("amdgpu-{}-{}", gpu.index, f.arch),
             driver_version: "HSA 1.1".to_string(),
             global_memory_bytes: f.memory_bytes,
@@ -48,74 +47,11 @@ impl plugin::Device for AmdgpuDevice {
     }
 
     /// An `amdgcn-amd-amdhsa` ELF code object that one of this GPU's ISAs
-    /// runs: the processor and the `xnack`/`sramecc` settings of its
-    /// `e_flags`, and of the OffloadBinary's arch when that names a target
-    /// ID (`gfx90a:xnack+`), must suit the GPU.
+    /// runs, by the core's target-ID rules over [`DeviceInfo::target_ids`]
+    /// (which also give the reason for a refusal and the feature count of
+    /// image choice). Bitcode is not: the core compiles it first, if at all.
     fn can_run(&self, image: &DeviceImage<'_>) -> bool {
         self.incompatibility(image).is_none()
-    }
-
-    fn incompatibility(&self, image: &DeviceImage<'_>) -> Option<String> {
-        if image.format != offload_image::ImageFormat::Elf {
-            return Some("not an ELF code object".to_string());
-        }
-        let Some(code) = TargetId::of_code_object(image.bytes) else {
-            return Some("not an AMD GPU code object of a known processor".to_string());
-        };
-        if amdgpu::is_generic(&code.processor)
-            && amdgpu::code_object_generic_version(image.bytes).unwrap_or(0)
-                < amdgpu::MIN_GENERIC_VERSION
-        {
-            return Some(format!(
-                "the code object is built for the generic processor {} but has no \
-                 generic version (e_flags bits 24-31 of a version 6 code object)",
-                code.processor
-            ));
-        }
-        let gpu_runs = |target: &TargetId| self.gpu.isa_for(target).is_some();
-        let family = amdgpu::generic_of(&self.gpu.facts.arch);
-        if !gpu_runs(&code) && family == Some(code.processor.as_str()) {
-            // ROCr lists the generic ISA where it can load generic code.
-            return Some(format!(
-                "the code object is built for {code}, the generic processor of this GPU's \
-                 family, but the HSA runtime does not list that ISA ({}): it is too old \
-                 to load generic code objects",
-                image::isa_list(&self.gpu)
-            ));
-        }
-        if !gpu_runs(&code) {
-            return Some(format!(
-                "the code object is built for {code}, which this GPU does not run ({})",
-                image::isa_list(&self.gpu)
-            ));
-        }
-        let declared = image.arch.as_deref().filter(|a| !a.is_empty())?;
-        match TargetId::parse(declared) {
-            Ok(d) if d.processor == code.processor && gpu_runs(&d) => None,
-            Ok(d) => Some(format!(
-                "the image is declared for {d}, which this GPU does not run ({})",
-                image::isa_list(&self.gpu)
-            )),
-            Err(e) => Some(format!("the image's arch: {e}")),
-        }
-    }
-
-    /// The `xnack`/`sramecc` settings the code object (or the
-    /// OffloadBinary's arch) pins: [`Self::incompatibility`] checked them.
-    fn pinned_features(&self, image: &DeviceImage<'_>) -> u8 {
-        let count = |t: &TargetId| {
-            [t.sramecc, t.xnack]
-                .iter()
-                .filter(|f| matches!(f, Feature::On | Feature::Off))
-                .count() as u8
-        };
-        let code = TargetId::of_code_object(image.bytes).map_or(0, |t| count(&t));
-        let declared = image
-            .arch
-            .as_deref()
-            .and_then(|a| TargetId::parse(a).ok())
-            .map_or(0, |t| count(&t));
-        code.max(declared)
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {

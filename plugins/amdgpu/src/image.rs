@@ -46,12 +46,6 @@ pub fn load(gpu: &Arc<Gpu>, bytes: &[u8]) -> Result<Program> {
     Ok(Program { loaded })
 }
 
-/// The GPU's ISAs, for messages: `gfx90a:sramecc+:xnack-`.
-pub(crate) fn isa_list(gpu: &Gpu) -> String {
-    let ids: Vec<String> = gpu.facts.isas.iter().map(ToString::to_string).collect();
-    ids.join(", ")
-}
-
 fn load_executable(gpu: &Gpu, bytes: &[u8]) -> Result<hsa_executable_t> {
     let api = &gpu.rt.api;
     let mut reader = hsa_code_object_reader_t::default();

@@ -8,7 +8,7 @@
 //! clang-22 the tests are skipped, except under `CI=true`.
 
 use std::ffi::{c_char, c_int, c_long, c_void, CString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -17,6 +17,7 @@ use offload_core::plugin::{AllocKind, Backend, DevicePtr, DeviceType, KernelArgs
 use offload_core::{Config, ErrorCode, Runtime};
 use offload_image::amdgpu;
 
+use test_support::amd::{self, run};
 use test_support::clang;
 use test_support::device::{read_values as read, write_values as write};
 
@@ -26,43 +27,10 @@ fn scratch() -> &'static Path {
         .path()
 }
 
-fn run(cmd: &mut Command, what: &str) {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        o.status.success(),
-        "{what} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// The fake runtime built as `libhsa-runtime64.so.1`.
-fn fake_library() -> Option<PathBuf> {
-    static LIB: OnceLock<Option<PathBuf>> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let clang = clang()?;
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_hsa/fake_hsa.c");
-        let out = scratch().join("libhsa-runtime64.so.1");
-        run(
-            Command::new(clang)
-                .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
-                .arg(&out)
-                .arg(&src)
-                .arg("-lpthread"),
-            "building the fake HSA runtime",
-        );
-        Some(out)
-    })
-    .clone()
-}
-
 /// OpenCL C kernels the fake runs (by name), built for `arch`.
 fn kernels(arch: &str) -> Option<Vec<u8>> {
-    let clang = clang()?;
-    let dir = scratch().join(format!("cl-{arch}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("k.cl");
-    std::fs::write(
-        &src,
+    amd::opencl_code_object(
+        arch,
         "#define ID() (int)(__builtin_amdgcn_workgroup_id_x() * __builtin_amdgcn_workgroup_size_x() + __builtin_amdgcn_workitem_id_x())
          kernel void fake_saxpy(int n, float a, global const float *x, global float *y) {
            int i = ID(); if (i < n) y[i] = a * x[i] + y[i]; }
@@ -72,52 +40,6 @@ fn kernels(arch: &str) -> Option<Vec<u8>> {
          kernel void fake_page_fault(global int *p) { p[0] = 1; }
          __attribute__((visibility(\"protected\"))) global int counter = 42;",
     )
-    .unwrap();
-    let out = dir.join("k.hsaco");
-    run(
-        Command::new(clang)
-            .args([
-                "-x",
-                "cl",
-                "-cl-std=CL2.0",
-                "-target",
-                "amdgcn-amd-amdhsa",
-                "-nogpulib",
-                "-O2",
-            ])
-            .arg(format!("-mcpu={arch}"))
-            .arg("-o")
-            .arg(&out)
-            .arg(&src),
-        "building OpenCL kernels for the fake",
-    );
-    Some(std::fs::read(out).unwrap())
-}
-
-/// A code object for `target` (`gfx90a:xnack-`) whose global `mark`
-/// starts at `mark`: which image of a bundle a GPU loaded.
-fn marked(target: &str, mark: i32) -> Vec<u8> {
-    let clang = clang().expect("clang-22");
-    let dir = scratch().join(format!("marked-{}-{mark}", target.replace(':', "_")));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("m.cl");
-    std::fs::write(
-        &src,
-        format!("__attribute__((visibility(\"protected\"))) global int mark = {mark};"),
-    )
-    .unwrap();
-    let out = dir.join("m.hsaco");
-    run(
-        Command::new(clang)
-            .args(["-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"])
-            .args(["-nogpulib", "-O2"])
-            .arg(format!("-mcpu={target}"))
-            .arg("-o")
-            .arg(&out)
-            .arg(&src),
-        "building a marked code object",
-    );
-    std::fs::read(out).unwrap()
 }
 
 /// An OpenMP program with a teams reduction, built for gfx90a against the
@@ -267,13 +189,13 @@ fn setup() -> Option<(MutexGuard<'static, ()>, &'static Fake, &'static Runtime)>
     static STATE: OnceLock<Option<(Fake, Runtime)>> = OnceLock::new();
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let state = STATE.get_or_init(|| {
-        let path = fake_library()?;
+        let path = amd::fake_hsa_library()?;
         // SAFETY: set once, before any runtime of this process reads it,
         // while the other tests wait on the lock above.
         unsafe { std::env::set_var(offload_plugin_amdgpu::RUNTIME_ENV, &path) };
         // The agents' target ID, as ROCr names an MI210's ISA.
         // SAFETY: as above.
-        unsafe { std::env::set_var("FAKE_HSA_ARCH", AGENT_TARGET_ID) };
+        unsafe { std::env::set_var("HSA_FAKE_ARCH", AGENT_TARGET_ID) };
         // SAFETY: the test controls of the same library the plugin loads.
         let lib = unsafe { libloading::Library::new(&path) }.unwrap();
         let rt = amdgpu_runtime();
@@ -759,7 +681,7 @@ fn the_most_specific_image_a_gpu_runs_is_loaded() {
     let bundle = |images: &[(&str, i32)]| -> Vec<u8> {
         images
             .iter()
-            .flat_map(|&(arch, mark)| entry(&marked(arch, mark), arch))
+            .flat_map(|&(arch, mark)| entry(&amd::marked_code_object(arch, mark).unwrap(), arch))
             .collect()
     };
     let loaded_mark = |d: &std::sync::Arc<offload_core::Device>, binary: &[u8]| -> i32 {

@@ -73,6 +73,7 @@ impl CudaDevice {
             backend: Backend::Cuda,
             triple: TARGET_TRIPLE.to_string(),
             arch: sm.to_string(),
+            target_ids: Vec::new(),
             uid: uuid_string(&uuid),
             driver_version: format!("{}.{}", driver_version / 1000, (driver_version % 1000) / 10),
             global_memory_bytes: total as u64,

@@ -1,6 +1,7 @@
 //! The remote protocol's messages as both forwarding plugins build them.
 
 use offload_core::plugin::{Backend, DeviceInfo, DevicePtr, DeviceType, KernelArgs, LaunchConfig};
+use offload_image::amdgpu::TargetId;
 use offload_image::DeviceImage;
 use offload_proto::{
     queue_op, CopyRequest, DeviceDesc, FillRequest, ImageDesc, KeyValue, Launch, ReadRequest,
@@ -24,6 +25,7 @@ pub fn device_info(d: &DeviceDesc, at: &str, uid: &str, via: &str) -> DeviceInfo
         backend: Backend::Remote,
         triple: d.triple.clone(),
         arch: d.arch.clone(),
+        target_ids: target_ids(d),
         uid: format!("{uid}/{}", d.uid),
         driver_version: format!("{} via {via}", d.driver_version),
         global_memory_bytes: d.global_memory_bytes,
@@ -35,6 +37,21 @@ pub fn device_info(d: &DeviceDesc, at: &str, uid: &str, via: &str) -> DeviceInfo
         clock_mhz: d.clock_mhz,
         address_bits: d.address_bits,
     }
+}
+
+/// The target IDs a server lists for its AMD GPU; one that does not parse
+/// is left out (the server's own plugin checks what it loads anyway).
+fn target_ids(d: &DeviceDesc) -> Vec<TargetId> {
+    d.target_ids
+        .iter()
+        .filter_map(|t| match TargetId::parse(t) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::debug!("device {} of the server: {e}", d.id);
+                None
+            }
+        })
+        .collect()
 }
 
 /// Three dimensions from the wire, missing ones 1.

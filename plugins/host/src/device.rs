@@ -24,6 +24,7 @@ impl HostDevice {
             backend: Backend::Host,
             triple: TARGET_TRIPLE.to_string(),
             arch: String::new(),
+            target_ids: Vec::new(),
             uid: format!("{}-{index}", std::env::consts::ARCH),
             driver_version: machine.kernel_release.clone(),
             global_memory_bytes: machine.memory_bytes,

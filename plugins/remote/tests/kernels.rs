@@ -314,3 +314,111 @@ fn a_servers_cuda_device_is_served_to_remote_clients() {
     dev.free(dx).unwrap();
     dev.free(dy).unwrap();
 }
+
+/// A server whose AMDGPU plugin runs on the fake HSA runtime with agents
+/// of target ID `agent` (`gfx90a:sramecc+:xnack-`), and `HSA_XNACK` set
+/// to `xnack` when given; `None` without clang-22 (a failure under
+/// `CI=true`).
+fn amd_server(agent: &str, xnack: Option<&str>) -> Option<Server> {
+    let runtime = test_support::amd::fake_hsa_library()?;
+    let mut env = vec![
+        ("OFFLOAD_PLUGINS", Path::new("amdgpu")),
+        ("OFFLOAD_HSA_RUNTIME", runtime.as_path()),
+        ("HSA_FAKE_ARCH", Path::new(agent)),
+    ];
+    if let Some(x) = xnack {
+        env.push(("HSA_XNACK", Path::new(x)));
+    }
+    // The fake lies in a private temporary folder, which a sandboxed
+    // worker (its own /tmp, its own uid) cannot see.
+    Some(Server::start_env(
+        Some("amd"),
+        &["--insecure-no-sandbox"],
+        0,
+        &env,
+    ))
+}
+
+/// One binary with a code object per `(target ID, mark)`, each declared
+/// for its target ID, as clang-22 bundles several `--offload-arch`s.
+fn amd_bundle(images: &[(&str, i32)]) -> Vec<u8> {
+    use offload_image::offload_binary::{write, ImageKind, OffloadBinary, OffloadKind};
+    images
+        .iter()
+        .flat_map(|&(target, mark)| {
+            let code = test_support::amd::marked_code_object(target, mark).unwrap();
+            let entry = OffloadBinary::new(ImageKind::Object, OffloadKind::OpenMp, &code)
+                .with("triple", offload_image::amdgpu::TRIPLE)
+                .with("arch", target);
+            write(&[entry])
+        })
+        .collect()
+}
+
+/// The target IDs the client was given for the server's GPU `dev`.
+fn target_ids(dev: &offload_core::Device) -> Vec<String> {
+    dev.info()
+        .target_ids
+        .iter()
+        .map(|t| t.to_string())
+        .collect()
+}
+
+/// Which image of `binary` the device loaded: its `mark`.
+fn loaded_mark(dev: &std::sync::Arc<offload_core::Device>, binary: &[u8]) -> i32 {
+    let program = dev.load_program(binary).unwrap();
+    let (mark, _) = program.global("mark").unwrap();
+    i32::from_ne_bytes(read(dev, mark, 4).try_into().unwrap())
+}
+
+/// A server's AMD GPU is matched by its target IDs, as a local one: the
+/// xnack/sramecc settings it runs with decide, the most specific image
+/// is sent, and its family's generic code runs where the server's
+/// runtime lists the generic ISA.
+#[test]
+fn a_servers_amd_gpu_gets_code_objects_by_its_target_ids() {
+    let Some(server) = amd_server("gfx90a:sramecc+:xnack-", None) else {
+        return;
+    };
+    let rt = client(&server.addr, Some("amd"));
+    assert!(rt.failed_plugins().is_empty(), "{:?}", rt.failed_plugins());
+    let dev = &rt.devices()[0];
+    assert_eq!(target_ids(dev), ["gfx90a:sramecc+:xnack-"]);
+    assert_eq!(dev.info().arch, "gfx90a");
+    let images = [
+        ("gfx90a", 1),
+        ("gfx90a:xnack+", 2),
+        ("gfx90a:xnack-", 3),
+        ("gfx90a:sramecc+:xnack-", 4),
+    ];
+    assert_eq!(loaded_mark(dev, &amd_bundle(&images)), 4);
+    assert_eq!(loaded_mark(dev, &amd_bundle(&images[..3])), 3);
+    // What the GPU cannot run is refused here, with the server's reason.
+    let e = dev.load_program(&amd_bundle(&[images[1]])).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidBinary);
+    assert!(
+        e.message().contains("gfx90a:xnack+") && e.message().contains("(gfx90a:sramecc+:xnack-)"),
+        "{e}"
+    );
+    // (The two loads above reached the server; the refused one did not.)
+    let log = server.log();
+    assert_eq!(log.matches("program loaded").count(), 2, "{log}");
+
+    // The server's HSA_XNACK=1 reaches its session's runtime: the GPU
+    // runs with xnack on, and the client sends the xnack+ image.
+    let xnack_on = amd_server("gfx90a:sramecc+:xnack-", Some("1")).unwrap();
+    let rt = client(&xnack_on.addr, Some("amd"));
+    let dev = &rt.devices()[0];
+    assert_eq!(target_ids(dev), ["gfx90a:sramecc+:xnack+"]);
+    assert_eq!(loaded_mark(dev, &amd_bundle(&images)), 2);
+
+    let rdna3 = amd_server("gfx1100", None).unwrap();
+    let rt = client(&rdna3.addr, Some("amd"));
+    let dev = &rt.devices()[0];
+    assert_eq!(target_ids(dev), ["gfx1100", "gfx11-generic"]);
+    assert_eq!(
+        loaded_mark(dev, &amd_bundle(&[("gfx11-generic", 7), ("gfx1100", 8)])),
+        8
+    );
+    assert_eq!(loaded_mark(dev, &amd_bundle(&[("gfx11-generic", 7)])), 7);
+}

@@ -8,19 +8,21 @@
  *  - hsa_init / hsa_shut_down count references; every other call fails with
  *    HSA_STATUS_ERROR_NOT_INITIALIZED unless the count is positive
  *    (hsa_status_string excepted, so that an hsa_init failure can be named);
- *  - agents: one CPU agent ("fake-cpu") then FAKE_HSA_GPUS (default 2, at
- *    most 15) GPU agents of target ID FAKE_HSA_ARCH (default gfx90a; e.g.
+ *  - agents: one CPU agent ("fake-cpu") then HSA_FAKE_GPUS (default 2, at
+ *    most 15) GPU agents of target ID HSA_FAKE_ARCH (default gfx90a; e.g.
  *    gfx90a:sramecc+:xnack-), MI210-like: the agent's name is the processor,
- *    its first ISA is named amdgcn-amd-amdhsa--FAKE_HSA_ARCH (NUL counted),
+ *    its first ISA is named amdgcn-amd-amdhsa--HSA_FAKE_ARCH (NUL counted),
  *    and, as ROCr does, a processor of an LLVM generic family (gfx1100:
  *    gfx11-generic) has a second ISA, the generic one with the same
  *    features (fake_hsa_set_arch(target_id, with_generic_isa) changes the
  *    target ID, and without the generic ISA the fake, as runtimes older
  *    than generic code objects, neither lists nor loads generic code);
+ *    HSA_XNACK=1 (or 0) turns xnack on (off) as ROCr does, where the
+ *    target ID has the feature;
  *  - memory pools: the CPU agent has a fine-grained kernarg pool and a
  *    fine-grained pool; each GPU a coarse-grained 64 GiB pool and a group
  *    segment pool that does not allow allocation. Allocations are zeroed,
- *    page-aligned anonymous mappings, at most FAKE_HSA_MAX_ALLOC bytes
+ *    page-aligned anonymous mappings, at most HSA_FAKE_MAX_ALLOC bytes
  *    (default 1 TiB) live at once; hsa_amd_agents_allow_access is recorded;
  *  - hsa_amd_memory_lock returns the host pointer itself, and is counted;
  *  - hsa_amd_memory_async_copy copies with memmove, but only between ranges
@@ -484,12 +486,16 @@ hsa_status_t hsa_init(void) {
     return injected;
   pthread_mutex_lock(&lock);
   if (ngpus < 0) {
-    const char *g = getenv("FAKE_HSA_GPUS"), *a = getenv("FAKE_HSA_ARCH");
-    const char *m = getenv("FAKE_HSA_MAX_ALLOC");
+    const char *g = getenv("HSA_FAKE_GPUS"), *a = getenv("HSA_FAKE_ARCH");
+    const char *m = getenv("HSA_FAKE_MAX_ALLOC");
     ngpus = g && *g ? atoi(g) : 2;
     ngpus = ngpus < 0 ? 0 : ngpus > MAX_GPUS ? MAX_GPUS : ngpus;
     pthread_mutex_lock(&arch_lock);
     snprintf(arch, sizeof arch, "%s", a && *a ? a : "gfx90a");
+    const char *x = getenv("HSA_XNACK");
+    char *xnack = strstr(arch, ":xnack");
+    if (x && *x && xnack && (xnack[6] == '+' || xnack[6] == '-'))
+      xnack[6] = atoi(x) ? '+' : '-';
     pthread_mutex_unlock(&arch_lock);
     max_alloc = m && *m ? strtoull(m, 0, 0) : 1ULL << 40;
   }
@@ -671,7 +677,7 @@ static int processor_of(const char *target) {
   return -1;
 }
 
-/* Test control: the GPU agents' target ID from now on (as FAKE_HSA_ARCH),
+/* Test control: the GPU agents' target ID from now on (as HSA_FAKE_ARCH),
  * and whether they list their family's generic ISA. */
 void fake_hsa_set_arch(const char *target_id, int with_generic_isa) {
   pthread_mutex_lock(&arch_lock);
