@@ -5,7 +5,8 @@
 //! compiles a bitcode image for it with an LLVM 22 compiler found at run
 //! time (no libLLVM in the runtime, so programs without bitcode images do
 //! not pay for it) and loads the result like any native image: a shared
-//! object for host devices, PTX text for CUDA devices. The image's
+//! object for host devices, PTX text for CUDA devices, a code object for
+//! AMD GPUs (clang links it with ld.lld, as for `-fopenmp` builds). The image's
 //! `1OMP` `CompileOptions` and `LinkOptions` reach the compiler.
 //!
 //! Results are cached on disk, keyed by the SHA-256 of the image bytes,
@@ -49,6 +50,10 @@ pub enum JitOutput {
     /// at least the given PTX ISA version (`78`: 7.8, the first with
     /// `sm_90`).
     Ptx { isa: u32 },
+    /// An AMD GPU code object (linked by the compiler's ld.lld), for the
+    /// processor and features of the target's `cpu` (a target ID:
+    /// `gfx90a:sramecc+:xnack-`).
+    CodeObject,
 }
 
 impl JitOutput {
@@ -57,6 +62,7 @@ impl JitOutput {
         match self {
             JitOutput::SharedObject => "so",
             JitOutput::Ptx { .. } => "ptx",
+            JitOutput::CodeObject => "hsaco",
         }
     }
 }
@@ -70,13 +76,31 @@ pub struct JitTarget {
     pub output: JitOutput,
 }
 
-/// Whether `image` is bitcode that `target` can compile.
+/// Whether `image` is bitcode that `target` can compile: its triple, and
+/// for an AMD GPU the processor and features it was built for (clang's
+/// bitcode names them on every function, so gfx90a bitcode does not
+/// become gfx1100 code), suit the target.
 pub fn can_compile(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
     image.format == ImageFormat::Bitcode
         && image
             .triple
             .as_deref()
             .is_none_or(|t| crate::image::triples_compatible(t, &target.triple))
+        && (target.output != JitOutput::CodeObject || amd_arch_suits(image, target))
+}
+
+/// Whether the arch an AMD GPU bitcode image declares (if any) runs on
+/// the target ID the plugin compiles for.
+fn amd_arch_suits(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
+    use offload_image::amdgpu::TargetId;
+    let Some(declared) = image.arch.as_deref().filter(|a| !a.is_empty()) else {
+        return true;
+    };
+    let device = target.cpu.as_deref().map(TargetId::parse);
+    match (TargetId::parse(declared), device) {
+        (Ok(built), Some(Ok(device))) => built.runs_on(&device),
+        _ => false,
+    }
 }
 
 /// Marks a cache entry: the magic, the SHA-256 of the image that follows,
@@ -334,7 +358,14 @@ fn arguments(target: &JitTarget, options: &Options, input: &Path, output: &Path)
             args.push(format!("+ptx{isa}"));
             false
         }
+        // clang links AMD GPU code into a code object with ld.lld; the
+        // OpenMP device runtime is already in the bitcode.
+        JitOutput::CodeObject => {
+            args.push("-nogpulib".into());
+            true
+        }
     };
+    let host = target.output == JitOutput::SharedObject;
     // The image's own options win over the default optimisation level.
     if !options.compile.iter().any(|o| o.starts_with("-O")) {
         args.push("-O2".into());
@@ -345,7 +376,7 @@ fn arguments(target: &JitTarget, options: &Options, input: &Path, output: &Path)
     }
     args.extend(["-x".into(), "ir".into()]);
     args.push(input.display().to_string());
-    if links {
+    if host {
         // The compiler's own runtime, linked statically after the input:
         // code compiled for the host may call into it (host_kernel.h's
         // per-CPU-level group loops read `__cpu_features2` through
@@ -706,5 +737,70 @@ mod tests {
             cache_key(b"BC", &target(), &Options::default(), "c")
         );
         assert_eq!(ptx.output.extension(), "ptx");
+    }
+
+    fn amd(cpu: &str) -> JitTarget {
+        JitTarget {
+            triple: "amdgcn-amd-amdhsa".into(),
+            cpu: Some(cpu.into()),
+            output: JitOutput::CodeObject,
+        }
+    }
+
+    #[test]
+    fn amd_code_objects_are_linked_for_the_gpus_target_id() {
+        let args = arguments(
+            &amd("gfx90a:sramecc+:xnack-"),
+            &Options {
+                compile: vec![],
+                link: vec!["--no-undefined".into()],
+            },
+            Path::new("in.bc"),
+            Path::new("out.hsaco"),
+        );
+        for want in [
+            "--target=amdgcn-amd-amdhsa",
+            "-march=gfx90a:sramecc+:xnack-",
+            "-nogpulib",
+            "-Wl,--no-undefined",
+            "-O2",
+        ] {
+            assert!(args.contains(&want.to_string()), "{want} in {args:?}");
+        }
+        assert!(
+            !args
+                .iter()
+                .any(|a| a == "-S" || a == "-lgcc" || a == "-shared"),
+            "{args:?}"
+        );
+        assert_eq!(amd("gfx90a").output.extension(), "hsaco");
+    }
+
+    #[test]
+    fn amd_bitcode_compiles_only_for_the_processor_it_names() {
+        let bitcode = |arch: Option<&str>| DeviceImage {
+            bytes: b"BC\xc0\xde",
+            format: ImageFormat::Bitcode,
+            triple: Some("amdgcn-amd-amdhsa".into()),
+            arch: arch.map(str::to_string),
+            image_kind: None,
+            offload_kind: None,
+            strings: Default::default(),
+            metadata: Default::default(),
+            containers: Vec::new(),
+        };
+        let gpu = amd("gfx90a:sramecc+:xnack-");
+        assert!(can_compile(&bitcode(Some("gfx90a")), &gpu));
+        assert!(can_compile(&bitcode(Some("gfx90a:xnack-")), &gpu));
+        assert!(can_compile(&bitcode(None), &gpu));
+        assert!(!can_compile(&bitcode(Some("gfx90a:xnack+")), &gpu));
+        assert!(!can_compile(&bitcode(Some("gfx1100")), &gpu));
+        assert!(!can_compile(&bitcode(Some("not a target")), &gpu));
+        // Other targets do not look at the arch.
+        let host = DeviceImage {
+            triple: Some("x86_64-unknown-linux-gnu".into()),
+            ..bitcode(Some("znver4"))
+        };
+        assert!(can_compile(&host, &target()));
     }
 }

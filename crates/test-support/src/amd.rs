@@ -53,6 +53,16 @@ pub fn fake_hsa_library() -> Option<PathBuf> {
 /// OpenCL C `source` built by clang-22 into a code object for `target`
 /// (a target ID: `gfx90a:xnack-`); `None` without clang-22.
 pub fn opencl_code_object(target: &str, source: &str) -> Option<Vec<u8>> {
+    opencl(target, source, &[])
+}
+
+/// OpenCL C `source` compiled by clang-22 to LLVM bitcode for `target`,
+/// as `-fopenmp-target-jit` leaves device code; `None` without clang-22.
+pub fn opencl_bitcode(target: &str, source: &str) -> Option<Vec<u8>> {
+    opencl(target, source, &["-emit-llvm", "-c"])
+}
+
+fn opencl(target: &str, source: &str, extra: &[&str]) -> Option<Vec<u8>> {
     let clang = clang()?;
     static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -60,12 +70,13 @@ pub fn opencl_code_object(target: &str, source: &str) -> Option<Vec<u8>> {
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("k.cl");
     std::fs::write(&src, source).unwrap();
-    let out = dir.join("k.hsaco");
+    let out = dir.join("k.out");
     run(
         Command::new(clang)
             .args(["-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"])
             .args(["-nogpulib", "-O2"])
             .arg(format!("-mcpu={target}"))
+            .args(extra)
             .arg("-o")
             .arg(&out)
             .arg(&src),

@@ -54,6 +54,17 @@ impl plugin::Device for AmdgpuDevice {
         self.incompatibility(image).is_none()
     }
 
+    /// LLVM bitcode (`-fopenmp-target-jit`, bitcode given to
+    /// `olCreateProgram`) becomes a code object for this GPU's own ISA,
+    /// with the xnack/sramecc settings it runs.
+    fn jit_target(&self) -> Option<offload_core::jit::JitTarget> {
+        Some(offload_core::jit::JitTarget {
+            triple: TARGET_TRIPLE.to_string(),
+            cpu: Some(self.gpu.facts.isas[0].to_string()),
+            output: offload_core::jit::JitOutput::CodeObject,
+        })
+    }
+
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DevicePtr> {
         memory::alloc(&self.gpu, size, kind)
     }

@@ -29,63 +29,78 @@ fn scratch() -> &'static Path {
 
 /// OpenCL C kernels the fake runs (by name), built for `arch`.
 fn kernels(arch: &str) -> Option<Vec<u8>> {
-    amd::opencl_code_object(
-        arch,
-        "#define ID() (int)(__builtin_amdgcn_workgroup_id_x() * __builtin_amdgcn_workgroup_size_x() + __builtin_amdgcn_workitem_id_x())
+    amd::opencl_code_object(arch, KERNELS)
+}
+
+/// The kernels [`kernels`] builds.
+const KERNELS: &str = "#define ID() (int)(__builtin_amdgcn_workgroup_id_x() * __builtin_amdgcn_workgroup_size_x() + __builtin_amdgcn_workitem_id_x())
          kernel void fake_saxpy(int n, float a, global const float *x, global float *y) {
            int i = ID(); if (i < n) y[i] = a * x[i] + y[i]; }
          kernel void fake_fill(global int *p, int v, int n) {
            int i = ID(); if (i < n) p[i] = v; }
          kernel void fake_fault(global int *p) { p[0] = 1; }
          kernel void fake_page_fault(global int *p) { p[0] = 1; }
-         __attribute__((visibility(\"protected\"))) global int counter = 42;",
-    )
-}
+         __attribute__((visibility(\"protected\"))) global int counter = 42;";
 
 /// An OpenMP program with a teams reduction, built for gfx90a against the
 /// project's device runtime; its linked code object.
 fn openmp_code_object() -> Option<Vec<u8>> {
     static IMG: OnceLock<Option<Vec<u8>>> = OnceLock::new();
     IMG.get_or_init(|| {
-        let clang = clang()?;
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let rtl = root.join("target/devicertl/amdgcn-amd-amdhsa");
-        if !rtl.join("libompdevice.a").exists() {
-            run(
-                Command::new("bash").arg(root.join("devicertl/build.sh")),
-                "building the device runtime",
-            );
-        }
-        let dir = scratch().join("omp");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("p.c"),
-            "#include <stdio.h>
-             int main(void) { double s = 0; double a[1000];
-               for (int i = 0; i < 1000; i++) a[i] = i;
-               #pragma omp target teams distribute parallel for reduction(+:s) map(to:a[:1000])
-               for (int i = 0; i < 1000; i++) s += a[i];
-               printf(\"%f\\n\", s); return 0; }",
-        )
-        .unwrap();
-        run(
-            Command::new(clang)
-                .current_dir(&dir)
-                .args([
-                    "-fopenmp",
-                    "--offload-arch=gfx90a",
-                    "-foffload-lto",
-                    "-Xarch_amdgcn",
-                    "-nogpulib",
-                ])
-                .arg("-Xoffload-linker-amdgcn-amd-amdhsa")
-                .arg(format!("-L{}", rtl.display()))
-                .args(["-O2", "-save-temps", "p.c", "-o", "p"]),
-            "building an OpenMP program for gfx90a",
-        );
+        let dir = openmp_program("omp", &[])?;
         Some(std::fs::read(dir.join("p.amdgcn.gfx90a.img")).unwrap())
     })
     .clone()
+}
+
+/// The same program built with `-fopenmp-target-jit`: the executable,
+/// whose device image is bitcode (device runtime included).
+fn openmp_jit_executable() -> Option<Vec<u8>> {
+    let dir = openmp_program("omp-jit", &["-fopenmp-target-jit"])?;
+    Some(std::fs::read(dir.join("p")).unwrap())
+}
+
+/// Builds the OpenMP test program in `name` (a folder of the scratch
+/// directory) with `extra` flags; the folder, with `-save-temps` output.
+fn openmp_program(name: &str, extra: &[&str]) -> Option<std::path::PathBuf> {
+    let clang = clang()?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let rtl = root.join("target/devicertl/amdgcn-amd-amdhsa");
+    if !rtl.join("libompdevice.a").exists() {
+        run(
+            Command::new("bash").arg(root.join("devicertl/build.sh")),
+            "building the device runtime",
+        );
+    }
+    let dir = scratch().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("p.c"),
+        "#include <stdio.h>
+         int main(void) { double s = 0; double a[1000];
+           for (int i = 0; i < 1000; i++) a[i] = i;
+           #pragma omp target teams distribute parallel for reduction(+:s) map(to:a[:1000])
+           for (int i = 0; i < 1000; i++) s += a[i];
+           printf(\"%f\\n\", s); return 0; }",
+    )
+    .unwrap();
+    run(
+        Command::new(clang)
+            .current_dir(&dir)
+            .args([
+                "-fopenmp",
+                "--offload-arch=gfx90a",
+                "-foffload-lto",
+                "-Xarch_amdgcn",
+                "-nogpulib",
+            ])
+            .arg("-Xoffload-linker-amdgcn-amd-amdhsa")
+            .arg(format!("-L{}", rtl.display()))
+            .args(extra)
+            .args(["-O2", "-save-temps", "p.c", "-o", "p"]),
+        "building an OpenMP program for gfx90a",
+    );
+    Some(dir)
 }
 
 struct Fake {
@@ -711,6 +726,71 @@ fn the_most_specific_image_a_gpu_runs_is_loaded() {
     let own_and_generic = bundle(&[("gfx11-generic", 7), ("gfx1100", 8)]);
     assert_eq!(loaded_mark(d, &own_and_generic), 8);
     assert_eq!(loaded_mark(d, &bundle(&[("gfx11-generic", 7)])), 7);
+}
+
+/// Bitcode (`-fopenmp-target-jit`, or given to `olCreateProgram`) is
+/// compiled at load into a code object for the GPU's own target ID, and
+/// runs like one; bitcode built for another processor is not compiled.
+#[test]
+fn bitcode_is_compiled_for_the_gpus_target_id() {
+    use offload_image::offload_binary::{write as pack, ImageKind, OffloadBinary, OffloadKind};
+    let Some((_g, _fake, rt)) = setup() else {
+        return;
+    };
+    let Some(gfx90a) = amd::opencl_bitcode("gfx90a", KERNELS) else {
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    // SAFETY: read by the JIT of this process's loads; the tests that
+    // load run one at a time (setup's lock).
+    unsafe { std::env::set_var("OFFLOAD_JIT_CACHE", cache.path()) };
+    let packed = |code: &[u8], arch: &str| {
+        let e = OffloadBinary::new(ImageKind::Bitcode, OffloadKind::OpenMp, code)
+            .with("triple", amdgpu::TRIPLE)
+            .with("arch", arch);
+        pack(&[e])
+    };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&packed(&gfx90a, "gfx90a")).unwrap();
+    let fill = program.kernel("fake_fill").unwrap();
+    let p = d.alloc(64 * 4, AllocKind::Device).unwrap();
+    launch_one_group(d, &fill, &fill_args(p, 7, 64), 64).unwrap();
+    assert_eq!(read::<i32>(d, p, 64), vec![7; 64]);
+    d.free(p).unwrap();
+    // The code object went to the cache, built for the GPU's target ID.
+    let entries: Vec<_> = std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = std::fs::read(&entries[0]).unwrap();
+    let code = entry
+        .windows(4)
+        .position(|w| w == b"\x7fELF")
+        .map(|at| &entry[at..])
+        .expect("a code object in the entry");
+    let built = amdgpu::TargetId::of_code_object(code).unwrap();
+    assert_eq!(built.to_string(), AGENT_TARGET_ID);
+
+    // gfx1100 bitcode is not compiled for a gfx90a.
+    let rdna3 = amd::opencl_bitcode("gfx1100", KERNELS).unwrap();
+    let e = d.load_program(&packed(&rdna3, "gfx1100")).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidBinary, "{e}");
+
+    // An OpenMP program built with -fopenmp-target-jit: its bitcode holds
+    // the device runtime, and the loaded code object gets its device
+    // environment like one built ahead of time.
+    let exe = openmp_jit_executable().unwrap();
+    let images = offload_image::images_in_host_binary(&exe).unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0].format, offload_image::ImageFormat::Bitcode);
+    let program = d.load_image(&images[0]).unwrap();
+    let (env, size) = program.global("__omp_rtl_device_environment").unwrap();
+    assert_eq!(size, 48);
+    let env = read::<u32>(d, env, 3);
+    assert_eq!((env[1], env[2]), (2, 0), "2 devices, this one the first");
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("OFFLOAD_JIT_CACHE") };
 }
 
 #[test]

@@ -403,6 +403,22 @@ fn a_servers_amd_gpu_gets_code_objects_by_its_target_ids() {
     // (The two loads above reached the server; the refused one did not.)
     let log = server.log();
     assert_eq!(log.matches("program loaded").count(), 2, "{log}");
+    // Bitcode goes to the server as it is, whose JIT makes a code object
+    // for its GPU's target ID.
+    let bitcode = test_support::amd::opencl_bitcode(
+        "gfx90a",
+        "__attribute__((visibility(\"protected\"))) global int mark = 9;",
+    )
+    .unwrap();
+    let packed =
+        offload_image::offload_binary::write(&[offload_image::offload_binary::OffloadBinary::new(
+            offload_image::offload_binary::ImageKind::Bitcode,
+            offload_image::offload_binary::OffloadKind::OpenMp,
+            &bitcode,
+        )
+        .with("triple", offload_image::amdgpu::TRIPLE)
+        .with("arch", "gfx90a")]);
+    assert_eq!(loaded_mark(dev, &packed), 9);
 
     // The server's HSA_XNACK=1 reaches its session's runtime: the GPU
     // runs with xnack on, and the client sends the xnack+ image.
