@@ -41,6 +41,9 @@ use offload_image::{DeviceImage, ImageFormat};
 use crate::error::{Error, ErrorCode, Result};
 use crate::work_item_loops;
 
+mod controls;
+use controls::Controls;
+
 /// What a device's loader takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JitOutput {
@@ -108,11 +111,32 @@ fn amd_arch_suits(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
 const ENTRY_MAGIC: &[u8; 8] = b"OFFJIT1\n";
 
 /// Compile `image` (bitcode) for `target`, or take the cached result.
-/// Returns the native image's bytes.
+/// Returns the native image's bytes. LLVM's `LIBOMPTARGET_JIT_*`
+/// variables apply ([`Controls`]).
 pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     let compiler = compiler()?;
+    let controls = Controls::from_env();
+    if let Some(path) = &controls.replacement_object {
+        return replacement_object(compiler, path, target);
+    }
+    let replaced;
+    let module: &[u8] = match &controls.replacement_module {
+        Some(path) => {
+            replaced = std::fs::read(path).map_err(|e| {
+                Error::new(
+                    ErrorCode::HostIo,
+                    format!(
+                        "JIT: LIBOMPTARGET_JIT_REPLACEMENT_MODULE {}: {e}",
+                        path.display()
+                    ),
+                )
+            })?;
+            &replaced
+        }
+        None => image.bytes,
+    };
     let options = options(image);
-    let loops = work_item_loops_wanted(image, target);
+    let loops = work_item_loops_wanted(module, target);
     // With work-item loops the result also depends on the transformation
     // and on the processor it is compiled for.
     let host = loops
@@ -126,9 +150,8 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
         ),
         false => compiler.version.clone(),
     };
-    let key = cache_key(image.bytes, target, &options, &identity);
-    let io =
-        |what: &str, e: std::io::Error| Error::new(ErrorCode::HostIo, format!("JIT: {what}: {e}"));
+    let identity = format!("{identity} {}", controls.key());
+    let key = cache_key(module, target, &options, &identity);
     // The cache when it is safe to use, else a private scratch directory
     // (removed when `_scratch` drops) and no cache.
     let (dir, cached, _scratch) = match usable_cache_dir() {
@@ -139,7 +162,8 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
         }
     };
     let entry = dir.join(format!("{key}.{}", target.output.extension()));
-    if cached {
+    // (IR asked for is written by a compilation, cached result or not.)
+    if cached && !controls.dumps_ir() {
         if let Some(bytes) = read_entry(&entry) {
             tracing::debug!(entry = %entry.display(), "JIT cache hit");
             return Ok(bytes);
@@ -155,47 +179,43 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     let input = named("bc");
     let output = named(target.output.extension());
     let staged = named("entry");
-    write_private(&input, &[image.bytes]).map_err(|e| io("writing the bitcode", e))?;
+    write_private(&input, &[module]).map_err(|e| io("writing the bitcode", e))?;
     let started = std::time::Instant::now();
     let transformed = named("loops.ll");
+    let with_loops =
+        loops && with_work_item_loops(&compiler.path, host, &input, &stem, &transformed);
+    let source = if with_loops { &transformed } else { &input };
     let compile = |source: &Path| {
         Command::new(&compiler.path)
-            .args(arguments(target, &options, source, &output))
+            .args(arguments(target, &options, &controls, source, &output))
             .output()
     };
-    let run = match loops && with_work_item_loops(&compiler.path, host, &input, &stem, &transformed)
-    {
-        // The loops are an optimisation: if the compiler rejects them, the
-        // image as it came (its barrier kernels on coroutines).
-        true => match compile(&transformed) {
-            Ok(done) if done.status.success() => Ok(done),
-            Ok(failed) => {
-                let why = String::from_utf8_lossy(&failed.stderr);
-                warn(&format!(
-                    "JIT: the work-item loops did not compile ({}); barrier kernels run as coroutines",
-                    why.lines().next().unwrap_or("")
-                ));
-                compile(&input)
-            }
-            Err(e) => Err(e),
-        },
-        false => compile(&input),
-    };
+    let run = dump_ir(compiler, target, &options, &controls, &input, source).and_then(|()| {
+        let run = match with_loops {
+            // The loops are an optimisation: if the compiler rejects them,
+            // the image as it came (its barrier kernels on coroutines).
+            true => match compile(&transformed) {
+                Ok(done) if done.status.success() => Ok(done),
+                Ok(failed) => {
+                    let why = String::from_utf8_lossy(&failed.stderr);
+                    warn(&format!(
+                        "JIT: the work-item loops did not compile ({}); barrier kernels run as coroutines",
+                        why.lines().next().unwrap_or("")
+                    ));
+                    compile(&input)
+                }
+                Err(e) => Err(e),
+            },
+            false => compile(&input),
+        };
+        run.map_err(|e| io(&format!("running {}", compiler.path.display()), e))
+    });
     let _ = std::fs::remove_file(&input);
     let _ = std::fs::remove_file(&transformed);
-    let run = run.map_err(|e| io(&format!("running {}", compiler.path.display()), e))?;
+    let run = run?;
     if !run.status.success() {
         let _ = std::fs::remove_file(&output);
-        return Err(Error::new(
-            ErrorCode::CompileFailure,
-            format!(
-                "JIT: {} failed on a bitcode image for {} ({}): {}",
-                compiler.path.display(),
-                target.triple,
-                run.status,
-                String::from_utf8_lossy(&run.stderr).trim()
-            ),
-        ));
+        return Err(compile_failure(compiler, target, &run));
     }
     let bytes = std::fs::read(&output);
     let _ = std::fs::remove_file(&output);
@@ -216,13 +236,125 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// A host I/O error of the JIT.
+fn io(what: &str, e: std::io::Error) -> Error {
+    Error::new(ErrorCode::HostIo, format!("JIT: {what}: {e}"))
+}
+
+/// The error of a compiler run that failed.
+fn compile_failure(compiler: &Compiler, target: &JitTarget, run: &std::process::Output) -> Error {
+    Error::new(
+        ErrorCode::CompileFailure,
+        format!(
+            "JIT: {} failed on a bitcode image for {} ({}): {}",
+            compiler.path.display(),
+            target.triple,
+            run.status,
+            String::from_utf8_lossy(&run.stderr).trim()
+        ),
+    )
+}
+
+/// `LIBOMPTARGET_JIT_REPLACEMENT_OBJECT`: the user's result, loaded in
+/// place of compiling (never cached). A relocatable object is linked
+/// first for targets whose loader takes linked code (the host's shared
+/// objects, AMD GPU code objects), as LLVM links what its JIT emits.
+fn replacement_object(compiler: &Compiler, path: &Path, target: &JitTarget) -> Result<Vec<u8>> {
+    let what = format!("LIBOMPTARGET_JIT_REPLACEMENT_OBJECT {}", path.display());
+    let bytes = std::fs::read(path).map_err(|e| io(&what, e))?;
+    let relocatable = offload_image::elf::info(&bytes)
+        .is_ok_and(|i| i.elf_type == offload_image::elf::ElfType::Relocatable);
+    if !relocatable || matches!(target.output, JitOutput::Ptx { .. }) {
+        tracing::info!(object = %path.display(), "JIT: replacement object loaded");
+        return Ok(bytes);
+    }
+    let scratch = Scratch::new().map_err(|e| io("creating a private directory", e))?;
+    let output = scratch
+        .0
+        .join(format!("linked.{}", target.output.extension()));
+    let run = Command::new(&compiler.path)
+        .args(link_arguments(target, path, &output))
+        .output()
+        .map_err(|e| io(&format!("running {}", compiler.path.display()), e))?;
+    if !run.status.success() {
+        return Err(Error::new(
+            ErrorCode::CompileFailure,
+            format!(
+                "JIT: linking {what} failed ({}): {}",
+                run.status,
+                String::from_utf8_lossy(&run.stderr).trim()
+            ),
+        ));
+    }
+    std::fs::read(&output).map_err(|e| io("reading the linked replacement object", e))
+}
+
+/// Writes the textual IR that `LIBOMPTARGET_JIT_PRE_OPT_IR_MODULE` and
+/// `LIBOMPTARGET_JIT_POST_OPT_IR_MODULE` ask for: `input` before any
+/// optimisation, `source` (what is compiled) after the optimisation the
+/// compilation applies.
+fn dump_ir(
+    compiler: &Compiler,
+    target: &JitTarget,
+    options: &Options,
+    controls: &Controls,
+    input: &Path,
+    source: &Path,
+) -> Result<()> {
+    let jobs = [
+        (
+            "LIBOMPTARGET_JIT_PRE_OPT_IR_MODULE",
+            &controls.pre_opt_ir,
+            input,
+            true,
+        ),
+        (
+            "LIBOMPTARGET_JIT_POST_OPT_IR_MODULE",
+            &controls.post_opt_ir,
+            source,
+            controls.skip_opt,
+        ),
+    ];
+    for (variable, out, from, no_passes) in jobs {
+        let Some(out) = out else {
+            continue;
+        };
+        let mut args = target_arguments(target);
+        args.extend(["-S", "-emit-llvm"].map(String::from));
+        if target.output != JitOutput::SharedObject {
+            args.push("-nogpulib".into());
+        }
+        args.extend(optimisation_arguments(options, controls));
+        if no_passes && !controls.skip_opt {
+            args.extend(["-Xclang", "-disable-llvm-passes"].map(String::from));
+        }
+        args.extend(["-x".into(), "ir".into(), from.display().to_string()]);
+        args.extend(["-o".into(), out.display().to_string()]);
+        let run = Command::new(&compiler.path)
+            .args(&args)
+            .output()
+            .map_err(|e| io(&format!("running {}", compiler.path.display()), e))?;
+        if !run.status.success() {
+            return Err(Error::new(
+                ErrorCode::HostIo,
+                format!(
+                    "JIT: {variable}: could not write the IR to {}: {}",
+                    out.display(),
+                    String::from_utf8_lossy(&run.stderr).trim()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Whether the image's barrier kernels should get work-item loops
 /// ([`work_item_loops`]): host devices, unless
 /// `OFFLOAD_HOST_WORK_ITEM_LOOPS=0`.
-fn work_item_loops_wanted(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
+fn work_item_loops_wanted(bitcode: &[u8], target: &JitTarget) -> bool {
     target.output == JitOutput::SharedObject
         && std::env::var("OFFLOAD_HOST_WORK_ITEM_LOOPS").map_or(true, |v| v != "0")
-        && work_item_loops::may_apply(image.bytes)
+        && work_item_loops::may_apply(bitcode)
 }
 
 /// Writes the module with group forms to `out`; false (compile the image
@@ -339,12 +471,48 @@ impl Drop for Scratch {
     }
 }
 
-/// The compiler's command line.
-fn arguments(target: &JitTarget, options: &Options, input: &Path, output: &Path) -> Vec<String> {
+/// `--target` and `-march` of `target`.
+fn target_arguments(target: &JitTarget) -> Vec<String> {
     let mut args = vec![format!("--target={}", target.triple)];
     if let Some(cpu) = &target.cpu {
         args.push(format!("-march={cpu}"));
     }
+    args
+}
+
+/// The optimisation level and the image's compile options:
+/// `LIBOMPTARGET_JIT_OPT_LEVEL` over the image's own `-O` option over
+/// `-O2`; `LIBOMPTARGET_JIT_SKIP_OPT` runs no optimisation pass.
+fn optimisation_arguments(options: &Options, controls: &Controls) -> Vec<String> {
+    let is_level = |o: &String| o.starts_with("-O");
+    let mut args = Vec::new();
+    match controls.opt_level {
+        Some(level) => args.push(format!("-O{level}")),
+        None if !options.compile.iter().any(is_level) => args.push("-O2".into()),
+        None => {}
+    }
+    args.extend(
+        options
+            .compile
+            .iter()
+            .filter(|o| controls.opt_level.is_none() || !is_level(o))
+            .cloned(),
+    );
+    if controls.skip_opt {
+        args.extend(["-Xclang", "-disable-llvm-passes"].map(String::from));
+    }
+    args
+}
+
+/// The compiler's command line.
+fn arguments(
+    target: &JitTarget,
+    options: &Options,
+    controls: &Controls,
+    input: &Path,
+    output: &Path,
+) -> Vec<String> {
+    let mut args = target_arguments(target);
     let links = match target.output {
         JitOutput::SharedObject => {
             args.extend(["-fPIC", "-shared", "-nostdlib"].map(String::from));
@@ -365,22 +533,35 @@ fn arguments(target: &JitTarget, options: &Options, input: &Path, output: &Path)
             true
         }
     };
-    let host = target.output == JitOutput::SharedObject;
-    // The image's own options win over the default optimisation level.
-    if !options.compile.iter().any(|o| o.starts_with("-O")) {
-        args.push("-O2".into());
-    }
-    args.extend(options.compile.iter().cloned());
+    args.extend(optimisation_arguments(options, controls));
     if links {
         args.extend(options.link.iter().map(|o| format!("-Wl,{o}")));
     }
     args.extend(["-x".into(), "ir".into()]);
     args.push(input.display().to_string());
-    if host {
+    if target.output == JitOutput::SharedObject {
         // The compiler's own runtime, linked statically after the input:
         // code compiled for the host may call into it (host_kernel.h's
         // per-CPU-level group loops read `__cpu_features2` through
         // `__builtin_cpu_supports`), and `-nostdlib` leaves it out.
+        args.push("-lgcc".into());
+    }
+    args.extend(["-o".into(), output.display().to_string()]);
+    args
+}
+
+/// The command line that links the relocatable object `input` as the
+/// loader of `target` takes it (not for PTX, which is not linked).
+fn link_arguments(target: &JitTarget, input: &Path, output: &Path) -> Vec<String> {
+    let mut args = target_arguments(target);
+    let host = target.output == JitOutput::SharedObject;
+    if host {
+        args.extend(["-fPIC", "-shared", "-nostdlib"].map(String::from));
+    } else {
+        args.push("-nogpulib".into());
+    }
+    args.push(input.display().to_string());
+    if host {
         args.push("-lgcc".into());
     }
     args.extend(["-o".into(), output.display().to_string()]);
@@ -688,6 +869,7 @@ mod tests {
                 compile: vec!["-O3".into()],
                 link: vec!["--no-undefined".into()],
             },
+            &Controls::default(),
             Path::new("in.bc"),
             Path::new("out.so"),
         );
@@ -714,6 +896,7 @@ mod tests {
                 compile: vec![],
                 link: vec!["--no-undefined".into()],
             },
+            &Controls::default(),
             Path::new("in.bc"),
             Path::new("out.ptx"),
         );
@@ -739,6 +922,57 @@ mod tests {
         assert_eq!(ptx.output.extension(), "ptx");
     }
 
+    #[test]
+    fn llvms_jit_variables_set_the_optimisation() {
+        let image_o3 = Options {
+            compile: vec!["-O3".into(), "-g".into()],
+            link: vec![],
+        };
+        let args = |options: &Options, controls: &Controls| {
+            arguments(
+                &target(),
+                options,
+                controls,
+                Path::new("in.bc"),
+                Path::new("out.so"),
+            )
+        };
+        let level = Controls {
+            opt_level: Some(1),
+            ..Controls::default()
+        };
+        // LIBOMPTARGET_JIT_OPT_LEVEL over the image's -O3; its -g stays.
+        let a = args(&image_o3, &level);
+        assert!(
+            a.contains(&"-O1".to_string()) && a.contains(&"-g".to_string()),
+            "{a:?}"
+        );
+        assert!(!a.contains(&"-O3".to_string()), "{a:?}");
+        let skip = Controls {
+            skip_opt: true,
+            ..Controls::default()
+        };
+        let a = args(&Options::default(), &skip);
+        assert!(a.contains(&"-disable-llvm-passes".to_string()), "{a:?}");
+        assert!(
+            a.contains(&"-O2".to_string()),
+            "code generation still optimises"
+        );
+        let a = args(&Options::default(), &Controls::default());
+        assert!(!a.contains(&"-disable-llvm-passes".to_string()), "{a:?}");
+    }
+
+    #[test]
+    fn relocatable_replacement_objects_are_linked_as_the_loader_takes_them() {
+        let host = link_arguments(&target(), Path::new("k.o"), Path::new("k.so"));
+        for want in ["-shared", "-fPIC", "k.o", "-lgcc"] {
+            assert!(host.contains(&want.to_string()), "{want} in {host:?}");
+        }
+        let gpu = link_arguments(&amd("gfx90a"), Path::new("k.o"), Path::new("k.hsaco"));
+        assert!(gpu.contains(&"-march=gfx90a".to_string()), "{gpu:?}");
+        assert!(!gpu.contains(&"-shared".to_string()), "{gpu:?}");
+    }
+
     fn amd(cpu: &str) -> JitTarget {
         JitTarget {
             triple: "amdgcn-amd-amdhsa".into(),
@@ -755,6 +989,7 @@ mod tests {
                 compile: vec![],
                 link: vec!["--no-undefined".into()],
             },
+            &Controls::default(),
             Path::new("in.bc"),
             Path::new("out.hsaco"),
         );

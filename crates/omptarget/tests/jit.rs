@@ -17,6 +17,11 @@ struct Built {
 }
 
 fn build() -> Built {
+    build_with(&[])
+}
+
+/// The test program built natively and for the JIT with `defines`.
+fn build_with(defines: &[&str]) -> Built {
     let exe = std::env::current_exe().unwrap();
     let lib = exe
         .parent()
@@ -38,6 +43,7 @@ fn build() -> Built {
                 "-O1",
             ])
             .args(extra)
+            .args(defines)
             .arg("-o")
             .arg(out)
             .arg(&src)
@@ -229,4 +235,120 @@ fn a_missing_compiler_is_a_clear_error() {
         "{err}"
     );
     assert!(err.contains("omptarget fatal error 1"), "{err}");
+}
+
+/// The bitcode image of a `-fopenmp-target-jit` executable, written to
+/// `out`.
+fn write_bitcode(exe: &Path, out: &Path) {
+    let bytes = std::fs::read(exe).unwrap();
+    let images = offload_image::images_in_host_binary(&bytes).unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0].format, offload_image::ImageFormat::Bitcode);
+    std::fs::write(out, images[0].bytes).unwrap();
+}
+
+/// LLVM's JIT variables, as its plugins read them: the IR before and
+/// after optimisation written where asked, optimisation skipped or set,
+/// a replacement module or object (relocatable: linked) in the image's
+/// place, and a clear error for a replacement that is not there.
+#[test]
+fn llvms_jit_variables_are_honoured() {
+    let b = build();
+    let dir = b.dir.path();
+    let cache = dir.join("cache");
+    let cache = cache.to_str().unwrap();
+    let native = |exe: &Path| {
+        let o = Command::new(exe)
+            .env("LD_LIBRARY_PATH", LLVM_LIB)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let want = native(&b.native);
+    let run_ok = |env: &[(&str, &str)]| {
+        let mut all = vec![("OFFLOAD_JIT_CACHE", cache)];
+        all.extend_from_slice(env);
+        let out = run(&b, &b.jit, &all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{env:?}: {err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+
+    // The IR, before and after optimisation, also when the image was
+    // cached by an earlier run.
+    assert_eq!(run_ok(&[]), want);
+    let (pre, post) = (path("pre.ll"), path("post.ll"));
+    let dumps = [
+        ("LIBOMPTARGET_JIT_PRE_OPT_IR_MODULE", pre.as_str()),
+        ("LIBOMPTARGET_JIT_POST_OPT_IR_MODULE", post.as_str()),
+    ];
+    assert_eq!(run_ok(&dumps), want);
+    let read = |p: &str| std::fs::read_to_string(p).unwrap();
+    let (pre_ir, optimised) = (read(&pre), read(&post));
+    for ir in [&pre_ir, &optimised] {
+        assert!(
+            ir.lines()
+                .any(|l| l.starts_with("define") && l.contains("__omp_offloading_")),
+            "a kernel's definition"
+        );
+    }
+    // Optimisation skipped: the module comes out as it went in.
+    let mut skipped = dumps.to_vec();
+    skipped.push(("LIBOMPTARGET_JIT_SKIP_OPT", "true"));
+    assert_eq!(run_ok(&skipped), want);
+    assert_eq!(read(&post), read(&pre), "no pass ran");
+    assert_ne!(optimised, pre_ir, "the default optimises");
+    // Level 0 is another result than the default, and runs.
+    assert_eq!(run_ok(&[("LIBOMPTARGET_JIT_OPT_LEVEL", "0")]), want);
+
+    // Another module in the image's place: the device code adds the
+    // variant's bias.
+    let variant = build_with(&["-DBIAS=0.5"]);
+    let variant_want = native(&variant.native);
+    assert_ne!(variant_want, want);
+    let module = path("variant.bc");
+    write_bitcode(&variant.jit, Path::new(&module));
+    assert_eq!(
+        run_ok(&[("LIBOMPTARGET_JIT_REPLACEMENT_MODULE", &module)]),
+        variant_want
+    );
+    // A relocatable object in place of the compiled image: linked, run.
+    let object = path("variant.o");
+    let ok = Command::new("clang-22")
+        .args([
+            "--target=x86_64-unknown-linux-gnu",
+            "-fPIC",
+            "-c",
+            "-O2",
+            "-x",
+            "ir",
+        ])
+        .arg(&module)
+        .arg("-o")
+        .arg(&object)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "compiling the variant's object");
+    assert_eq!(
+        run_ok(&[("LIBOMPTARGET_JIT_REPLACEMENT_OBJECT", &object)]),
+        variant_want
+    );
+    // A replacement that is not there: an error naming it.
+    let out = run(
+        &b,
+        &b.jit,
+        &[
+            ("OFFLOAD_JIT_CACHE", cache),
+            ("LIBOMPTARGET_JIT_REPLACEMENT_MODULE", "/nonexistent/m.bc"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("LIBOMPTARGET_JIT_REPLACEMENT_MODULE /nonexistent/m.bc"),
+        "{err}"
+    );
 }
