@@ -99,6 +99,19 @@ impl PyDevice {
         &self.dev.info().arch
     }
 
+    /// An AMD GPU's ISAs as target IDs (``gfx90a:sramecc+:xnack-``, then
+    /// its family's generic ISA): which code objects it runs. Empty for
+    /// other devices.
+    #[getter]
+    fn target_ids(&self) -> Vec<String> {
+        self.dev
+            .info()
+            .target_ids
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
     /// Global memory in bytes.
     #[getter]
     fn global_memory(&self) -> u64 {

@@ -47,6 +47,8 @@ def test_device_properties_follow_info(host):
     assert info["global_mem_size"] == host.global_memory
     assert info["max_work_group_size"] >= 1
     assert set(info["max_work_group_size_per_dimension"]) == {"x", "y", "z"}
+    # Target IDs are an AMD GPU's: none for a host device.
+    assert host.target_ids == info["target_ids"] == []
 
 
 def test_repr(host):
