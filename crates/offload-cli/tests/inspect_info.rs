@@ -540,7 +540,8 @@ fn info_names_an_amd_gpus_target_ids() {
             .env("OFFLOAD_PLUGINS", "amdgpu")
             .env("OFFLOAD_HSA_RUNTIME", &runtime)
             .env("HSA_FAKE_ARCH", "gfx1100")
-            .env("HSA_FAKE_GPUS", "1");
+            .env("HSA_FAKE_GPUS", "1")
+            .env_remove("HSA_XNACK");
         c
     };
     let text = ok(&mut amd());

@@ -33,15 +33,18 @@ pub fn triple_and_arch_match(info: &DeviceInfo, image: &DeviceImage<'_>) -> bool
     // rank's): compute-capability rules, as its own plugin applies them.
     // Bitcode is not GPU code yet: it goes by triple and arch below (a
     // proxy passes it on to a server that compiles it).
-    if image.format != offload_image::ImageFormat::Bitcode {
+    let bitcode = image.format == offload_image::ImageFormat::Bitcode;
+    if !bitcode {
         if let Some(device) = cuda_device_sm(info) {
             return cuda_image_runs_on(image, device);
         }
-        // An AMD GPU that names its ISAs: target-ID rules, xnack and
-        // sramecc included, as its own plugin applies them.
-        if let Some(isas) = amdgpu::isas(info) {
-            return amdgpu::incompatibility(&info.arch, isas, image).is_none();
-        }
+    }
+    // An AMD GPU that names its ISAs: target-ID rules, xnack and sramecc
+    // included, as its own plugin applies them (bitcode: the arch it is
+    // declared for, and a triple, as below).
+    if let Some(isas) = amdgpu::isas(info) {
+        return amdgpu::incompatibility(&info.arch, isas, image).is_none()
+            && (!bitcode || image.triple.is_some());
     }
     let Some(triple) = image.triple.as_deref() else {
         return false;
@@ -69,6 +72,8 @@ pub fn incompatibility(info: &DeviceInfo, image: &DeviceImage<'_>) -> Option<Str
 pub fn pinned_features(info: &DeviceInfo, image: &DeviceImage<'_>) -> u8 {
     amdgpu::isas(info).map_or(0, |_| amdgpu::pinned_features(image))
 }
+
+pub(crate) use amdgpu::declared_arch_runs_on as amd_bitcode_runs_on;
 
 /// The compute capability of an NVIDIA GPU device (`nvptx64` triple,
 /// `sm_XX` architecture).

@@ -9,10 +9,12 @@
 //! AMD GPUs (clang links it with ld.lld, as for `-fopenmp` builds). The image's
 //! `1OMP` `CompileOptions` and `LinkOptions` reach the compiler.
 //!
-//! Results are cached on disk, keyed by the SHA-256 of the image bytes,
-//! the target, the options and the compiler's identity (its resolved path,
-//! size, modification and change times and inode: a cached load runs no
-//! process and reads one file). Each entry holds the SHA-256 of its
+//! Results are cached on disk, keyed by the SHA-256 of the image bytes
+//! (or of `LIBOMPTARGET_JIT_REPLACEMENT_MODULE`'s), the target, the
+//! options, the `LIBOMPTARGET_JIT_*` settings that change the result and
+//! the compiler's identity (its resolved path, size, modification and
+//! change times and inode: a cached load runs no process and reads one
+//! file, unless IR is to be written out). Each entry holds the SHA-256 of its
 //! contents, checked on every load: a corrupt entry is reported (naming the
 //! file) and compiled again. Entries are written under a temporary name
 //! (mode 0600) and renamed into place, so concurrent processes never see a
@@ -93,17 +95,21 @@ pub fn can_compile(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
 }
 
 /// Whether the arch an AMD GPU bitcode image declares (if any) runs on
-/// the target ID the plugin compiles for.
+/// the target ID the plugin compiles for. (Bitcode that declares none is
+/// checked when it is compiled: [`amd_bitcode_processors`].)
 fn amd_arch_suits(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
-    use offload_image::amdgpu::TargetId;
-    let Some(declared) = image.arch.as_deref().filter(|a| !a.is_empty()) else {
-        return true;
+    use offload_image::amdgpu::{self, TargetId};
+    let Some(Ok(device)) = target.cpu.as_deref().map(TargetId::parse) else {
+        return false;
     };
-    let device = target.cpu.as_deref().map(TargetId::parse);
-    match (TargetId::parse(declared), device) {
-        (Ok(built), Some(Ok(device))) => built.runs_on(&device),
-        _ => false,
-    }
+    // Bitcode for the GPU's family's generic processor compiles for it too.
+    let generic = amdgpu::generic_of(&device.processor).map(|g| TargetId {
+        processor: g.to_string(),
+        ..device.clone()
+    });
+    let arch = image.arch.as_deref();
+    crate::image::amd_bitcode_runs_on(arch, &device)
+        || generic.is_some_and(|g| crate::image::amd_bitcode_runs_on(arch, &g))
 }
 
 /// Marks a cache entry: the magic, the SHA-256 of the image that follows,
@@ -114,23 +120,16 @@ const ENTRY_MAGIC: &[u8; 8] = b"OFFJIT1\n";
 /// Returns the native image's bytes. LLVM's `LIBOMPTARGET_JIT_*`
 /// variables apply ([`Controls`]).
 pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
-    let compiler = compiler()?;
     let controls = Controls::from_env();
     if let Some(path) = &controls.replacement_object {
-        return replacement_object(compiler, path, target);
+        return replacement_object(path, target);
     }
+    let compiler = compiler()?;
     let replaced;
     let module: &[u8] = match &controls.replacement_module {
         Some(path) => {
-            replaced = std::fs::read(path).map_err(|e| {
-                Error::new(
-                    ErrorCode::HostIo,
-                    format!(
-                        "JIT: LIBOMPTARGET_JIT_REPLACEMENT_MODULE {}: {e}",
-                        path.display()
-                    ),
-                )
-            })?;
+            let what = format!("LIBOMPTARGET_JIT_REPLACEMENT_MODULE {}", path.display());
+            replaced = std::fs::read(path).map_err(|e| io(&what, e))?;
             &replaced
         }
         None => image.bytes,
@@ -173,67 +172,162 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
     // image each write their own file; the last rename wins, all identical.
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // (Names built whole: `with_extension` would replace the `.{n}`.)
-    let stem = dir.join(format!(".{key}.{}.{n}", std::process::id()));
-    let named = |ext: &str| PathBuf::from(format!("{}.{ext}", stem.display()));
-    let input = named("bc");
-    let output = named(target.output.extension());
-    let staged = named("entry");
-    write_private(&input, &[module]).map_err(|e| io("writing the bitcode", e))?;
-    let started = std::time::Instant::now();
-    let transformed = named("loops.ll");
-    let with_loops =
-        loops && with_work_item_loops(&compiler.path, host, &input, &stem, &transformed);
-    let source = if with_loops { &transformed } else { &input };
-    let compile = |source: &Path| {
-        Command::new(&compiler.path)
-            .args(arguments(target, &options, &controls, source, &output))
-            .output()
+    let job = Job {
+        compiler,
+        target,
+        options: &options,
+        controls: &controls,
+        // Bitcode whose processor no container declared is checked.
+        check_processor: image.arch.as_deref().is_none_or(str::is_empty)
+            || controls.replacement_module.is_some(),
+        loops: loops.then_some(host),
+        stem: dir.join(format!(".{key}.{}.{n}", std::process::id())),
     };
-    let run = dump_ir(compiler, target, &options, &controls, &input, source).and_then(|()| {
-        let run = match with_loops {
-            // The loops are an optimisation: if the compiler rejects them,
-            // the image as it came (its barrier kernels on coroutines).
-            true => match compile(&transformed) {
-                Ok(done) if done.status.success() => Ok(done),
-                Ok(failed) => {
-                    let why = String::from_utf8_lossy(&failed.stderr);
-                    warn(&format!(
-                        "JIT: the work-item loops did not compile ({}); barrier kernels run as coroutines",
-                        why.lines().next().unwrap_or("")
-                    ));
-                    compile(&input)
-                }
-                Err(e) => Err(e),
-            },
-            false => compile(&input),
-        };
-        run.map_err(|e| io(&format!("running {}", compiler.path.display()), e))
-    });
-    let _ = std::fs::remove_file(&input);
-    let _ = std::fs::remove_file(&transformed);
-    let run = run?;
-    if !run.status.success() {
-        let _ = std::fs::remove_file(&output);
-        return Err(compile_failure(compiler, target, &run));
-    }
-    let bytes = std::fs::read(&output);
-    let _ = std::fs::remove_file(&output);
-    let bytes = bytes.map_err(|e| io("reading the compiled image", e))?;
+    let started = std::time::Instant::now();
+    let bytes = job.run(module)?;
     if cached {
-        let digest = Sha256::digest(&bytes);
-        let filed = write_private(&staged, &[ENTRY_MAGIC, &digest, &bytes])
-            .and_then(|()| std::fs::rename(&staged, &entry));
-        if let Err(e) = filed {
-            let _ = std::fs::remove_file(&staged);
-            return Err(io(
-                &format!("filing the compiled image as {}", entry.display()),
-                e,
-            ));
-        }
+        file_entry(&job.named("entry"), &entry, &bytes)?;
     }
     tracing::info!(triple = %target.triple, ms = started.elapsed().as_millis() as u64, entry = %entry.display(), "bitcode image compiled");
     Ok(bytes)
+}
+
+/// One compilation that the cache did not answer.
+struct Job<'a> {
+    compiler: &'a Compiler,
+    target: &'a JitTarget,
+    options: &'a Options,
+    controls: &'a Controls,
+    /// Check the processors AMD GPU bitcode names ([`check_amd_bitcode`]).
+    check_processor: bool,
+    /// Work-item loops wanted, for this host CPU.
+    loops: Option<Option<&'a work_item_loops::HostCpu>>,
+    /// A private path prefix for the files of this compilation.
+    stem: PathBuf,
+}
+
+impl Job<'_> {
+    /// A file of this compilation (names built whole: `with_extension`
+    /// would cut the stem at its last dot).
+    fn named(&self, ext: &str) -> PathBuf {
+        PathBuf::from(format!("{}.{ext}", self.stem.display()))
+    }
+
+    /// Compiles `module`; the native image's bytes. Leaves no file.
+    fn run(&self, module: &[u8]) -> Result<Vec<u8>> {
+        let input = self.named("bc");
+        let output = self.named(self.target.output.extension());
+        let transformed = self.named("loops.ll");
+        write_private(&input, &[module]).map_err(|e| io("writing the bitcode", e))?;
+        let run = self.compile(&input, &transformed, &output);
+        let _ = std::fs::remove_file(&input);
+        let _ = std::fs::remove_file(&transformed);
+        let bytes = run
+            .and_then(|()| std::fs::read(&output).map_err(|e| io("reading the compiled image", e)));
+        let _ = std::fs::remove_file(&output);
+        bytes
+    }
+
+    /// The checks, the IR asked for, and the compiler run that writes
+    /// `output`.
+    fn compile(&self, input: &Path, transformed: &Path, output: &Path) -> Result<()> {
+        let (compiler, target) = (self.compiler, self.target);
+        if self.check_processor && target.output == JitOutput::CodeObject {
+            check_amd_bitcode(compiler, input, target)?;
+        }
+        let with_loops = self.loops.as_ref().is_some_and(|host| {
+            with_work_item_loops(&compiler.path, *host, input, &self.stem, transformed)
+        });
+        let source = if with_loops { transformed } else { input };
+        dump_ir(compiler, target, self.options, self.controls, input, source)?;
+        let compile = |source: &Path| {
+            Command::new(&compiler.path)
+                .args(arguments(
+                    target,
+                    self.options,
+                    self.controls,
+                    source,
+                    output,
+                ))
+                .output()
+        };
+        let run = match compile(source) {
+            // The loops are an optimisation: if the compiler rejects them,
+            // the image as it came (its barrier kernels on coroutines).
+            Ok(failed) if with_loops && !failed.status.success() => {
+                let why = String::from_utf8_lossy(&failed.stderr);
+                warn(&format!(
+                    "JIT: the work-item loops did not compile ({}); barrier kernels run as coroutines",
+                    why.lines().next().unwrap_or("")
+                ));
+                compile(input)
+            }
+            run => run,
+        };
+        let run = run.map_err(|e| io(&format!("running {}", compiler.path.display()), e))?;
+        match run.status.success() {
+            true => Ok(()),
+            false => Err(compile_failure(compiler, target, &run)),
+        }
+    }
+}
+
+/// Files `bytes` as the cache entry `entry`, through `staged`.
+fn file_entry(staged: &Path, entry: &Path, bytes: &[u8]) -> Result<()> {
+    let digest = Sha256::digest(bytes);
+    let filed = write_private(staged, &[ENTRY_MAGIC, &digest, bytes])
+        .and_then(|()| std::fs::rename(staged, entry));
+    filed.map_err(|e| {
+        let _ = std::fs::remove_file(staged);
+        io(
+            &format!("filing the compiled image as {}", entry.display()),
+            e,
+        )
+    })
+}
+
+/// Refuses AMD GPU bitcode that no container declared an arch for when
+/// its module names another triple or processor (`"target-cpu"` on its
+/// functions, which wins over `-march`: gfx1100 functions would become
+/// gfx1100 code in a code object marked for this GPU). Without
+/// `llvm-dis` beside the compiler the check is skipped.
+fn check_amd_bitcode(compiler: &Compiler, input: &Path, target: &JitTarget) -> Result<()> {
+    use offload_image::amdgpu::{self, TargetId};
+    let Some(dis) = work_item_loops::find_tool(&compiler.path, "llvm-dis") else {
+        tracing::debug!("JIT: no llvm-dis beside the compiler: bitcode processors not checked");
+        return Ok(());
+    };
+    let listing = match Command::new(&dis).arg("-o").arg("-").arg(input).output() {
+        Ok(o) if o.status.success() => o.stdout,
+        // Not readable bitcode: the compiler says why.
+        _ => return Ok(()),
+    };
+    let text = String::from_utf8_lossy(&listing);
+    let refuse = |what: String| {
+        Err(Error::invalid_binary(format!(
+            "JIT: the bitcode image is {what}, not for this GPU ({})",
+            target.cpu.as_deref().unwrap_or(&target.triple)
+        )))
+    };
+    let triple = text
+        .lines()
+        .find_map(|l| l.strip_prefix("target triple = \"")?.strip_suffix('"'));
+    if let Some(t) = triple.filter(|t| !crate::image::triples_compatible(t, &target.triple)) {
+        return refuse(format!("for {t}"));
+    }
+    let Some(Ok(device)) = target.cpu.as_deref().map(TargetId::parse) else {
+        return Ok(());
+    };
+    let family = amdgpu::generic_of(&device.processor);
+    let mut cpus = text.split("\"target-cpu\"=\"").skip(1);
+    let foreign = cpus.find_map(|rest| {
+        let cpu = rest.split('"').next().unwrap_or_default();
+        (cpu != device.processor && Some(cpu) != family).then_some(cpu)
+    });
+    match foreign {
+        Some(cpu) => refuse(format!("built for {cpu}")),
+        None => Ok(()),
+    }
 }
 
 /// A host I/O error of the JIT.
@@ -259,7 +353,7 @@ fn compile_failure(compiler: &Compiler, target: &JitTarget, run: &std::process::
 /// place of compiling (never cached). A relocatable object is linked
 /// first for targets whose loader takes linked code (the host's shared
 /// objects, AMD GPU code objects), as LLVM links what its JIT emits.
-fn replacement_object(compiler: &Compiler, path: &Path, target: &JitTarget) -> Result<Vec<u8>> {
+fn replacement_object(path: &Path, target: &JitTarget) -> Result<Vec<u8>> {
     let what = format!("LIBOMPTARGET_JIT_REPLACEMENT_OBJECT {}", path.display());
     let bytes = std::fs::read(path).map_err(|e| io(&what, e))?;
     let relocatable = offload_image::elf::info(&bytes)
@@ -268,6 +362,7 @@ fn replacement_object(compiler: &Compiler, path: &Path, target: &JitTarget) -> R
         tracing::info!(object = %path.display(), "JIT: replacement object loaded");
         return Ok(bytes);
     }
+    let compiler = compiler()?;
     let scratch = Scratch::new().map_err(|e| io("creating a private directory", e))?;
     let output = scratch
         .0
@@ -312,20 +407,21 @@ fn dump_ir(
             "LIBOMPTARGET_JIT_POST_OPT_IR_MODULE",
             &controls.post_opt_ir,
             source,
-            controls.skip_opt,
+            false,
         ),
     ];
-    for (variable, out, from, no_passes) in jobs {
+    for (variable, out, from, pre) in jobs {
         let Some(out) = out else {
             continue;
         };
+        // The compilation's own flags, less those that make assembly or
+        // link: IR as the compiler sees it.
         let mut args = target_arguments(target);
+        args.extend(output_kind_arguments(target));
+        args.retain(|a| a != "-S" && a != "-shared");
         args.extend(["-S", "-emit-llvm"].map(String::from));
-        if target.output != JitOutput::SharedObject {
-            args.push("-nogpulib".into());
-        }
         args.extend(optimisation_arguments(options, controls));
-        if no_passes && !controls.skip_opt {
+        if pre && !controls.skip_opt {
             args.extend(["-Xclang", "-disable-llvm-passes"].map(String::from));
         }
         args.extend(["-x".into(), "ir".into(), from.display().to_string()]);
@@ -480,6 +576,27 @@ fn target_arguments(target: &JitTarget) -> Vec<String> {
     args
 }
 
+/// What the kind of output asks of the compiler.
+fn output_kind_arguments(target: &JitTarget) -> Vec<String> {
+    let mut args = Vec::new();
+    match target.output {
+        JitOutput::SharedObject => {
+            args.extend(["-fPIC", "-shared", "-nostdlib"].map(String::from));
+        }
+        JitOutput::Ptx { isa } => {
+            // Assembly only: the driver compiles PTX; no CUDA installation
+            // or device library is needed (or looked for).
+            args.extend(["-S", "-nogpulib"].map(String::from));
+            args.extend(["-Xclang", "-target-feature", "-Xclang"].map(String::from));
+            args.push(format!("+ptx{isa}"));
+        }
+        // clang links AMD GPU code into a code object with ld.lld; the
+        // OpenMP device runtime is already in the bitcode.
+        JitOutput::CodeObject => args.push("-nogpulib".into()),
+    }
+    args
+}
+
 /// The optimisation level and the image's compile options:
 /// `LIBOMPTARGET_JIT_OPT_LEVEL` over the image's own `-O` option over
 /// `-O2`; `LIBOMPTARGET_JIT_SKIP_OPT` runs no optimisation pass.
@@ -513,26 +630,9 @@ fn arguments(
     output: &Path,
 ) -> Vec<String> {
     let mut args = target_arguments(target);
-    let links = match target.output {
-        JitOutput::SharedObject => {
-            args.extend(["-fPIC", "-shared", "-nostdlib"].map(String::from));
-            true
-        }
-        JitOutput::Ptx { isa } => {
-            // Assembly only: the driver compiles PTX; no CUDA installation
-            // or device library is needed (or looked for).
-            args.extend(["-S", "-nogpulib"].map(String::from));
-            args.extend(["-Xclang", "-target-feature", "-Xclang"].map(String::from));
-            args.push(format!("+ptx{isa}"));
-            false
-        }
-        // clang links AMD GPU code into a code object with ld.lld; the
-        // OpenMP device runtime is already in the bitcode.
-        JitOutput::CodeObject => {
-            args.push("-nogpulib".into());
-            true
-        }
-    };
+    args.extend(output_kind_arguments(target));
+    // PTX is assembled, not linked.
+    let links = !matches!(target.output, JitOutput::Ptx { .. });
     args.extend(optimisation_arguments(options, controls));
     if links {
         args.extend(options.link.iter().map(|o| format!("-Wl,{o}")));

@@ -299,13 +299,14 @@ impl Plan {
 /// Names of the environment a worker is started with: the server's own
 /// `OFFLOAD_*` configuration and the GPU runtimes' (which GPUs, the HSA
 /// runtime's `HSA_*` settings such as `HSA_XNACK`, which decide what code
-/// the GPUs run), never a credential.
+/// the GPUs run; not `HSA_TOOLS_*`, which would load profiler libraries
+/// into the process that runs clients' kernels), never a credential.
 pub fn passes_to_worker(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     let secret = upper.contains("TOKEN") || upper.contains("SECRET") || upper.contains("KEY");
     !secret
         && (name.starts_with("OFFLOAD_") && !name.starts_with("OFFLOAD_REMOTE")
-            || name.starts_with("HSA_")
+            || name.starts_with("HSA_") && !name.starts_with("HSA_TOOLS_")
             || matches!(
                 name,
                 "PATH" | "LD_LIBRARY_PATH" | "CUDA_VISIBLE_DEVICES" | "ROCR_VISIBLE_DEVICES"
@@ -317,9 +318,10 @@ pub fn passes_to_worker(name: &str) -> bool {
 /// runtime is up and before it serves anyone): a kernel's `getenv` finds
 /// nothing.
 pub fn clear_environment() {
-    // PATH (the JIT's compiler finds its linker with it) and the server's
+    // PATH (the JIT's compiler finds its linker with it), the server's
     // OFFLOAD_* configuration (read lazily, e.g. the JIT cache; the
-    // supervisor passed no credential) stay: nothing secret.
+    // supervisor passed no credential) and the GPU runtimes' settings
+    // stay: nothing secret.
     let names: Vec<_> = std::env::vars_os()
         .map(|(k, _)| k)
         .filter(|k| k.to_str().is_none_or(|k| !passes_to_worker(k)))
@@ -1052,6 +1054,7 @@ mod tests {
         assert!(passes_to_worker("HSA_XNACK"));
         assert!(passes_to_worker("ROCR_VISIBLE_DEVICES"));
         assert!(!passes_to_worker(concat!("HSA_", "API_KEY")));
+        assert!(!passes_to_worker("HSA_TOOLS_LIB"));
     }
 
     #[test]

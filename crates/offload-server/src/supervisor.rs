@@ -507,8 +507,10 @@ impl Workers {
             format!("control socket: {e}")
         })?;
         let mut cmd = tokio::process::Command::new(&self.command.program);
-        // An environment without credentials: only the server's OFFLOAD_*
-        // configuration (the worker empties even that once it is up).
+        // An environment without credentials: the server's OFFLOAD_*
+        // configuration, PATH and the GPU runtimes' settings
+        // (`sandbox::passes_to_worker`); the worker drops anything else
+        // once it is up.
         cmd.args(&self.command.args)
             .env_clear()
             .envs(

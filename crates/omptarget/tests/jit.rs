@@ -300,8 +300,14 @@ fn llvms_jit_variables_are_honoured() {
     assert_eq!(run_ok(&skipped), want);
     assert_eq!(read(&post), read(&pre), "no pass ran");
     assert_ne!(optimised, pre_ir, "the default optimises");
-    // Level 0 is another result than the default, and runs.
+    // Level 0 is another result than the default (a cache entry of its
+    // own), and runs.
+    let entries = || std::fs::read_dir(cache).unwrap().count();
+    let before = entries();
     assert_eq!(run_ok(&[("LIBOMPTARGET_JIT_OPT_LEVEL", "0")]), want);
+    assert_eq!(entries(), before + 1);
+    assert_eq!(run_ok(&[("LIBOMPTARGET_JIT_OPT_LEVEL", "0")]), want);
+    assert_eq!(entries(), before + 1, "then taken from the cache");
 
     // Another module in the image's place: the device code adds the
     // variant's bias.

@@ -9,7 +9,8 @@ use std::sync::OnceLock;
 
 use crate::clang;
 
-/// A folder for this test process's builds, removed when it exits.
+/// A folder for this test process's builds (a static is never dropped:
+/// it stays in the temporary directory, as the other fixtures' do).
 fn scratch() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
     DIR.get_or_init(|| tempfile::tempdir().expect("temporary directory"))

@@ -51,7 +51,7 @@ impl plugin::Device for AmdgpuDevice {
     /// (which also give the reason for a refusal and the feature count of
     /// image choice). Bitcode is not: the core compiles it first, if at all.
     fn can_run(&self, image: &DeviceImage<'_>) -> bool {
-        self.incompatibility(image).is_none()
+        image.format == offload_image::ImageFormat::Elf && self.incompatibility(image).is_none()
     }
 
     /// LLVM bitcode (`-fopenmp-target-jit`, bitcode given to
@@ -60,7 +60,7 @@ impl plugin::Device for AmdgpuDevice {
     fn jit_target(&self) -> Option<offload_core::jit::JitTarget> {
         Some(offload_core::jit::JitTarget {
             triple: TARGET_TRIPLE.to_string(),
-            cpu: Some(self.gpu.facts.isas[0].to_string()),
+            cpu: Some(self.gpu.own_isa().to_string()),
             output: offload_core::jit::JitOutput::CodeObject,
         })
     }

@@ -119,6 +119,15 @@ impl HostRanges {
 }
 
 impl Gpu {
+    /// The GPU's own ISA (not its family's generic one), with the
+    /// features it runs.
+    pub fn own_isa(&self) -> &TargetId {
+        let isas = &self.facts.isas;
+        isas.iter()
+            .find(|isa| !offload_image::amdgpu::is_generic(&isa.processor))
+            .unwrap_or(&isas[0])
+    }
+
     /// The ISA of this GPU that runs code built for `code`, if any.
     pub fn isa_for(&self, code: &TargetId) -> Option<&TargetId> {
         self.facts.isas.iter().find(|isa| code.runs_on(isa))

@@ -211,6 +211,10 @@ fn setup() -> Option<(MutexGuard<'static, ()>, &'static Fake, &'static Runtime)>
         // The agents' target ID, as ROCr names an MI210's ISA.
         // SAFETY: as above.
         unsafe { std::env::set_var("HSA_FAKE_ARCH", AGENT_TARGET_ID) };
+        // ROCr's setting, which the fake honours, must not come from the
+        // machine's environment.
+        // SAFETY: as above.
+        unsafe { std::env::remove_var("HSA_XNACK") };
         // SAFETY: the test controls of the same library the plugin loads.
         let lib = unsafe { libloading::Library::new(&path) }.unwrap();
         let rt = amdgpu_runtime();
@@ -741,9 +745,7 @@ fn bitcode_is_compiled_for_the_gpus_target_id() {
         return;
     };
     let cache = tempfile::tempdir().unwrap();
-    // SAFETY: read by the JIT of this process's loads; the tests that
-    // load run one at a time (setup's lock).
-    unsafe { std::env::set_var("OFFLOAD_JIT_CACHE", cache.path()) };
+    let _cache = JitCacheGuard::set(cache.path());
     let packed = |code: &[u8], arch: &str| {
         let e = OffloadBinary::new(ImageKind::Bitcode, OffloadKind::OpenMp, code)
             .with("triple", amdgpu::TRIPLE)
@@ -772,10 +774,28 @@ fn bitcode_is_compiled_for_the_gpus_target_id() {
     let built = amdgpu::TargetId::of_code_object(code).unwrap();
     assert_eq!(built.to_string(), AGENT_TARGET_ID);
 
-    // gfx1100 bitcode is not compiled for a gfx90a.
+    // gfx1100 bitcode is not compiled for a gfx90a, declared so or not
+    // (its functions name their processor); bitcode for xnack on is not
+    // compiled for a GPU running xnack off.
     let rdna3 = amd::opencl_bitcode("gfx1100", KERNELS).unwrap();
     let e = d.load_program(&packed(&rdna3, "gfx1100")).err().unwrap();
     assert_eq!(e.code(), ErrorCode::InvalidBinary, "{e}");
+    assert!(
+        e.message()
+            .contains("declared for gfx1100, which this GPU does not run"),
+        "{e}"
+    );
+    let e = d.load_program(&rdna3).err().unwrap();
+    assert_eq!(e.code(), ErrorCode::InvalidBinary, "{e}");
+    assert!(e.message().contains("built for gfx1100"), "{e}");
+    let e = d
+        .load_program(&packed(&gfx90a, "gfx90a:xnack+"))
+        .err()
+        .unwrap();
+    assert!(e.message().contains("gfx90a:xnack+"), "{e}");
+    // Raw bitcode for its own processor compiles.
+    let program = d.load_program(&gfx90a).unwrap();
+    assert!(program.kernel("fake_fill").is_ok());
 
     // An OpenMP program built with -fopenmp-target-jit: its bitcode holds
     // the device runtime, and the loaded code object gets its device
@@ -789,8 +809,26 @@ fn bitcode_is_compiled_for_the_gpus_target_id() {
     assert_eq!(size, 48);
     let env = read::<u32>(d, env, 3);
     assert_eq!((env[1], env[2]), (2, 0), "2 devices, this one the first");
-    // SAFETY: as above.
-    unsafe { std::env::remove_var("OFFLOAD_JIT_CACHE") };
+}
+
+/// `OFFLOAD_JIT_CACHE` set for one test, unset when dropped (also when the
+/// test fails).
+struct JitCacheGuard;
+
+impl JitCacheGuard {
+    fn set(dir: &Path) -> JitCacheGuard {
+        // SAFETY: read by the JIT of this process's loads; the tests that
+        // load run one at a time (setup's lock).
+        unsafe { std::env::set_var("OFFLOAD_JIT_CACHE", dir) };
+        JitCacheGuard
+    }
+}
+
+impl Drop for JitCacheGuard {
+    fn drop(&mut self) {
+        // SAFETY: as in `set`.
+        unsafe { std::env::remove_var("OFFLOAD_JIT_CACHE") };
+    }
 }
 
 #[test]

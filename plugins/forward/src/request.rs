@@ -40,8 +40,12 @@ pub fn device_info(d: &DeviceDesc, at: &str, uid: &str, via: &str) -> DeviceInfo
 }
 
 /// The target IDs a server lists for its AMD GPU; one that does not parse
-/// is left out (the server's own plugin checks what it loads anyway).
+/// is left out (the server's own plugin checks what it loads anyway), and
+/// other devices have none.
 fn target_ids(d: &DeviceDesc) -> Vec<TargetId> {
+    if !offload_core::image::triples_compatible(&d.triple, offload_image::amdgpu::TRIPLE) {
+        return Vec::new();
+    }
     d.target_ids
         .iter()
         .filter_map(|t| match TargetId::parse(t) {

@@ -9,6 +9,7 @@ use std::process::Command;
 
 use offload_core::plugin::{AllocKind, KernelArgs, LaunchConfig};
 use offload_core::{DevicePtr, ErrorCode, Location, Queue};
+use offload_image::offload_binary::{write as write_binary, ImageKind, OffloadBinary, OffloadKind};
 
 fn kernels_so(dir: &Path) -> Vec<u8> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -317,32 +318,28 @@ fn a_servers_cuda_device_is_served_to_remote_clients() {
 
 /// A server whose AMDGPU plugin runs on the fake HSA runtime with agents
 /// of target ID `agent` (`gfx90a:sramecc+:xnack-`), and `HSA_XNACK` set
-/// to `xnack` when given; `None` without clang-22 (a failure under
-/// `CI=true`).
-fn amd_server(agent: &str, xnack: Option<&str>) -> Option<Server> {
+/// to `xnack` when given, with its JIT cache in the returned folder;
+/// `None` without clang-22 (a failure under `CI=true`).
+fn amd_server(agent: &str, xnack: Option<&str>) -> Option<(Server, tempfile::TempDir)> {
     let runtime = test_support::amd::fake_hsa_library()?;
-    let mut env = vec![
+    let cache = tempfile::tempdir().unwrap();
+    let env = [
         ("OFFLOAD_PLUGINS", Path::new("amdgpu")),
         ("OFFLOAD_HSA_RUNTIME", runtime.as_path()),
+        ("OFFLOAD_JIT_CACHE", cache.path()),
         ("HSA_FAKE_ARCH", Path::new(agent)),
+        // (Empty: the fake ignores it, whatever this machine exports.)
+        ("HSA_XNACK", Path::new(xnack.unwrap_or(""))),
     ];
-    if let Some(x) = xnack {
-        env.push(("HSA_XNACK", Path::new(x)));
-    }
     // The fake lies in a private temporary folder, which a sandboxed
     // worker (its own /tmp, its own uid) cannot see.
-    Some(Server::start_env(
-        Some("amd"),
-        &["--insecure-no-sandbox"],
-        0,
-        &env,
-    ))
+    let server = Server::start_env(Some("amd"), &["--insecure-no-sandbox"], 0, &env);
+    Some((server, cache))
 }
 
 /// One binary with a code object per `(target ID, mark)`, each declared
 /// for its target ID, as clang-22 bundles several `--offload-arch`s.
 fn amd_bundle(images: &[(&str, i32)]) -> Vec<u8> {
-    use offload_image::offload_binary::{write, ImageKind, OffloadBinary, OffloadKind};
     images
         .iter()
         .flat_map(|&(target, mark)| {
@@ -350,7 +347,7 @@ fn amd_bundle(images: &[(&str, i32)]) -> Vec<u8> {
             let entry = OffloadBinary::new(ImageKind::Object, OffloadKind::OpenMp, &code)
                 .with("triple", offload_image::amdgpu::TRIPLE)
                 .with("arch", target);
-            write(&[entry])
+            write_binary(&[entry])
         })
         .collect()
 }
@@ -377,7 +374,7 @@ fn loaded_mark(dev: &std::sync::Arc<offload_core::Device>, binary: &[u8]) -> i32
 /// runtime lists the generic ISA.
 #[test]
 fn a_servers_amd_gpu_gets_code_objects_by_its_target_ids() {
-    let Some(server) = amd_server("gfx90a:sramecc+:xnack-", None) else {
+    let Some((server, _cache)) = amd_server("gfx90a:sramecc+:xnack-", None) else {
         return;
     };
     let rt = client(&server.addr, Some("amd"));
@@ -400,35 +397,40 @@ fn a_servers_amd_gpu_gets_code_objects_by_its_target_ids() {
         e.message().contains("gfx90a:xnack+") && e.message().contains("(gfx90a:sramecc+:xnack-)"),
         "{e}"
     );
+    assert!(
+        e.message()
+            .contains(&format!("no image compatible with {}", dev.label())),
+        "the client refused it: {e}"
+    );
     // (The two loads above reached the server; the refused one did not.)
     let log = server.log();
     assert_eq!(log.matches("program loaded").count(), 2, "{log}");
     // Bitcode goes to the server as it is, whose JIT makes a code object
-    // for its GPU's target ID.
-    let bitcode = test_support::amd::opencl_bitcode(
-        "gfx90a",
-        "__attribute__((visibility(\"protected\"))) global int mark = 9;",
-    )
-    .unwrap();
-    let packed =
-        offload_image::offload_binary::write(&[offload_image::offload_binary::OffloadBinary::new(
-            offload_image::offload_binary::ImageKind::Bitcode,
-            offload_image::offload_binary::OffloadKind::OpenMp,
-            &bitcode,
+    // for its GPU's target ID; of two, the one declared for what the GPU
+    // runs (xnack off), wherever it stands.
+    let bitcode = |arch: &str, mark: i32| {
+        let code = test_support::amd::opencl_bitcode(
+            "gfx90a",
+            &format!("__attribute__((visibility(\"protected\"))) global int mark = {mark};"),
         )
-        .with("triple", offload_image::amdgpu::TRIPLE)
-        .with("arch", "gfx90a")]);
-    assert_eq!(loaded_mark(dev, &packed), 9);
+        .unwrap();
+        let entry = OffloadBinary::new(ImageKind::Bitcode, OffloadKind::OpenMp, &code)
+            .with("triple", offload_image::amdgpu::TRIPLE)
+            .with("arch", arch);
+        write_binary(&[entry])
+    };
+    let both = [bitcode("gfx90a:xnack+", 8), bitcode("gfx90a:xnack-", 9)].concat();
+    assert_eq!(loaded_mark(dev, &both), 9);
 
     // The server's HSA_XNACK=1 reaches its session's runtime: the GPU
     // runs with xnack on, and the client sends the xnack+ image.
-    let xnack_on = amd_server("gfx90a:sramecc+:xnack-", Some("1")).unwrap();
+    let (xnack_on, _cache_on) = amd_server("gfx90a:sramecc+:xnack-", Some("1")).unwrap();
     let rt = client(&xnack_on.addr, Some("amd"));
     let dev = &rt.devices()[0];
     assert_eq!(target_ids(dev), ["gfx90a:sramecc+:xnack+"]);
     assert_eq!(loaded_mark(dev, &amd_bundle(&images)), 2);
 
-    let rdna3 = amd_server("gfx1100", None).unwrap();
+    let (rdna3, _cache_rdna3) = amd_server("gfx1100", None).unwrap();
     let rt = client(&rdna3.addr, Some("amd"));
     let dev = &rt.devices()[0];
     assert_eq!(target_ids(dev), ["gfx1100", "gfx11-generic"]);

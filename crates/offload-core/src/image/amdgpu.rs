@@ -19,21 +19,24 @@ pub(super) fn isas(info: &DeviceInfo) -> Option<&[TargetId]> {
 /// `xnack`/`sramecc` settings (`e_flags`), and those of the arch its
 /// container declares (`gfx90a:xnack+`), must suit one of the ISAs;
 /// generic code needs a generic version and a runtime that lists the
-/// family's generic ISA.
+/// family's generic ISA. Bitcode goes by the arch it is declared for
+/// (it still has to be compiled: see `jit`).
 pub(super) fn incompatibility(
     processor: &str,
     isas: &[TargetId],
     image: &DeviceImage<'_>,
 ) -> Option<String> {
-    if image.format != ImageFormat::Elf {
-        return Some("not an ELF code object".to_string());
-    }
     if image
         .triple
         .as_deref()
         .is_some_and(|t| !triples_compatible(t, amdgpu::TRIPLE))
     {
         return Some("not an AMD GPU image".to_string());
+    }
+    match image.format {
+        ImageFormat::Elf => {}
+        ImageFormat::Bitcode => return declared_incompatibility(isas, image.arch.as_deref()),
+        _ => return Some("not an ELF code object".to_string()),
     }
     let Some(code) = TargetId::of_code_object(image.bytes) else {
         return Some("not an AMD GPU code object of a known processor".to_string());
@@ -64,15 +67,32 @@ pub(super) fn incompatibility(
             list(isas)
         ));
     }
-    let declared = image.arch.as_deref().filter(|a| !a.is_empty())?;
+    match TargetId::parse(image.arch.as_deref().filter(|a| !a.is_empty())?) {
+        Ok(d) if d.processor != code.processor => Some(format!(
+            "the image is declared for {d} but its code object is built for {code}"
+        )),
+        _ => declared_incompatibility(isas, image.arch.as_deref()),
+    }
+}
+
+/// Why the arch an image is declared for (`gfx90a:xnack+`), if any, does
+/// not run on one of `isas`.
+fn declared_incompatibility(isas: &[TargetId], arch: Option<&str>) -> Option<String> {
+    let declared = arch.filter(|a| !a.is_empty())?;
     match TargetId::parse(declared) {
-        Ok(d) if d.processor == code.processor && runs(&d) => None,
+        Ok(d) if isas.iter().any(|isa| d.runs_on(isa)) => None,
         Ok(d) => Some(format!(
             "the image is declared for {d}, which this GPU does not run ({})",
             list(isas)
         )),
         Err(e) => Some(format!("the image's arch: {e}")),
     }
+}
+
+/// Whether bitcode declared for `arch` (none: not declared) may be
+/// compiled for an AMD GPU of ISA `isa`.
+pub(crate) fn declared_arch_runs_on(arch: Option<&str>, isa: &TargetId) -> bool {
+    declared_incompatibility(std::slice::from_ref(isa), arch).is_none()
 }
 
 /// How many `xnack`/`sramecc` settings `image` (one the GPU runs) pins, in

@@ -37,7 +37,7 @@ impl Controls {
         let opt_level = lookup("LIBOMPTARGET_JIT_OPT_LEVEL").and_then(|v| {
             let level = v.trim().parse::<u8>().ok().filter(|l| *l <= 3);
             if level.is_none() {
-                super::warn(&format!(
+                warn_once(format!(
                     "LIBOMPTARGET_JIT_OPT_LEVEL={v} is not 0, 1, 2 or 3: ignored"
                 ));
             }
@@ -45,7 +45,7 @@ impl Controls {
         });
         let skip_opt = lookup("LIBOMPTARGET_JIT_SKIP_OPT").is_some_and(|v| {
             parse_bool(&v).unwrap_or_else(|| {
-                super::warn(&format!(
+                warn_once(format!(
                     "LIBOMPTARGET_JIT_SKIP_OPT={v} is not true or false: ignored"
                 ));
                 false
@@ -69,6 +69,22 @@ impl Controls {
     /// What of these changes a compiled result, for the cache key.
     pub fn key(&self) -> String {
         format!("opt={:?} skip={}", self.opt_level, self.skip_opt)
+    }
+}
+
+/// A warning about a setting, once per process (settings are read at
+/// each compilation).
+fn warn_once(line: String) {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static SAID: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let said = SAID.get_or_init(Default::default);
+    if said
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(line.clone())
+    {
+        super::warn(&line);
     }
 }
 

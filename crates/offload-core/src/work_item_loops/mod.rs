@@ -105,6 +105,12 @@ pub(crate) fn may_apply(bitcode: &[u8]) -> bool {
 
 /// `opt` of the same LLVM as `compiler`: beside it, else `opt-22` on PATH.
 pub(crate) fn find_opt(compiler: &Path) -> Option<std::path::PathBuf> {
+    find_tool(compiler, "opt")
+}
+
+/// The LLVM tool `name` of the same LLVM as `compiler`: beside it, else
+/// `<name>-22` on PATH.
+pub(crate) fn find_tool(compiler: &Path, name: &str) -> Option<std::path::PathBuf> {
     let on_path = |name: &Path| {
         std::env::var_os("PATH").and_then(|p| {
             std::env::split_paths(&p)
@@ -118,9 +124,9 @@ pub(crate) fn find_opt(compiler: &Path) -> Option<std::path::PathBuf> {
     };
     let beside = compiler
         .and_then(|c| std::fs::canonicalize(c).ok())
-        .and_then(|real| Some(real.parent()?.join("opt")))
+        .and_then(|real| Some(real.parent()?.join(name)))
         .filter(|o| o.is_file());
-    beside.or_else(|| on_path(Path::new("opt-22")))
+    beside.or_else(|| on_path(Path::new(&format!("{name}-22"))))
 }
 
 /// The module of `bitcode` with group forms added to its barrier kernels,

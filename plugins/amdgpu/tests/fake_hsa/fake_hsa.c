@@ -17,8 +17,8 @@
  *    features (fake_hsa_set_arch(target_id, with_generic_isa) changes the
  *    target ID, and without the generic ISA the fake, as runtimes older
  *    than generic code objects, neither lists nor loads generic code);
- *    HSA_XNACK=1 (or 0) turns xnack on (off) as ROCr does, where the
- *    target ID has the feature;
+ *    HSA_XNACK=1 (or 0; other values are ignored) turns xnack on (off) as
+ *    ROCr does, where the target ID has the feature;
  *  - memory pools: the CPU agent has a fine-grained kernarg pool and a
  *    fine-grained pool; each GPU a coarse-grained 64 GiB pool and a group
  *    segment pool that does not allow allocation. Allocations are zeroed,
@@ -494,8 +494,9 @@ hsa_status_t hsa_init(void) {
     snprintf(arch, sizeof arch, "%s", a && *a ? a : "gfx90a");
     const char *x = getenv("HSA_XNACK");
     char *xnack = strstr(arch, ":xnack");
-    if (x && *x && xnack && (xnack[6] == '+' || xnack[6] == '-'))
-      xnack[6] = atoi(x) ? '+' : '-';
+    int on = x && !strcmp(x, "1"), off = x && !strcmp(x, "0");
+    if ((on || off) && xnack && (xnack[6] == '+' || xnack[6] == '-'))
+      xnack[6] = on ? '+' : '-';
     pthread_mutex_unlock(&arch_lock);
     max_alloc = m && *m ? strtoull(m, 0, 0) : 1ULL << 40;
   }
