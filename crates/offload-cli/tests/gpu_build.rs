@@ -348,6 +348,20 @@ fn undefined_symbols_are_read_from_both_linkers() {
     assert_eq!(got, ["__kmpc_barrier", "__kmpc_target_init"]);
 }
 
+/// The fake CUDA driver (plugins/cuda/tests/fake_cuda), built in `dir`.
+fn fake_driver(dir: &Path) -> PathBuf {
+    let fake = dir.join("libcuda.so.1");
+    let o = Command::new("clang-22")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&fake)
+        .arg(root().join("plugins/cuda/tests/fake_cuda/fake_cuda.c"))
+        .arg("-lpthread")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "building the fake driver: {}", text(&o));
+    fake
+}
+
 /// An sm_90 program, as clang-22 builds it, through our libomptarget on the
 /// fake CUDA driver (plugins/cuda/tests/fake_cuda, which reads a cubin's
 /// symbol table and runs no device code): the kernel environments clang
@@ -362,15 +376,7 @@ fn sm_90_kernels_launch_with_llvms_sizes_on_the_fake_driver() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let fake = dir.path().join("libcuda.so.1");
-    let o = Command::new("clang-22")
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&fake)
-        .arg(root().join("plugins/cuda/tests/fake_cuda/fake_cuda.c"))
-        .arg("-lpthread")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "building the fake driver: {}", text(&o));
+    let fake = fake_driver(dir.path());
     let exe = dir.path().join("launch_sizes");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/launch_sizes.c");
     build(&src, &flags, &[], &exe);
@@ -416,6 +422,67 @@ fn sm_90_kernels_launch_with_llvms_sizes_on_the_fake_driver() {
     );
     out.stdout.retain(|&b| b != b'\r');
     assert_eq!(String::from_utf8_lossy(&out.stdout), "launched 6 regions\n");
+}
+
+/// Host memory locked for the GPU, on the fake CUDA driver: an sm_90
+/// program's `llvm_omp_target_lock_mem` page-locks once for a buffer and a
+/// part of it, and unlocks at the last unlock; with
+/// `LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS` a mapped buffer is locked while
+/// mapped, a buffer that cannot be locked is mapped anyway (`on`) or is a
+/// failure naming the setting (`mandatory`).
+#[test]
+fn host_buffers_are_locked_on_request_on_the_fake_driver() {
+    let Some(flags) = clang_flags("sm_90") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fake = fake_driver(dir.path());
+    let exe = dir.path().join("lock_host");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/lock_host.c");
+    build(&src, &flags, &["-ldl"], &exe);
+    let go = |setting: &str, fail: bool| {
+        let mut c = Command::new(OFFLOAD);
+        c.arg("exec")
+            .arg(&exe)
+            .args(fail.then_some("fail"))
+            .env("OFFLOAD_PLUGINS", "cuda")
+            .env("OFFLOAD_CUDA_DRIVER", &fake)
+            .env("FAKE_CUDA_DEVICES", "1")
+            .env("LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", setting);
+        for var in ["LIBOMPTARGET_DEBUG", "LIBOMPTARGET_INFO", "OFFLOAD_LIB_DIR"] {
+            c.env_remove(var);
+        }
+        c.output().unwrap()
+    };
+    let stdout = |o: &Output| String::from_utf8_lossy(&o.stdout).replace('\r', "");
+    let api = "devices=1\nlocked=1 part=1\n\
+               locked twice: register=1 unregister=0\n\
+               unlocked once: register=1 unregister=0\n\
+               unlocked twice: register=1 unregister=1\n";
+    let off = go("off", false);
+    assert_eq!(off.status.code(), Some(0), "{}", text(&off));
+    let mapped_unlocked = "mapped: register=1 unregister=1\n\
+                           unmapped: register=1 unregister=1\na[5]=5\n";
+    assert_eq!(stdout(&off), format!("{api}{mapped_unlocked}"));
+    for setting in ["on", "mandatory"] {
+        let on = go(setting, false);
+        assert_eq!(on.status.code(), Some(0), "{}", text(&on));
+        let mapped_locked = "mapped: register=2 unregister=1\n\
+                             unmapped: register=2 unregister=2\na[5]=5\n";
+        assert_eq!(stdout(&on), format!("{api}{mapped_locked}"), "{setting}");
+    }
+    // The driver refuses: mapped all the same when best effort ...
+    let refused = go("on", true);
+    assert_eq!(refused.status.code(), Some(0), "{}", text(&refused));
+    assert!(stdout(&refused).ends_with("unmapped: register=2 unregister=1\na[5]=5\n"));
+    // ... a failure when mandatory.
+    let refused = go("mandatory", true);
+    assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS=mandatory"),
+        "{err}"
+    );
 }
 
 /// The flags' device LTO inlines the device runtime into the kernels: the

@@ -17,6 +17,7 @@ use tracing::debug_span;
 use crate::config::Config;
 use crate::error::{Error, ErrorCode, Result};
 use crate::executor::Worker;
+use crate::host_locks::{HostLocks, Locked};
 use crate::launch::LaunchTuning;
 use crate::memory::{Allocation, AllocationIndex, MemoryPool, Origin, Owner};
 use crate::plugin::{self, AllocKind, DeviceInfo, DevicePtr, KernelArgs, LaunchConfig};
@@ -43,6 +44,8 @@ pub struct Device {
     /// The core-driven queues made on this device (their work runs later,
     /// on memory a free must not release under it).
     queues: Mutex<Vec<Weak<Worker>>>,
+    /// Host memory locked on request ([`Device::lock_host`]).
+    host_locks: Mutex<HostLocks>,
 }
 
 /// Memory whose free waits for queued work: released when the last queue
@@ -105,6 +108,7 @@ impl Device {
             launch_tuning: config.launch,
             local_host_allocations,
             queues: Mutex::new(Vec::new()),
+            host_locks: Mutex::new(HostLocks::default()),
         }
     }
 
@@ -539,6 +543,54 @@ impl Device {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Lock host memory `[ptr, ptr + size)` for fast copies with this
+    /// device (`llvm_omp_target_lock_mem`): the plugin registers it as for
+    /// [`Device::register_host_range`], once; locking it, or a part of it,
+    /// again counts one more user (a range reaching past a locked one is
+    /// refused). Devices that register nothing (host devices, remote ones)
+    /// lock nothing. Returns the address devices use for `ptr`: `ptr`.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + size)` is host memory of this process that stays mapped
+    /// until its last [`Device::unlock_host`].
+    pub unsafe fn lock_host(&self, ptr: DevicePtr, size: usize) -> Result<DevicePtr> {
+        if !self.locks_host_memory() {
+            return Ok(ptr);
+        }
+        let mut locks = self.host_locks.lock().unwrap_or_else(|e| e.into_inner());
+        if locks.take(ptr.0, size as u64)? == Locked::New {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { self.register_host_range(ptr, size, Owner::RUNTIME) }?;
+            locks.insert(ptr.0, size as u64);
+        }
+        Ok(ptr)
+    }
+
+    /// Give back a lock of [`Device::lock_host`] (`ptr`: any address in the
+    /// locked range); the last one unlocks the memory.
+    pub fn unlock_host(&self, ptr: DevicePtr) -> Result<()> {
+        if !self.locks_host_memory() {
+            return Ok(());
+        }
+        let mut locks = self.host_locks.lock().unwrap_or_else(|e| e.into_inner());
+        match locks.give_back(ptr.0)? {
+            Some(base) => self.unregister_host_range(DevicePtr(base)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `ptr` lies in host memory [`Device::lock_host`] locked.
+    pub fn is_locked_host(&self, ptr: DevicePtr) -> bool {
+        let locks = self.host_locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.holds(ptr.0)
+    }
+
+    /// Whether locking host memory means something here: the plugin
+    /// registers it, and device pointers are not host pointers anyway.
+    fn locks_host_memory(&self) -> bool {
+        self.raw.registers_host_memory() && !self.raw.shares_host_memory()
     }
 
     /// Forget a registration made by [`Device::register_host_range`].

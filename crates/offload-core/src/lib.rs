@@ -35,6 +35,7 @@ pub mod executor;
 pub mod facts;
 pub mod files;
 pub mod hash;
+mod host_locks;
 pub mod image;
 pub mod index;
 pub mod jit;

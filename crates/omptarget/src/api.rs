@@ -303,6 +303,7 @@ pub fn associate(host: HostAddr, dptr: DevicePtr, size: usize, off: usize, dev: 
         name: 0,
         owned: false,
         host_ptr: false,
+        host_locked: false,
         shadows: Vec::new(),
     });
     if inserted.is_err() {

@@ -48,6 +48,7 @@ pub(crate) struct Removed {
     pub(crate) size: u64,
     pub(crate) name: usize,
     pub(crate) owned: bool,
+    pub(crate) host_locked: bool,
 }
 
 impl From<&Entry> for Removed {
@@ -59,6 +60,7 @@ impl From<&Entry> for Removed {
             size: e.size(),
             name: e.name,
             owned: e.owned,
+            host_locked: e.host_locked,
         }
     }
 }

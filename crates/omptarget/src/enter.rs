@@ -9,6 +9,7 @@ use crate::addr::{HostAddr, HostRange};
 use crate::args::{walk_mapped, Args, Order};
 use crate::construct::{counts, mapping_exists_unchanged, present_missing, Ctx, Fail};
 use crate::device::DevState;
+use crate::host_lock;
 use crate::mapping::{Entry, Found, Shadow};
 use crate::msg;
 use crate::requires;
@@ -190,6 +191,14 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
         d.free_block(alloc, block_size);
         return Err(Fail::Other);
     };
+    // Locked before the copy in, which then runs from locked memory.
+    let host_locked = match host_lock::lock_mapped(d, hp, size) {
+        Ok(locked) => locked,
+        Err(fail) => {
+            d.free_block(alloc, block_size);
+            return Err(fail);
+        }
+    };
     let e = Entry {
         hst_base: r.hb,
         host,
@@ -200,6 +209,7 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
         name,
         owned: true,
         host_ptr: false,
+        host_locked,
         shadows: Vec::new(),
     };
     if msg::info_on(msg::INFO_MAPPING_CHANGED) {
@@ -217,6 +227,9 @@ fn map_new(d: &DevState, ctx: &mut Ctx, mut tbl: View<'_>, r: &MapReq) -> Result
     if tbl.insert(e).is_err() {
         // Only a caller's bug gets here (the view is opened for the range).
         drop(tbl);
+        if host_locked {
+            host_lock::unlock_mapped(d, hp);
+        }
         d.free_block(alloc, block_size);
         return Err(Fail::Other);
     }

@@ -38,6 +38,9 @@ pub fn data_end(d: &DevState, a: &Args, check_present: bool) -> Result<(), Fail>
         if e.owned {
             d.free_block(e.tgt_alloc, e.tgt_begin.offset_from(e.tgt_alloc) + e.size);
         }
+        if e.host_locked {
+            crate::host_lock::unlock_mapped(d, e.hst_begin);
+        }
     }
     r
 }

@@ -31,6 +31,7 @@ pub mod devices;
 pub mod dump;
 pub mod enter;
 pub mod exit;
+pub mod host_lock;
 pub mod interop;
 pub mod kernels;
 pub mod launch;
@@ -718,16 +719,21 @@ pub extern "C" fn llvm_omp_target_dynamic_shared_alloc() -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn llvm_omp_target_lock_mem(
     p: *mut c_void,
-    _size: usize,
-    _dev: i32,
+    size: usize,
+    dev: i32,
 ) -> *mut c_void {
-    p
+    guard!({
+        // SAFETY: this entry point's own contract, passed on unchanged.
+        unsafe { host_lock::lock_mem(p, size, dev as i64) }
+    })
 }
 
 /// # Safety
 /// The C ABI contract of this entry point (see the crate doc).
 #[no_mangle]
-pub unsafe extern "C" fn llvm_omp_target_unlock_mem(_p: *mut c_void, _dev: i32) {}
+pub unsafe extern "C" fn llvm_omp_target_unlock_mem(p: *mut c_void, dev: i32) {
+    guard!(host_lock::unlock_mem(p, dev as i64))
+}
 
 /// # Safety
 /// The C ABI contract of this entry point (see the crate doc).

@@ -203,6 +203,7 @@ impl DevState {
             name,
             owned: false,
             host_ptr: false,
+            host_locked: false,
             shadows: Vec::new(),
         });
     }

@@ -49,6 +49,9 @@ pub struct Entry {
     pub owned: bool,
     /// Host memory used directly (unified shared memory): no copies.
     pub host_ptr: bool,
+    /// The host range was locked for this entry
+    /// (`LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS`): unlocked at its removal.
+    pub host_locked: bool,
     pub shadows: Vec<Shadow>,
 }
 
@@ -76,6 +79,7 @@ impl Entry {
         name: 0,
         owned: false,
         host_ptr: false,
+        host_locked: false,
         shadows: Vec::new(),
     };
 
@@ -427,6 +431,7 @@ pub(crate) fn test_entry(begin: u64, end: u64) -> Entry {
         name: 0,
         owned: true,
         host_ptr: false,
+        host_locked: false,
         shadows: vec![],
     }
 }

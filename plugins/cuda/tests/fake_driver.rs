@@ -226,6 +226,43 @@ fn registered_host_memory_is_page_locked_and_copies_name_it() {
     assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 1);
 }
 
+/// `Device::lock_host` (`llvm_omp_target_lock_mem`): one page-locking
+/// for a buffer locked twice and a part of it locked again, undone by the
+/// last unlock; a range reaching past a locked one, or an unlock of
+/// memory never locked, is refused before it reaches the driver.
+#[test]
+fn host_locks_are_counted_per_buffer() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let d = &rt.devices()[0];
+    let mut host = vec![0u8; 8192];
+    let base = DevicePtr(host.as_mut_ptr() as u64);
+    let part = DevicePtr(base.0 + 4096);
+    let (reg, unreg) = (
+        fake.calls("cuMemHostRegister_v2"),
+        fake.calls("cuMemHostUnregister"),
+    );
+    // SAFETY: `host` stays alive and unmoved until the last unlock below.
+    unsafe {
+        assert_eq!(d.lock_host(base, host.len()).unwrap(), base);
+        assert_eq!(d.lock_host(base, host.len()).unwrap(), base);
+        assert_eq!(d.lock_host(part, 16).unwrap(), part);
+        let e = d.lock_host(part, host.len()).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    }
+    assert_eq!(fake.calls("cuMemHostRegister_v2"), reg + 1);
+    assert!(d.is_locked_host(part));
+    d.unlock_host(base).unwrap();
+    d.unlock_host(part).unwrap();
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg);
+    d.unlock_host(base).unwrap();
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 1);
+    assert!(!d.is_locked_host(base));
+    assert!(d.unlock_host(base).is_err());
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 1);
+}
+
 #[test]
 fn fills_use_memset_or_staged_copies() {
     let Some((_g, fake, rt)) = setup() else {
