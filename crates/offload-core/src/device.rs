@@ -17,7 +17,7 @@ use tracing::debug_span;
 use crate::config::Config;
 use crate::error::{Error, ErrorCode, Result};
 use crate::executor::Worker;
-use crate::host_locks::{HostLocks, Locked};
+use crate::host_locks::{HostLocks, Locked, Released};
 use crate::launch::LaunchTuning;
 use crate::memory::{Allocation, AllocationIndex, MemoryPool, Origin, Owner};
 use crate::plugin::{self, AllocKind, DeviceInfo, DevicePtr, KernelArgs, LaunchConfig};
@@ -549,8 +549,11 @@ impl Device {
     /// device (`llvm_omp_target_lock_mem`): the plugin registers it as for
     /// [`Device::register_host_range`], once; locking it, or a part of it,
     /// again counts one more user (a range reaching past a locked one is
-    /// refused). Devices that register nothing (host devices, remote ones)
-    /// lock nothing. Returns the address devices use for `ptr`: `ptr`.
+    /// refused). Host memory this device allocated or registered is
+    /// counted as it is. Devices that register nothing (host devices,
+    /// remote ones) lock nothing. Returns the host address, which copies
+    /// name (an AMD GPU's kernels may see locked memory at another
+    /// address: the plugin translates it for copies only).
     ///
     /// # Safety
     /// `[ptr, ptr + size)` is host memory of this process that stays mapped
@@ -561,9 +564,18 @@ impl Device {
         }
         let mut locks = self.host_locks.lock().unwrap_or_else(|e| e.into_inner());
         if locks.take(ptr.0, size as u64)? == Locked::New {
-            // SAFETY: the caller's promise, passed on.
-            unsafe { self.register_host_range(ptr, size, Owner::RUNTIME) }?;
-            locks.insert(ptr.0, size as u64);
+            // Host memory of this device (`llvm_omp_target_alloc_host`,
+            // `olMemRegister`) is locked already: a second registration
+            // would be refused.
+            let pinned = self.index.find(ptr).filter(|a| {
+                let host = a.kind == AllocKind::Host || a.origin == Origin::Registered;
+                host && ptr.0.saturating_add(size as u64) <= a.end()
+            });
+            if pinned.is_none() {
+                // SAFETY: the caller's promise, passed on.
+                unsafe { self.register_host_range(ptr, size, Owner::RUNTIME) }?;
+            }
+            locks.insert(ptr.0, size as u64, pinned.is_some());
         }
         Ok(ptr)
     }
@@ -575,10 +587,10 @@ impl Device {
             return Ok(());
         }
         let mut locks = self.host_locks.lock().unwrap_or_else(|e| e.into_inner());
-        match locks.give_back(ptr.0)? {
-            Some(base) => self.unregister_host_range(DevicePtr(base)),
-            None => Ok(()),
-        }
+        let Released::Unlock(base) = locks.give_back(ptr.0)? else {
+            return Ok(());
+        };
+        self.unregister_host_range(DevicePtr(base))
     }
 
     /// Whether `ptr` lies in host memory [`Device::lock_host`] locked.

@@ -27,6 +27,19 @@ pub(crate) struct HostLocks(BTreeMap<u64, Range>);
 struct Range {
     size: u64,
     users: u32,
+    /// Locked before the first user came (host memory the device
+    /// allocated, or registered through `olMemRegister`): never unlocked
+    /// here.
+    external: bool,
+}
+
+/// What the last user of a range leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Users remain, or the range was locked by someone else.
+    Nothing,
+    /// The plugin unlocks the range at this base.
+    Unlock(u64),
 }
 
 impl HostLocks {
@@ -52,21 +65,23 @@ impl HostLocks {
         )))
     }
 
-    /// Files a range the plugin locked for [`Locked::New`].
-    pub fn insert(&mut self, ptr: u64, size: u64) {
+    /// Files a range for [`Locked::New`]: locked by the plugin for it, or
+    /// (`external`) already locked.
+    pub fn insert(&mut self, ptr: u64, size: u64, external: bool) {
         self.0.insert(
             ptr,
             Range {
                 size: size.max(1),
                 users: 1,
+                external,
             },
         );
     }
 
-    /// Gives back a user of the locked range holding `ptr`: the range's
-    /// base when that was its last user (the plugin unlocks it then), None
-    /// when users remain; an error when no locked range holds `ptr`.
-    pub fn give_back(&mut self, ptr: u64) -> Result<Option<u64>> {
+    /// Gives back a user of the locked range holding `ptr`; an error when
+    /// no locked range holds `ptr`. The range leaves the table with its
+    /// last user.
+    pub fn give_back(&mut self, ptr: u64) -> Result<Released> {
         let Some((&base, _)) = self.overlapping(ptr, ptr.saturating_add(1)) else {
             return Err(Error::invalid_argument(format!(
                 "{ptr:#x} is not in host memory locked for this device"
@@ -75,10 +90,14 @@ impl HostLocks {
         let range = self.0.get_mut(&base).expect("found just now");
         range.users -= 1;
         if range.users > 0 {
-            return Ok(None);
+            return Ok(Released::Nothing);
         }
+        let external = range.external;
         self.0.remove(&base);
-        Ok(Some(base))
+        Ok(match external {
+            true => Released::Nothing,
+            false => Released::Unlock(base),
+        })
     }
 
     /// Whether `ptr` lies in a locked range.
@@ -105,7 +124,7 @@ mod tests {
     fn locks_are_counted_by_users_of_the_range_or_a_part_of_it() {
         let mut t = HostLocks::default();
         assert_eq!(t.take(0x1000, 0x100).unwrap(), Locked::New);
-        t.insert(0x1000, 0x100);
+        t.insert(0x1000, 0x100, false);
         // The same range and a part of it: users of the first lock.
         assert_eq!(t.take(0x1000, 0x100).unwrap(), Locked::Within(0x1000));
         assert_eq!(t.take(0x1080, 0x10).unwrap(), Locked::Within(0x1000));
@@ -115,12 +134,18 @@ mod tests {
         // Beside it: a range of its own.
         assert_eq!(t.take(0x1100, 0x10).unwrap(), Locked::New);
         // The last of three users unlocks; any address inside names it.
-        assert_eq!(t.give_back(0x1000).unwrap(), None);
-        assert_eq!(t.give_back(0x10ff).unwrap(), None);
+        assert_eq!(t.give_back(0x1000).unwrap(), Released::Nothing);
+        assert_eq!(t.give_back(0x10ff).unwrap(), Released::Nothing);
         assert!(t.holds(0x1050));
-        assert_eq!(t.give_back(0x1050).unwrap(), Some(0x1000));
+        assert_eq!(t.give_back(0x1050).unwrap(), Released::Unlock(0x1000));
         assert!(!t.holds(0x1050));
         assert!(t.give_back(0x1000).is_err(), "not locked any more");
         assert!(t.take(u64::MAX - 4, 16).is_err(), "a range that wraps");
+        // Memory locked by someone else is counted, never unlocked here.
+        t.insert(0x8000, 0x100, true);
+        assert_eq!(t.take(0x8000, 8).unwrap(), Locked::Within(0x8000));
+        assert_eq!(t.give_back(0x8000).unwrap(), Released::Nothing);
+        assert_eq!(t.give_back(0x8000).unwrap(), Released::Nothing);
+        assert!(!t.holds(0x8000));
     }
 }

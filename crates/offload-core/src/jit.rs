@@ -96,7 +96,7 @@ pub fn can_compile(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
 
 /// Whether the arch an AMD GPU bitcode image declares (if any) runs on
 /// the target ID the plugin compiles for. (Bitcode that declares none is
-/// checked when it is compiled: [`amd_bitcode_processors`].)
+/// checked when it is compiled: [`check_amd_bitcode`].)
 fn amd_arch_suits(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
     use offload_image::amdgpu::{self, TargetId};
     let Some(Ok(device)) = target.cpu.as_deref().map(TargetId::parse) else {
@@ -111,6 +111,11 @@ fn amd_arch_suits(image: &DeviceImage<'_>, target: &JitTarget) -> bool {
     crate::image::amd_bitcode_runs_on(arch, &device)
         || generic.is_some_and(|g| crate::image::amd_bitcode_runs_on(arch, &g))
 }
+
+/// The version of what the JIT checks and does beyond the compiler's own
+/// work (part of every cache key): results made under older rules, which
+/// may have let through what these refuse, are not reused.
+const RULES: &str = "rules-2";
 
 /// Marks a cache entry: the magic, the SHA-256 of the image that follows,
 /// then the image.
@@ -149,7 +154,7 @@ pub fn compile(image: &DeviceImage<'_>, target: &JitTarget) -> Result<Vec<u8>> {
         ),
         false => compiler.version.clone(),
     };
-    let identity = format!("{identity} {}", controls.key());
+    let identity = format!("{identity} {} {RULES}", controls.key());
     let key = cache_key(module, target, &options, &identity);
     // The cache when it is safe to use, else a private scratch directory
     // (removed when `_scratch` drops) and no cache.
@@ -318,16 +323,48 @@ fn check_amd_bitcode(compiler: &Compiler, input: &Path, target: &JitTarget) -> R
     let Some(Ok(device)) = target.cpu.as_deref().map(TargetId::parse) else {
         return Ok(());
     };
-    let family = amdgpu::generic_of(&device.processor);
-    let mut cpus = text.split("\"target-cpu\"=\"").skip(1);
-    let foreign = cpus.find_map(|rest| {
-        let cpu = rest.split('"').next().unwrap_or_default();
-        (cpu != device.processor && Some(cpu) != family).then_some(cpu)
+    // Its family's generic processor, with the same features.
+    let generic = amdgpu::generic_of(&device.processor).map(|g| TargetId {
+        processor: g.to_string(),
+        ..device.clone()
     });
+    let runs = |t: &TargetId| t.runs_on(&device) || generic.as_ref().is_some_and(|g| t.runs_on(g));
+    let foreign = text
+        .lines()
+        .filter(|l| l.starts_with("attributes #"))
+        .filter_map(attribute_target)
+        .find(|t| !runs(t));
     match foreign {
-        Some(cpu) => refuse(format!("built for {cpu}")),
+        Some(t) => refuse(format!("built for {t}")),
         None => Ok(()),
     }
+}
+
+/// The target ID a function attribute group of an LLVM IR listing names:
+/// its `"target-cpu"`, with the `xnack`/`sramecc` settings of its
+/// `"target-features"` (`+xnack`, `-sramecc`; others are "any").
+fn attribute_target(line: &str) -> Option<offload_image::amdgpu::TargetId> {
+    use offload_image::amdgpu::{Feature, TargetId};
+    let value = |key: &str| {
+        let rest = line.split(&format!("\"{key}\"=\"")).nth(1)?;
+        rest.split('"').next()
+    };
+    let cpu = value("target-cpu").filter(|c| !c.is_empty())?;
+    let features: Vec<&str> = value("target-features").unwrap_or("").split(',').collect();
+    let setting = |name: &str| {
+        if features.contains(&format!("+{name}").as_str()) {
+            Feature::On
+        } else if features.contains(&format!("-{name}").as_str()) {
+            Feature::Off
+        } else {
+            Feature::Any
+        }
+    };
+    Some(TargetId {
+        processor: cpu.to_string(),
+        sramecc: setting("sramecc"),
+        xnack: setting("xnack"),
+    })
 }
 
 /// A host I/O error of the JIT.
@@ -1109,6 +1146,19 @@ mod tests {
             "{args:?}"
         );
         assert_eq!(amd("gfx90a").output.extension(), "hsaco");
+    }
+
+    #[test]
+    fn function_attributes_name_a_target_id() {
+        let line = |attrs: &str| format!("attributes #0 = {{ convergent {attrs} }}");
+        let id = |attrs: &str| attribute_target(&line(attrs)).map(|t| t.to_string());
+        assert_eq!(
+            id(r#""target-cpu"="gfx90a" "target-features"="+16-bit-insts,-xnack,+sramecc""#),
+            Some("gfx90a:sramecc+:xnack-".into())
+        );
+        assert_eq!(id(r#""target-cpu"="gfx1100""#), Some("gfx1100".into()));
+        assert_eq!(id(r#""target-features"="+xnack""#), None, "no processor");
+        assert_eq!(id(r#""target-cpu"="" "#), None);
     }
 
     #[test]

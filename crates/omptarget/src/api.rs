@@ -293,6 +293,10 @@ pub fn associate(host: HostAddr, dptr: DevicePtr, size: usize, off: usize, dev: 
         );
         return -1;
     }
+    // Like a new mapping (LLVM notifies the plugin of both).
+    let Ok(host_locked) = crate::host_lock::lock_mapped(d, host, size as u64) else {
+        return -1;
+    };
     let inserted = t.insert(Entry {
         hst_base: host,
         host: HostRange::saturating(host, size as u64),
@@ -303,10 +307,13 @@ pub fn associate(host: HostAddr, dptr: DevicePtr, size: usize, off: usize, dev: 
         name: 0,
         owned: false,
         host_ptr: false,
-        host_locked: false,
+        host_locked,
         shadows: Vec::new(),
     });
     if inserted.is_err() {
+        if host_locked {
+            crate::host_lock::unlock_mapped(d, host);
+        }
         return -1;
     }
     0
@@ -338,7 +345,11 @@ pub fn disassociate(host: HostAddr, dev: i64) -> i32 {
         );
         return -1;
     }
-    t.remove(key);
+    let removed = t.remove(key);
+    drop(t);
+    if removed.is_some_and(|e| e.host_locked) {
+        crate::host_lock::unlock_mapped(d, host);
+    }
     0
 }
 

@@ -95,8 +95,18 @@ pub fn unlock_mem(p: *mut c_void, dev: i64) {
 /// is `mandatory` and the buffer cannot be locked (said on stderr).
 pub(crate) fn lock_mapped(d: &DevState, hp: HostAddr, size: u64) -> Result<bool, Fail> {
     let setting = LockMapped::get();
-    if setting == LockMapped::Off || size == 0 {
+    if size == 0 {
         return Ok(false);
+    }
+    if setting == LockMapped::Off {
+        // Memory the program locked counts the mapping as a user all the
+        // same (LLVM does so too): an unlock while it is mapped leaves it
+        // locked until the mapping goes.
+        if !d.dev.is_locked_host(DevicePtr(hp.0)) {
+            return Ok(false);
+        }
+        // SAFETY: as below.
+        return Ok(unsafe { d.dev.lock_host(DevicePtr(hp.0), size as usize) }.is_ok());
     }
     // SAFETY: a mapped host range stays mapped while its entry lives; the
     // lock is given back when the entry is removed.
@@ -114,7 +124,7 @@ pub(crate) fn lock_mapped(d: &DevState, hp: HostAddr, size: u64) -> Result<bool,
 }
 
 /// The removal of a mapping that [`lock_mapped`] locked.
-pub fn unlock_mapped(d: &DevState, hp: HostAddr) {
+pub(crate) fn unlock_mapped(d: &DevState, hp: HostAddr) {
     if let Err(e) = d.dev.unlock_host(DevicePtr(hp.0)) {
         msg::error(&format!(
             "Failure to unlock the mapped host buffer {hp}: {e}"

@@ -89,6 +89,9 @@ pub(crate) struct HostRange {
     pub gpu_base: usize,
     /// Registered (locked by `olMemRegister`), not a pool allocation.
     pub registered: bool,
+    /// How many of the plugin's GPUs registered it (one lock serves all:
+    /// a second `hsa_amd_memory_lock` of the range is not made).
+    pub registrations: u32,
 }
 
 /// Host ranges by base address.

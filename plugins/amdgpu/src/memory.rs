@@ -40,6 +40,7 @@ pub fn alloc(gpu: &Gpu, size: usize, kind: AllocKind) -> Result<DevicePtr> {
             size,
             gpu_base: ptr as usize,
             registered: false,
+            registrations: 0,
         };
         gpu.host_ranges.lock().insert(ptr as usize, range);
     }
@@ -101,6 +102,13 @@ pub unsafe fn free(gpu: &Gpu, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
 /// # Safety
 /// The range is host memory of this process, mapped until unregistered.
 pub unsafe fn register_host(gpu: &Gpu, ptr: *mut u8, size: usize) -> Result<()> {
+    // The same range registered by another GPU of the plugin: one more.
+    if let Some(r) = gpu.host_ranges.lock().get_mut(&(ptr as usize)) {
+        if r.registered && r.size == size {
+            r.registrations += 1;
+            return Ok(());
+        }
+    }
     if gpu.host_ranges.overlaps(ptr as usize, size) {
         return Err(Error::invalid_argument(format!(
             "{}: host memory at {ptr:p} ({size} bytes) overlaps memory already registered or allocated for the GPUs",
@@ -112,6 +120,7 @@ pub unsafe fn register_host(gpu: &Gpu, ptr: *mut u8, size: usize) -> Result<()> 
         size,
         gpu_base: gpu_base as usize,
         registered: true,
+        registrations: 1,
     };
     gpu.host_ranges.lock().insert(ptr as usize, range);
     Ok(())
@@ -119,7 +128,11 @@ pub unsafe fn register_host(gpu: &Gpu, ptr: *mut u8, size: usize) -> Result<()> 
 
 pub fn unregister_host(gpu: &Gpu, ptr: *mut u8) -> Result<()> {
     let mut ranges = gpu.host_ranges.lock();
-    match ranges.get(&(ptr as usize)) {
+    match ranges.get_mut(&(ptr as usize)) {
+        Some(r) if r.registered && r.registrations > 1 => {
+            r.registrations -= 1;
+            return Ok(());
+        }
         Some(r) if r.registered => {
             ranges.remove(&(ptr as usize));
         }

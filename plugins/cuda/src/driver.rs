@@ -102,7 +102,16 @@ pub struct Gpu {
     pub launch_envs: LaunchEnvPool,
     /// Launch limits, asked once.
     launch_limits: OnceLock<std::result::Result<LaunchLimits, Error>>,
+    /// Host memory page-locked through the plugin, shared by its GPUs.
+    pub host_registrations: Arc<HostRegistrations>,
 }
+
+/// Host ranges page-locked with `cuMemHostRegister` (portable: one
+/// registration serves every GPU), by base, with their size and how many
+/// of the plugin's devices registered them: the driver refuses a second
+/// registration of the same memory, so the second device counts instead.
+#[derive(Debug, Default)]
+pub struct HostRegistrations(pub std::sync::Mutex<std::collections::HashMap<usize, (usize, u32)>>);
 
 /// What one launch may ask of this GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +139,7 @@ impl Gpu {
         ordinal: CUdevice,
         limits: ContextLimits,
         openmp: OpenMpSettings,
+        host_registrations: Arc<HostRegistrations>,
     ) -> Gpu {
         Gpu {
             driver,
@@ -142,6 +152,7 @@ impl Gpu {
             openmp,
             launch_envs: LaunchEnvPool::default(),
             launch_limits: OnceLock::new(),
+            host_registrations,
         }
     }
 

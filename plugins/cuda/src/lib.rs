@@ -118,6 +118,7 @@ impl CudaPlugin {
         let r = unsafe { (driver.cuDriverGetVersion)(&mut version) };
         driver::check(&driver, r, "cuDriverGetVersion")?;
         let mut devices = Vec::new();
+        let host_registrations = Arc::new(driver::HostRegistrations::default());
         let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
         for i in 0..count {
             let mut ordinal = 0;
@@ -133,6 +134,7 @@ impl CudaPlugin {
                 ordinal,
                 self.limits,
                 openmp,
+                host_registrations.clone(),
             ));
             let dev = CudaDevice::new(gpu.clone(), version)?;
             gpus.push(gpu);

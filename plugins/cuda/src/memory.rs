@@ -72,14 +72,41 @@ pub fn free(gpu: &Gpu, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
 /// The range must be host memory of this process that stays mapped until
 /// [`unregister_host`].
 pub unsafe fn register_host(gpu: &Gpu, ptr: *mut u8, size: usize) -> Result<()> {
+    let mut registered = gpu
+        .host_registrations
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    // The same range registered by another GPU of the plugin: one more.
+    if let Some((s, devices)) = registered.get_mut(&(ptr as usize)) {
+        if *s == size {
+            *devices += 1;
+            return Ok(());
+        }
+    }
     gpu.call("cuMemHostRegister", |d| {
         // SAFETY: the caller guarantees the range.
         unsafe { (d.cuMemHostRegister)(ptr.cast(), size, sys::CU_MEMHOSTREGISTER_PORTABLE) }
-    })
+    })?;
+    registered.insert(ptr as usize, (size, 1));
+    Ok(())
 }
 
-/// Undo [`register_host`].
+/// Undo [`register_host`] (the driver's registration goes with the last
+/// device that made it).
 pub fn unregister_host(gpu: &Gpu, ptr: *mut u8) -> Result<()> {
+    let mut registered = gpu
+        .host_registrations
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, devices)) = registered.get_mut(&(ptr as usize)) {
+        *devices -= 1;
+        if *devices > 0 {
+            return Ok(());
+        }
+        registered.remove(&(ptr as usize));
+    }
     // SAFETY: the driver checks that `ptr` was registered.
     gpu.call("cuMemHostUnregister", |d| unsafe {
         (d.cuMemHostUnregister)(ptr.cast())

@@ -261,6 +261,30 @@ fn host_locks_are_counted_per_buffer() {
     assert!(!d.is_locked_host(base));
     assert!(d.unlock_host(base).is_err());
     assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 1);
+
+    // The same buffer for the second GPU: the driver's one (portable)
+    // registration serves both, and goes with the last.
+    let other = &rt.devices()[1];
+    // SAFETY: as above.
+    unsafe {
+        d.lock_host(base, host.len()).unwrap();
+        other.lock_host(base, host.len()).unwrap();
+    }
+    assert_eq!(fake.calls("cuMemHostRegister_v2"), reg + 2);
+    d.unlock_host(base).unwrap();
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 1);
+    other.unlock_host(base).unwrap();
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 2);
+
+    // Host memory the device allocated is page-locked already: counted,
+    // never registered again.
+    let pinned = d.alloc(4096, AllocKind::Host).unwrap();
+    // SAFETY: the allocation stays until the free below.
+    unsafe { d.lock_host(pinned, 4096) }.unwrap();
+    d.unlock_host(pinned).unwrap();
+    assert_eq!(fake.calls("cuMemHostRegister_v2"), reg + 2);
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 2);
+    d.free(pinned).unwrap();
 }
 
 #[test]

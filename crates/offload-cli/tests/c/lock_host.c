@@ -57,5 +57,13 @@ int main(int argc, char **argv) {
 #pragma omp target exit data map(from : a[0 : N]) device(0)
   counts("unmapped");
   printf("a[5]=%g\n", a[5]);
+  /* Locked by the program, then mapped: the mapping is a user too, so an
+     unlock while it is mapped leaves the memory locked until the unmap. */
+  llvm_omp_target_lock_mem(a, sizeof a, 0);
+#pragma omp target enter data map(to : a[0 : N]) device(0)
+  llvm_omp_target_unlock_mem(a, 0);
+  counts("locked, mapped, unlocked");
+#pragma omp target exit data map(release : a[0 : N]) device(0)
+  counts("unmapped again");
   return 0;
 }
