@@ -19,8 +19,11 @@ trap 'rm -rf "$WORK"; [ "${INSTALLED:-0}" = 1 ] && dpkg -r offload-dbgsym offloa
 fail() { echo "package-tests: FAIL: $*" >&2; exit 1; }
 check() { echo "package-tests: ok: $*"; }
 
-# Sizes are judged on the libraries users get: at most 6 MB each.
-MAX_LIB_BYTES=6000000
+# Sizes are judged on the libraries users get: at most 6.5 MB each (6 MB
+# until 2026-11-28, when the AMD target-ID rules in the core, the AMD JIT,
+# LLVM's JIT variables and host locking took libomptarget to 6 005 184
+# bytes; BENCHMARKS.md "Library sizes").
+MAX_LIB_BYTES=6500000
 
 echo "== building the Debian packages (release)"
 DEB=$(scripts/package-deb.sh)
