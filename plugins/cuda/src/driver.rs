@@ -107,11 +107,28 @@ pub struct Gpu {
 }
 
 /// Host ranges page-locked with `cuMemHostRegister` (portable: one
-/// registration serves every GPU), by base, with their size and how many
-/// of the plugin's devices registered them: the driver refuses a second
+/// registration serves every GPU), by base: the driver refuses a second
 /// registration of the same memory, so the second device counts instead.
 #[derive(Debug, Default)]
-pub struct HostRegistrations(pub std::sync::Mutex<std::collections::HashMap<usize, (usize, u32)>>);
+pub struct HostRegistrations(std::sync::Mutex<std::collections::HashMap<usize, HostRegistration>>);
+
+impl HostRegistrations {
+    pub fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<usize, HostRegistration>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Debug)]
+pub struct HostRegistration {
+    pub size: usize,
+    /// How many of the plugin's devices registered the range.
+    pub devices: u32,
+    /// Page-locked by the program before (the driver said so): never
+    /// unregistered here.
+    pub external: bool,
+}
 
 /// What one launch may ask of this GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

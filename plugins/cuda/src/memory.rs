@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use offload_core::plugin::{AllocKind, DevicePtr};
 use offload_core::{ErrorCode, Result};
 
-use crate::driver::Gpu;
+use crate::driver::{Gpu, HostRegistration};
 use crate::sys;
 
 pub fn alloc(gpu: &Gpu, size: usize, kind: AllocKind) -> Result<DevicePtr> {
@@ -72,40 +72,51 @@ pub fn free(gpu: &Gpu, ptr: DevicePtr, kind: AllocKind) -> Result<()> {
 /// The range must be host memory of this process that stays mapped until
 /// [`unregister_host`].
 pub unsafe fn register_host(gpu: &Gpu, ptr: *mut u8, size: usize) -> Result<()> {
-    let mut registered = gpu
-        .host_registrations
-        .0
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut registered = gpu.host_registrations.lock();
     // The same range registered by another GPU of the plugin: one more.
-    if let Some((s, devices)) = registered.get_mut(&(ptr as usize)) {
-        if *s == size {
-            *devices += 1;
+    if let Some(r) = registered.get_mut(&(ptr as usize)) {
+        if r.size == size {
+            r.devices += 1;
             return Ok(());
         }
     }
-    gpu.call("cuMemHostRegister", |d| {
-        // SAFETY: the caller guarantees the range.
-        unsafe { (d.cuMemHostRegister)(ptr.cast(), size, sys::CU_MEMHOSTREGISTER_PORTABLE) }
+    // SAFETY: the caller guarantees the range.
+    let r = gpu.call_raw(|d| unsafe {
+        (d.cuMemHostRegister)(ptr.cast(), size, sys::CU_MEMHOSTREGISTER_PORTABLE)
     })?;
-    registered.insert(ptr as usize, (size, 1));
+    // Memory the program page-locked itself serves as it is (LLVM's
+    // plugin does not register at all).
+    let external = r == sys::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if !external {
+        crate::driver::check(
+            &gpu.driver,
+            r,
+            format_args!("{}: cuMemHostRegister", gpu.label),
+        )?;
+    }
+    let entry = HostRegistration {
+        size,
+        devices: 1,
+        external,
+    };
+    registered.insert(ptr as usize, entry);
     Ok(())
 }
 
 /// Undo [`register_host`] (the driver's registration goes with the last
 /// device that made it).
 pub fn unregister_host(gpu: &Gpu, ptr: *mut u8) -> Result<()> {
-    let mut registered = gpu
-        .host_registrations
-        .0
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some((_, devices)) = registered.get_mut(&(ptr as usize)) {
-        *devices -= 1;
-        if *devices > 0 {
+    let mut registered = gpu.host_registrations.lock();
+    if let Some(r) = registered.get_mut(&(ptr as usize)) {
+        r.devices -= 1;
+        if r.devices > 0 {
             return Ok(());
         }
+        let external = r.external;
         registered.remove(&(ptr as usize));
+        if external {
+            return Ok(());
+        }
     }
     // SAFETY: the driver checks that `ptr` was registered.
     gpu.call("cuMemHostUnregister", |d| unsafe {

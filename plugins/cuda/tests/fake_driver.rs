@@ -285,6 +285,20 @@ fn host_locks_are_counted_per_buffer() {
     assert_eq!(fake.calls("cuMemHostRegister_v2"), reg + 2);
     assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 2);
     d.free(pinned).unwrap();
+
+    // Memory the program page-locked itself (the driver says "already
+    // registered"): locked as it is, and left registered at the unlock.
+    fake.fail("cuMemHostRegister_v2", 712, 1);
+    // SAFETY: as above.
+    unsafe { d.lock_host(base, host.len()) }.unwrap();
+    d.unlock_host(base).unwrap();
+    assert_eq!(fake.calls("cuMemHostUnregister"), unreg + 2);
+    // Another error is one.
+    fake.fail("cuMemHostRegister_v2", 2, 1);
+    // SAFETY: as above.
+    let e = unsafe { d.lock_host(base, host.len()) }.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::OutOfResources, "{e}");
+    assert!(!d.is_locked_host(base));
 }
 
 #[test]
