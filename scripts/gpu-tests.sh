@@ -36,8 +36,9 @@
 #                OMP-SKIP, saying why they could not be built; with
 #                omp_bench_nolto (--no-lto), omp_bench_reloc and
 #                omp_checks_reloc (--ptxas-relocatable), omp_bench_widen1
-#                and omp_bench_widen4 (device runtimes built with
-#                -DRTL_WIDEN_MAX=1 and 4) as references
+#                (a device runtime built with -DRTL_WIDEN_MAX=1: clang's
+#                distribute chunks) and omp_bench_noil (--interleave 1) as
+#                references
 #   omp_progs/   the 16 crates/omptarget/tests/c programs of gpu_build.rs,
 #                built the same way
 #   cuda_bench.cu  the CUDA C baselines, compiled there with nvcc
@@ -81,8 +82,8 @@
 #      2^27 doubles >= 0.90x the CUDA C kernel; a 2^27-double sum
 #      reduction >= 0.80x a two-pass CUDA reduction; omp_bench built with
 #      `clang-flags --no-lto` and with `--ptxas-relocatable`, and against
-#      device runtimes widening clang's distribute chunks at most 1 and 4
-#      times (omp_bench_widen1, omp_bench_widen4), once each, as
+#      a device runtime keeping clang's distribute chunks (omp_bench_widen1)
+#      and without loop interleaving (omp_bench_noil), once each, as
 #      references; the grids both
 #      runtimes launched omp_bench's kernels with (LIBOMPTARGET_INFO=16, in
 #      gpu-run.log) and omp_bench on both without block reuse
@@ -174,22 +175,21 @@ build_openmp() { # build_openmp OUT TARGETDIR ROOT
     # shellcheck disable=SC2086
     clang-22 -fopenmp $ref -O2 -Wall -Werror -Wno-pass-failed "$src/omp_checks.c" -o "$out/omp_checks_reloc" \
         || die "building omp_checks with relocatable ptxas for $arch failed"
-    # And against device runtimes that widen clang's `distribute` chunks at
-    # most once (not at all) and 4 times (devicertl/README, "Wider
-    # distribute chunks"; the default is 8; on 2^27 elements 16 would give
-    # a team fewer than 16 chunks, so it is 8 too): what the widening is
-    # worth, and whether 8 beats 4.
-    local w
-    for w in 1 4; do
-        DEVICERTL_CFLAGS=-DRTL_WIDEN_MAX=$w bash "$root/devicertl/build.sh" "$out/devicertl-widen$w" \
-            || die "building the device runtime with RTL_WIDEN_MAX=$w failed"
-        ref=$(OFFLOAD_DEVICERTL_DIR="$out/devicertl-widen$w" "$t/offload" clang-flags --offload-arch="$arch") \
-            || die "clang-flags with the RTL_WIDEN_MAX=$w runtime failed"
-        # shellcheck disable=SC2086
-        clang-22 -fopenmp $ref -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_widen$w" \
-            || die "building omp_bench with RTL_WIDEN_MAX=$w for $arch failed"
-        rm -rf "$out/devicertl-widen$w"
-    done
+    # And against a device runtime that keeps clang's `distribute` chunks
+    # (devicertl/README, "Wider distribute chunks"), and without the loop
+    # interleaving clang-flags asks the device LTO for: what each is worth.
+    DEVICERTL_CFLAGS=-DRTL_WIDEN_MAX=1 bash "$root/devicertl/build.sh" "$out/devicertl-widen1" \
+        || die "building the device runtime with RTL_WIDEN_MAX=1 failed"
+    ref=$(OFFLOAD_DEVICERTL_DIR="$out/devicertl-widen1" "$t/offload" clang-flags --offload-arch="$arch") \
+        || die "clang-flags with the RTL_WIDEN_MAX=1 runtime failed"
+    # shellcheck disable=SC2086
+    clang-22 -fopenmp $ref -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_widen1" \
+        || die "building omp_bench with RTL_WIDEN_MAX=1 for $arch failed"
+    rm -rf "$out/devicertl-widen1"
+    ref=$("$t/offload" clang-flags --interleave 1 --offload-arch="$arch") || die "clang-flags --interleave 1 failed"
+    # shellcheck disable=SC2086
+    clang-22 -fopenmp $ref -O2 -Wall -Werror -Wno-pass-failed "$src/omp_bench.c" -o "$out/omp_bench_noil" \
+        || die "building omp_bench without interleaving for $arch failed"
     cp "$src/cuda_bench.cu" "$out/cuda_bench.cu"
     echo "$arch" > "$out/OMP-ARCH"
     # The project's OpenMP test programs that make sense on a GPU (the
@@ -280,7 +280,7 @@ build_bundle() { # build_bundle DIR PROFILE
     # Everything must load from the bundle plus Ubuntu's base libraries.
     local f lib where glibc
     local programs=("$out"/offload "$out"/offload-bench "$out"/gpu_api "$out"/ol_saxpy "$out"/raw_saxpy "$out"/omp_api)
-    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_checks_reloc "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_bench_reloc "$out"/omp_bench_widen1 "$out"/omp_bench_widen4 "$out"/omp_progs/*)
+    [[ -f $out/omp_checks ]] && programs+=("$out"/omp_checks "$out"/omp_checks_reloc "$out"/omp_bench "$out"/omp_bench_nolto "$out"/omp_bench_reloc "$out"/omp_bench_widen1 "$out"/omp_bench_noil "$out"/omp_progs/*)
     for f in "${programs[@]}" "$out"/lib/*.so*; do
         while read -r lib where; do
             [[ $lib == /* ]] && lib=${lib##*/}
@@ -710,10 +710,10 @@ if [[ $omp_gpu == 1 ]]; then
         ./omp_bench_nolto omp-nolto "$iters"
     check "benchmark: OpenMP built with relocatable ptxas (reference), our libomptarget" \
         ./omp_bench_reloc omp-reloc "$iters"
-    for w in 1 4; do
-        check "benchmark: OpenMP, clang's distribute chunks widened at most ${w}x (reference), our libomptarget" \
-            ./omp_bench_widen$w omp-widen$w "$iters"
-    done
+    check "benchmark: OpenMP, clang's distribute chunks as they are (reference), our libomptarget" \
+        ./omp_bench_widen1 omp-widen1 "$iters"
+    check "benchmark: OpenMP built without loop interleaving (reference), our libomptarget" \
+        ./omp_bench_noil omp-noil "$iters"
     # Diagnostics (references, no goal): the grids each runtime launched
     # omp_bench's kernels with, and both without block reuse (one team per
     # 128 iterations instead of 3200 teams looping over chunks): what the
@@ -817,10 +817,11 @@ if [[ $omp_gpu == 1 ]]; then
             if (("reduce_GBps", "omp-nolto") in best) printf "| sum reduction, GB/s: built without device LTO (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "omp-nolto"]
             if (("triad_GBps", "omp-reloc") in best) printf "| STREAM triad, GB/s: relocatable ptxas compile (reference) | %s | - | - | - | - |\n", best["triad_GBps", "omp-reloc"]
             if (("reduce_GBps", "omp-reloc") in best) printf "| sum reduction, GB/s: relocatable ptxas compile (reference) | %s | - | - | - | - |\n", best["reduce_GBps", "omp-reloc"]
-            split("omp-widen1 omp-widen4", wd, " ")
+            split("omp-widen1 omp-noil", wd, " ")
+            split("clang'"'"'s distribute chunks as they are|no loop interleaving", wdn, "|")
             for (i = 1; i <= 2; i++) {
-                if (("triad_GBps", wd[i]) in best) printf "| STREAM triad, GB/s: %s, clang'"'"'s distribute chunks widened at most %sx (reference) | %s | - | - | - | - |\n", wd[i], substr(wd[i], 10), best["triad_GBps", wd[i]]
-                if (("reduce_GBps", wd[i]) in best) printf "| sum reduction, GB/s: %s, clang'"'"'s distribute chunks widened at most %sx (reference) | %s | - | - | - | - |\n", wd[i], substr(wd[i], 10), best["reduce_GBps", wd[i]]
+                if (("triad_GBps", wd[i]) in best) printf "| STREAM triad, GB/s: %s, %s (reference) | %s | - | - | - | - |\n", wd[i], wdn[i], best["triad_GBps", wd[i]]
+                if (("reduce_GBps", wd[i]) in best) printf "| sum reduction, GB/s: %s, %s (reference) | %s | - | - | - | - |\n", wd[i], wdn[i], best["reduce_GBps", wd[i]]
             }
             split("omp-noreuse llvm-noreuse", nr, " ")
             for (i = 1; i <= 2; i++) {

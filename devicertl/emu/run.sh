@@ -141,12 +141,14 @@ run_mode() {
 
 # workshare.c alone against stubbed rtl.h functions (devicertl/tests/):
 # millions of schedule cases, every iteration once, one "last". Also with
-# the widening bounds scripts/gpu-tests.sh times (RTL_WIDEN_MAX 1 and 4).
+# the variants scripts/gpu-tests.sh times (RTL_WIDEN_MAX=1: clang's chunks)
+# and with one chunk per team (RTL_TEAM_CHUNKS=1).
 run_schedule_unit() {
-  local widen="$1" bin="$out/plain/schedule_coverage_w$1" t0 line name="schedule_coverage"
-  [[ "$widen" == 8 ]] || name+=" (RTL_WIDEN_MAX=$widen)"
+  local define="$1" t0 line name="schedule_coverage"
+  local bin="$out/plain/schedule_coverage${define:+_${define//[^A-Za-z0-9]/_}}"
+  [[ -z "$define" ]] || name+=" ($define)"
   t0=$(date +%s)
-  if ! "$CLANG" -std=c11 -O1 -g -pthread -DRTL_WIDEN_MAX="$widen" -I "$root/devicertl/src" \
+  if ! "$CLANG" -std=c11 -O1 -g -pthread ${define:+"-D$define"} -I "$root/devicertl/src" \
       "$root/devicertl/tests/schedule_coverage.c" "$root/devicertl/src/workshare.c" \
       -o "$bin" >"$bin.log" 2>&1; then
     summary+=("FAIL [plain] $name: not built (see $bin.log)")
@@ -168,7 +170,7 @@ for mode in $MODES; do
       build_mode plain || failures+=("[plain] build")
       built_plain=1
       run_mode plain
-      for w in 8 1 4; do run_schedule_unit "$w"; done ;;
+      for d in "" RTL_WIDEN_MAX=1 RTL_TEAM_CHUNKS=1; do run_schedule_unit "$d"; done ;;
     self)
       # The plain build again, with plat_active_mask = the caller's lane only
       # (what sm_70+ hardware may return in diverged code).

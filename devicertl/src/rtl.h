@@ -21,6 +21,17 @@
 #include "abi.h"
 #include "platform.h"
 
+/* Build parameters of the distribute schedule (workshare.c, widened_chunk;
+ * -D through DEVICERTL_CFLAGS to compare variants on a GPU): chunks per
+ * team of clang's composite loops, and a cap on a chunk in clang's chunks
+ * (0: none; 1: clang's chunks as they are). */
+#ifndef RTL_TEAM_CHUNKS
+#define RTL_TEAM_CHUNKS 8
+#endif
+#ifndef RTL_WIDEN_MAX
+#define RTL_WIDEN_MAX 0
+#endif
+
 /* --- memory orders on GPUs ---------------------------------------------- */
 /* clang-22 drops the memory scope of __scoped_atomic_* for NVPTX, and its
  * NVPTX back end treats orders unevenly: an acquire load or release store

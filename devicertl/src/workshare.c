@@ -176,13 +176,13 @@ static ws_range assign_chunk(const ws_space *s, uint64_t c, uint64_t id, uint64_
   return r;
 }
 
-/* ceil(ceil(trip / n) / c) * c: one chunk per entity, a multiple of c. */
+/* ceil(ceil(trip / n) / c) * c: one chunk per entity, a multiple of c
+ * (UINT64_MAX, which covers any loop, where that product does not fit). */
 static uint64_t balanced_chunk(const ws_space *s, uint64_t c, uint64_t n) {
   uint64_t span = s->last / n + 1; /* ceil(trip / n) */
-  uint64_t rounded = sat_mul((span + (c - 1)) / c, c);
-  if (rounded < span) /* c - 1 overflowed: c alone covers it */
-    rounded = c;
-  return rounded;
+  if (span == 0)                   /* 2^64 iterations on one entity */
+    span = UINT64_MAX;
+  return sat_mul(span / c + (span % c != 0), c);
 }
 
 /* clang-22's composite `distribute parallel for` in an SPMD kernel deals the
@@ -195,32 +195,33 @@ static uint64_t balanced_chunk(const ws_space *s, uint64_t c, uint64_t n) {
  * which is not the block size when the host launches smaller teams (ours
  * runs long loops in teams of 64: two iterations per region), so either
  * value marks clang's default chunk. Without a dist_schedule clause the
- * distribute schedule is the implementation's to choose: where each team
- * would get at least WIDEN_MIN_CHUNKS chunks, a chunk of up to WIDEN_MAX
- * default chunks is dealt instead, and each thread runs that many times
- * more iterations per region (still coalesced: the inner loop strides by
- * the team's size). Teams stay balanced within one chunk in
- * WIDEN_MIN_CHUNKS. (An explicit dist_schedule(static, C) with C equal to
- * the block size or the thread limit cannot be told apart and is widened
- * too: which team runs which iteration changes, nothing else; README.md,
- * "Deviations".) */
-#ifndef RTL_WIDEN_MAX /* a power of two; 1 turns widening off (-D, to compare on a GPU) */
-#define RTL_WIDEN_MAX 8
-#endif
-enum { WIDEN_MAX = RTL_WIDEN_MAX, WIDEN_MIN_CHUNKS = 16 };
-_Static_assert(WIDEN_MAX >= 1 && (WIDEN_MAX & (WIDEN_MAX - 1)) == 0, "RTL_WIDEN_MAX: a power of two");
+ * distribute schedule is the implementation's to choose: each team gets
+ * RTL_TEAM_CHUNKS chunks (rtl.h), dealt round robin, of 1 / RTL_TEAM_CHUNKS
+ * of its share rounded up to a multiple of clang's chunk, so chunks start
+ * where clang's would and stay coalesced (the inner loop strides by the
+ * team's size), and each thread runs hundreds of iterations per region on
+ * a long loop: enough for the compiler's interleaving (`offload
+ * clang-flags`) to keep several loads in flight. Teams differ by less than
+ * one chunk, and no team runs a chunk more than the others at the end (with
+ * fixed chunks of 8 of clang's, 2^27 iterations on 4 224 teams left 128
+ * teams a 32nd chunk). Several chunks rather than one per team keep the
+ * teams' concurrent accesses close together in memory (one per team cost
+ * the STREAM triad 2 % on an H200). RTL_WIDEN_MAX > 0 caps a chunk at that
+ * many of clang's (a reference build: 1 keeps clang's chunks). (An explicit
+ * dist_schedule(static, C) with C equal to the block size or the thread
+ * limit cannot be told apart and is widened too: which team runs which
+ * iteration changes, nothing else; README.md, "Deviations".) */
+enum { WIDEN_MAX = RTL_WIDEN_MAX, TEAM_CHUNKS = RTL_TEAM_CHUNKS };
+_Static_assert(WIDEN_MAX >= 0, "RTL_WIDEN_MAX: 0 (no cap) or a cap");
+_Static_assert(TEAM_CHUNKS >= 1, "RTL_TEAM_CHUNKS: at least 1");
 
 static uint64_t widened_chunk(const ws_space *s, uint64_t c, uint64_t n) {
   if (!rtl_is_frontend_spmd() || (c != plat_block_size() && c != rtl_kernel_thread_limit()))
     return c;
-  /* k chunks of c in one while every team still gets WIDEN_MIN_CHUNKS:
-   * last / c + 1 >= n * WIDEN_MIN_CHUNKS * k, without a division. */
-  for (uint64_t k = WIDEN_MAX; k > 1; k /= 2) {
-    uint64_t chunks = sat_mul(n, WIDEN_MIN_CHUNKS * k);
-    if (s->last >= sat_mul(c, chunks - 1) && sat_mul(c, chunks - 1) != UINT64_MAX)
-      return c * k;
-  }
-  return c;
+  uint64_t whole = balanced_chunk(s, c, sat_mul(n, TEAM_CHUNKS)); /* a multiple of c */
+  if (WIDEN_MAX > 0 && whole / c > (uint64_t)WIDEN_MAX)
+    return c * (uint64_t)WIDEN_MAX;
+  return whole;
 }
 
 /* ------------------------------------------------------------------------ */

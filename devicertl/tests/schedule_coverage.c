@@ -268,17 +268,19 @@ static void test_static(int t, int32_t sched, wide lb, wide ub, int64_t incr, in
 
 /* The distribute chunk clang-22's composite loop gets for a block of
  * `block` threads (workshare.c, widened_chunk): when its chunk is the block
- * size or the kernel's thread limit, up to RTL_WIDEN_MAX (8 unless built
- * with another) chunks' worth while every team keeps 16 chunks, in
- * frontend-SPMD kernels only. */
-#ifndef RTL_WIDEN_MAX
-#define RTL_WIDEN_MAX 8
-#endif
+ * size or the kernel's thread limit, in frontend-SPMD kernels only,
+ * 1 / RTL_TEAM_CHUNKS of a team's share rounded up to a multiple of clang's
+ * chunk (at most RTL_WIDEN_MAX of them when that is built > 0; rtl.h). */
 static wide expected_dist_chunk(wide trip, int64_t dchunk, uint32_t block, uint32_t nteams) {
-  wide total = (trip + dchunk - 1) / dchunk, k = 1;
-  if (g_spmd && (dchunk == (int64_t)block || (g_limit > 0 && dchunk == (int64_t)g_limit)))
-    for (wide w = RTL_WIDEN_MAX; w > 1; w /= 2)
-      if (total >= (wide)nteams * 16 * w) { k = w; break; }
+  wide k = 1;
+  if (g_spmd && (dchunk == (int64_t)block || (g_limit > 0 && dchunk == (int64_t)g_limit))) {
+    wide share = (trip + (wide)nteams * RTL_TEAM_CHUNKS - 1) / ((wide)nteams * RTL_TEAM_CHUNKS);
+    k = (share + dchunk - 1) / dchunk;
+    if (RTL_WIDEN_MAX > 0 && k > RTL_WIDEN_MAX)
+      k = RTL_WIDEN_MAX;
+    if (k == 0)
+      k = 1;
+  }
   return k * dchunk < trip ? k * dchunk : trip;
 }
 

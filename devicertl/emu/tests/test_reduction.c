@@ -12,6 +12,7 @@
  * __kmpc_barrier around it. Team sizes: full warps, partial warps (1, 5,
  * 33, 100 threads) and warp sizes 32 and 64, in SPMD and generic mode. */
 #include "omp_shapes.h"
+#include "rtl.h" /* RTL_TEAM_CHUNKS */
 
 #include <limits.h>
 #include <pthread.h>
@@ -557,14 +558,14 @@ static void run_composite(int generic_spmd, int k, int64_t n, uint32_t teams, ui
   }
   CHECK_EQ(one_not_t0, 0);
   /* Chunks of clang's chunk (the block or the thread limit) dealt round
-   * robin over the teams; in SPMD kernels up to 8 of them at once while
-   * each team keeps 16 (workshare.c, widened_chunk). */
+   * robin over the teams; in SPMD kernels 1 / RTL_TEAM_CHUNKS of a team's
+   * share rounded up to a multiple of clang's (workshare.c, widened_chunk;
+   * the emulation builds the runtime with rtl.h's defaults). */
   int64_t base = dpf_limit ? dpf_limit : threads, size = base;
-  for (int64_t w = 8; !generic_spmd && w > 1; w /= 2)
-    if ((n + base - 1) / base >= (int64_t)teams * 16 * w) {
-      size = base * w;
-      break;
-    }
+  if (!generic_spmd && n > 0) {
+    int64_t share = (n + (int64_t)teams * RTL_TEAM_CHUNKS - 1) / ((int64_t)teams * RTL_TEAM_CHUNKS);
+    size = (share + base - 1) / base * base;
+  }
   int64_t chunks = (n + size - 1) / size;
   for (uint32_t t = 0; t < teams; t++) {
     int64_t mine = chunks > t ? (chunks - t + teams - 1) / teams : 0;
@@ -589,7 +590,7 @@ static void composite_tests(int quick) {
                     k != K_SUM3);
     }
   /* clang's chunk folded to a thread limit of twice the team's size (two
-   * iterations per thread and region, widened to up to 16). */
+   * iterations per thread and region, widened to the team's share). */
   dpf_limit = 64;
   run_composite(0, K_BOTH, 20000, 3, 32, 32, 1);
   run_composite(0, K_SUM_D, 1000, 2, 32, 32, 1);
