@@ -104,6 +104,10 @@ pub struct Gpu {
     launch_limits: OnceLock<std::result::Result<LaunchLimits, Error>>,
     /// Host memory page-locked through the plugin, shared by its GPUs.
     pub host_registrations: Arc<HostRegistrations>,
+    /// Operations enqueued on any of this GPU's queues that may write its
+    /// memory (launches, copies and fills into it), counted so a queue can
+    /// tell that none came since a snapshot (`Queue::memory_snapshot`).
+    device_writes: std::sync::atomic::AtomicU64,
 }
 
 /// Host ranges page-locked with `cuMemHostRegister` (portable: one
@@ -151,6 +155,18 @@ pub struct ContextLimits {
 }
 
 impl Gpu {
+    /// Count an operation that may write this GPU's memory (before it is
+    /// enqueued: a snapshot taken after never misses it).
+    pub fn note_device_write(&self) {
+        self.device_writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The count of [`Gpu::note_device_write`] so far.
+    pub fn device_writes(&self) -> u64 {
+        self.device_writes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn new(
         driver: Arc<Driver>,
         ordinal: CUdevice,
@@ -170,6 +186,7 @@ impl Gpu {
             launch_envs: LaunchEnvPool::default(),
             launch_limits: OnceLock::new(),
             host_registrations,
+            device_writes: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

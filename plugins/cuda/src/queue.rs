@@ -155,6 +155,7 @@ impl plugin::Queue for CudaQueue {
             return Ok(());
         }
         let s = self.raw();
+        self.gpu.note_device_write();
         // SAFETY: the caller keeps `src` valid until the queue reaches the copy.
         self.gpu.call("cuMemcpyHtoDAsync", |d| unsafe {
             (d.cuMemcpyHtoDAsync)(dst.0, src.cast(), size, s)
@@ -177,6 +178,7 @@ impl plugin::Queue for CudaQueue {
             return Ok(());
         }
         let s = self.raw();
+        self.gpu.note_device_write();
         // SAFETY: device addresses the core range-checked.
         self.gpu.call("cuMemcpyDtoDAsync", |d| unsafe {
             (d.cuMemcpyDtoDAsync)(dst.0, src.0, size, s)
@@ -196,6 +198,7 @@ impl plugin::Queue for CudaQueue {
         if size == 0 {
             return Ok(true);
         }
+        peer.gpu.note_device_write();
         let dst_ctx = peer.gpu.context()?;
         let src_ctx = self.gpu.context()?;
         let s = self.raw();
@@ -212,6 +215,7 @@ impl plugin::Queue for CudaQueue {
             return Ok(());
         }
         let s = self.raw();
+        self.gpu.note_device_write();
         let uniform = pattern.iter().all(|&b| b == pattern[0]);
         if uniform {
             let v = pattern[0];
@@ -320,6 +324,7 @@ impl plugin::Queue for CudaQueue {
         let [bx, by, bz] = config.group_size;
         let f = k.raw();
         let s = self.raw();
+        self.gpu.note_device_write();
         let _span = tracing::debug_span!("cuda_launch", kernel = %k.name, grid = ?config.num_groups, block = ?config.group_size, shared = config.dyn_group_memory).entered();
         // SAFETY: `extra` names a parameter block of `size` bytes that
         // lives across the call (the driver copies it); no kernelParams.
@@ -429,6 +434,20 @@ impl plugin::Queue for CudaQueue {
         self.gpu.call("cuStreamSynchronize", |d| unsafe {
             (d.cuStreamSynchronize)(s)
         })
+    }
+
+    /// Any write to this GPU through the plugin counts
+    /// ([`Gpu::note_device_write`]), from every queue and thread. Work the
+    /// program enqueues on the driver itself (on a stream an interop
+    /// object handed out) is not seen; the core keeps a snapshot only
+    /// within one OpenMP construct of one thread, where such work could
+    /// only race with the construct's own copies.
+    fn memory_snapshot(&self) -> Option<u64> {
+        Some(self.gpu.device_writes())
+    }
+
+    fn unchanged_since(&self, token: u64) -> bool {
+        self.gpu.device_writes() == token
     }
 
     fn is_idle(&self) -> Result<bool> {

@@ -653,6 +653,64 @@ fn ptx_kernels_launch_with_the_packed_buffer_grid_and_shared_memory() {
     d.free(y).unwrap();
 }
 
+/// A launch that reads device memory back in the same round trip
+/// (`Device::launch_reading_back`, how the OpenMP face ends a region with
+/// `map(from:)`): the copy that follows is served from that read while no
+/// write to the GPU came in between, from any queue (the plugin counts
+/// them); after one it reads afresh.
+#[test]
+fn reads_with_a_launch_are_reused_until_the_gpu_is_written() {
+    let Some((_g, fake, rt)) = setup() else {
+        return;
+    };
+    let Some(ptx) = kernels_ptx() else { return };
+    let d = &rt.devices()[0];
+    let program = d.load_program(&ptx).unwrap();
+    let saxpy = program.kernel("saxpy").unwrap();
+    let n = 256usize;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+    common::write(d, x, &xs);
+    common::write(d, y, &vec![1.0f32; n]);
+    let args = common::saxpy_args(n as i32, 2.0, x, y);
+    let config = LaunchConfig::linear(1, n as u32);
+    let read_y = || {
+        let mut out = vec![0f32; n];
+        // SAFETY: `out` holds n floats; `y` is a live allocation of n floats.
+        unsafe { d.copy_from_owned_block(out.as_mut_ptr().cast(), y, n * 4) }.unwrap();
+        out
+    };
+    let reads = || fake.calls("cuMemcpyDtoHAsync_v2");
+
+    assert!(d.batch_begin());
+    let before = reads();
+    d.launch_reading_back(&saxpy, KernelArgs::Packed(&args), &config, || [(y, n * 4)])
+        .unwrap();
+    assert_eq!(reads(), before + 1, "read with the launch");
+    let out = read_y();
+    assert_eq!(
+        reads(),
+        before + 1,
+        "the copy after it is served from that read"
+    );
+    assert_eq!(out[3], 7.0);
+    d.batch_end().unwrap();
+
+    // A write to the GPU in between, through another queue: read again.
+    assert!(d.batch_begin());
+    d.launch_reading_back(&saxpy, KernelArgs::Packed(&args), &config, || [(y, n * 4)])
+        .unwrap();
+    assert_eq!(reads(), before + 2);
+    common::write(d, y, &vec![5.0f32; n]);
+    let out = read_y();
+    assert_eq!(reads(), before + 3, "a write came after the launch's read");
+    assert_eq!(out[3], 5.0);
+    d.batch_end().unwrap();
+    d.free(x).unwrap();
+    d.free(y).unwrap();
+}
+
 #[test]
 fn openmp_word_arguments_and_launch_sizes_reach_the_driver() {
     let Some((_g, fake, rt)) = setup() else {
