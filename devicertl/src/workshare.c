@@ -201,10 +201,8 @@ static uint64_t balanced_chunk(const ws_space *s, uint64_t c, uint64_t n) {
  * where clang's would and stay coalesced (the inner loop strides by the
  * team's size), and each thread runs hundreds of iterations per region on
  * a long loop: enough for the compiler's interleaving (`offload
- * clang-flags`) to keep several loads in flight. Teams differ by less than
- * one chunk, and no team runs a chunk more than the others at the end (with
- * fixed chunks of 8 of clang's, 2^27 iterations on 4 224 teams left 128
- * teams a 32nd chunk). Several chunks rather than one per team keep the
+ * clang-flags`) to keep several loads in flight. Teams differ by at most
+ * one chunk. Several chunks rather than one per team keep the
  * teams' concurrent accesses close together in memory (one per team cost
  * the STREAM triad 2 % on an H200). RTL_WIDEN_MAX > 0 caps a chunk at that
  * many of clang's (a reference build: 1 keeps clang's chunks). (An explicit

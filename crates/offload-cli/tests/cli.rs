@@ -792,8 +792,13 @@ fn clang_flags_from_an_installed_prefix() {
         cuda.display(),
         nv.display()
     );
+    // The device LTO interleaves loops (--interleave, 4 by default).
+    let interleave = format!(
+        " -Xoffload-linker-{NVPTX} --plugin-opt=-force-vector-interleave=4 \
+         -Xoffload-linker-{NVPTX} --plugin-opt=-force-ordered-reductions"
+    );
     let sm90 = format!(
-        "{relocatable} -Xoffload-linker-{NVPTX} --cuda-path={}",
+        "{relocatable} -Xoffload-linker-{NVPTX} --cuda-path={}{interleave}",
         shim.display()
     );
     assert_eq!(out, format!("{sm90}\n"));
@@ -802,12 +807,36 @@ fn clang_flags_from_an_installed_prefix() {
         Some(&cuda),
         &["--offload-arch=sm_90", "--ptxas-relocatable"],
     ));
+    assert_eq!(out, format!("{relocatable}{interleave}\n"));
+    let out = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &[
+            "--offload-arch=sm_90",
+            "--ptxas-relocatable",
+            "--interleave",
+            "8",
+        ],
+    ));
+    assert_eq!(
+        out,
+        format!("{relocatable}{}\n", interleave.replace("=4", "=8"))
+    );
+    let out = ok(&mut clang_flags(
+        &exe,
+        Some(&cuda),
+        &[
+            "--offload-arch=sm_90",
+            "--ptxas-relocatable",
+            "--interleave=1",
+        ],
+    ));
     assert_eq!(out, format!("{relocatable}\n"));
     // No cache to make it in: a warning, and the relocatable compile.
     let o = run(clang_flags(&exe, Some(&cuda), &["--offload-arch=sm_90"])
         .env("XDG_CACHE_HOME", "/dev/null/cache"));
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o), format!("{relocatable}\n"));
+    assert_eq!(stdout(&o), format!("{relocatable}{interleave}\n"));
     assert!(
         stderr(&o).contains("cannot make the CUDA tool shim"),
         "{}",
@@ -1027,6 +1056,12 @@ fn clang_flags_errors_name_what_is_missing() {
     }
     fails(offload().arg("clang-flags"));
     fails(offload().args(["clang-flags", "--offload-arch=sm_90", "--json", "--lines"]));
+    for n in ["0", "17", "four"] {
+        let mut c = offload();
+        c.args(["clang-flags", "--offload-arch=sm_90", "--interleave", n]);
+        let err = fails(&mut c);
+        assert!(err.contains("--interleave"), "{n}: {err}");
+    }
 
     let (root, exe, _cuda) = installed_with_device_runtime(".tmp");
     let empty = tempfile::tempdir().unwrap();
@@ -1088,7 +1123,7 @@ fn clang_flags_paths_with_blanks() {
         &["--offload-arch=sm_90", "--lines"],
     ));
     let lines: Vec<&str> = lines.lines().collect();
-    assert_eq!(lines.len(), 7, "{lines:?}");
+    assert_eq!(lines.len(), 11, "{lines:?}");
     assert_eq!(lines[1], "-foffload-lto");
     assert_eq!(lines[2], format!("--cuda-path={}", cuda.display()));
     assert_eq!(lines[6], format!("--cuda-path={}", shim_of(&exe).display()));
