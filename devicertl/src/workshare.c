@@ -196,7 +196,7 @@ static uint64_t balanced_chunk(const ws_space *s, uint64_t c, uint64_t n) {
  * runs long loops in teams of 64: two iterations per region), so either
  * value marks clang's default chunk. Without a dist_schedule clause the
  * distribute schedule is the implementation's to choose: each team gets
- * RTL_TEAM_CHUNKS chunks (rtl.h), dealt round robin, of 1 / RTL_TEAM_CHUNKS
+ * at most RTL_TEAM_CHUNKS chunks (rtl.h), dealt round robin, of 1 / RTL_TEAM_CHUNKS
  * of its share rounded up to a multiple of clang's chunk, so chunks start
  * where clang's would and stay coalesced (the inner loop strides by the
  * team's size), and each thread runs hundreds of iterations per region on
@@ -208,18 +208,34 @@ static uint64_t balanced_chunk(const ws_space *s, uint64_t c, uint64_t n) {
  * many of clang's (a reference build: 1 keeps clang's chunks). (An explicit
  * dist_schedule(static, C) with C equal to the block size or the thread
  * limit cannot be told apart and is widened too: which team runs which
- * iteration changes, nothing else; README.md, "Deviations".) */
+ * iteration changes, nothing else; devicertl/README.md, "Limits".) */
 enum { WIDEN_MAX = RTL_WIDEN_MAX, TEAM_CHUNKS = RTL_TEAM_CHUNKS };
 _Static_assert(WIDEN_MAX >= 0, "RTL_WIDEN_MAX: 0 (no cap) or a cap");
 _Static_assert(TEAM_CHUNKS >= 1, "RTL_TEAM_CHUNKS: at least 1");
+
+/* How far past the loop's last value its type reaches (at least). */
+static uint64_t room_above_last(const ws_space *s) {
+  uint64_t v = space_value(s, s->last), top = ty_max(s->type);
+  if (s->type.is_signed && (int64_t)v < 0)
+    return top;
+  return top - v;
+}
 
 static uint64_t widened_chunk(const ws_space *s, uint64_t c, uint64_t n) {
   if (!rtl_is_frontend_spmd() || (c != plat_block_size() && c != rtl_kernel_thread_limit()))
     return c;
   uint64_t whole = balanced_chunk(s, c, sat_mul(n, TEAM_CHUNKS)); /* a multiple of c */
   if (WIDEN_MAX > 0 && whole / c > (uint64_t)WIDEN_MAX)
-    return c * (uint64_t)WIDEN_MAX;
-  return whole;
+    whole = c * (uint64_t)WIDEN_MAX;
+  /* clang's distribute loop steps both bounds by the stride (chunk x
+   * teams) in the loop's own type after every chunk, the last time from
+   * bounds at most the last value: that step must stay in the type (an
+   * `int` loop of 2e9 iterations would otherwise wrap to negative
+   * indices). Where not even clang's chunk fits, it is clang's as is. */
+  uint64_t fits = room_above_last(s) / n;
+  if (whole > fits)
+    whole = fits / c * c;
+  return whole > c ? whole : c;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -270,14 +270,19 @@ static void test_static(int t, int32_t sched, wide lb, wide ub, int64_t incr, in
  * `block` threads (workshare.c, widened_chunk): when its chunk is the block
  * size or the kernel's thread limit, in frontend-SPMD kernels only,
  * 1 / RTL_TEAM_CHUNKS of a team's share rounded up to a multiple of clang's
- * chunk (at most RTL_WIDEN_MAX of them when that is built > 0; rtl.h). */
-static wide expected_dist_chunk(wide trip, int64_t dchunk, uint32_t block, uint32_t nteams) {
-  wide k = 1;
+ * chunk (at most RTL_WIDEN_MAX of them when that is built > 0; rtl.h), and
+ * small enough that clang's last step of the bounds by the stride (chunk x
+ * teams) from the last value stays in the type. */
+static wide expected_dist_chunk(int t, wide lb, wide ub, int64_t dchunk, uint32_t block, uint32_t nteams) {
+  wide trip = ub - lb + 1, k = 1;
   if (g_spmd && (dchunk == (int64_t)block || (g_limit > 0 && dchunk == (int64_t)g_limit))) {
     wide share = (trip + (wide)nteams * RTL_TEAM_CHUNKS - 1) / ((wide)nteams * RTL_TEAM_CHUNKS);
     k = (share + dchunk - 1) / dchunk;
     if (RTL_WIDEN_MAX > 0 && k > RTL_WIDEN_MAX)
       k = RTL_WIDEN_MAX;
+    wide room = ub < 0 ? tmax(t) : tmax(t) - ub;
+    if (k * dchunk > room / nteams)
+      k = room / nteams / dchunk;
     if (k == 0)
       k = 1;
   }
@@ -297,11 +302,11 @@ static void test_dpf(int t, wide lb, wide ub, int64_t dchunk, uint32_t nthreads,
     sres d = call_static(true, t, 91, lb, ub, 1, dchunk);
     if (t_team_chunks_calls != 1)
       fail("distribute init did not report its chunk count once");
-    if (tm == 0 && ub >= lb && d.ub - d.lb + 1 != expected_dist_chunk(ub - lb + 1, dchunk, nthreads, nteams)) {
+    if (tm == 0 && ub >= lb && d.ub - d.lb + 1 != expected_dist_chunk(t, lb, ub, dchunk, nthreads, nteams)) {
       char m[96];
       snprintf(m, sizeof m, "first distribute chunk of %lld iterations, %lld expected",
                (long long)(d.ub - d.lb + 1),
-               (long long)expected_dist_chunk(ub - lb + 1, dchunk, nthreads, nteams));
+               (long long)expected_dist_chunk(t, lb, ub, dchunk, nthreads, nteams));
       fail(m);
     }
     uint64_t reported = t_team_chunks, ran = 0;
@@ -527,6 +532,47 @@ static void huge_static(void) {
     }
 }
 
+/* Loops too long to enumerate: distribute init alone, for every team, as
+ * clang's loop steps the bounds after each chunk (LB += ST, UB += ST in
+ * the loop's type): a widened chunk never makes that step leave the type
+ * (int loops of ~2^31 iterations on thousands of teams), and the chunks
+ * still cover the loop, each team at most RTL_TEAM_CHUNKS of them. */
+static void test_dist_steps_fit(int t, wide ub, uint32_t block, uint32_t nteams) {
+  snprintf(g_ctx, sizeof g_ctx, "distribute steps %s [0..%llu] block %u teams %u", tname[t],
+           (unsigned long long)ub, block, nteams);
+  wide covered = 0;
+  for (uint32_t tm = 0; tm < nteams; tm++) {
+    t_team = tm; t_nteams = nteams; t_tid = 0; t_nthreads = 1; t_block = block;
+    sres d = call_static(true, t, 91, 0, ub, 1, block);
+    if (d.lb > ub)
+      continue;
+    if (d.st <= 0) { fail("bad distribute stride"); return; }
+    wide chunk = d.ub - d.lb + 1, runs = (ub - d.lb) / d.st + 1;
+    wide last_lb = d.lb + (runs - 1) * d.st;
+    wide last_ub = last_lb + chunk - 1 < ub ? last_lb + chunk - 1 : ub;
+    if (chunk > block && (last_lb + d.st > tmax(t) || last_ub + d.st > tmax(t))) {
+      fail("a widened chunk's stride steps clang's bounds past the type's maximum");
+      return;
+    }
+    if (chunk != expected_dist_chunk(t, 0, ub, block, block, nteams)) {
+      fail("distribute chunk differs from the rule");
+      return;
+    }
+    /* Unless the type's room made the chunk smaller, a team runs at most
+     * RTL_TEAM_CHUNKS of them. */
+    wide share = (ub + 1 + (wide)nteams * RTL_TEAM_CHUNKS - 1) / ((wide)nteams * RTL_TEAM_CHUNKS);
+    wide full = (share + block - 1) / block * block;
+    if (RTL_WIDEN_MAX == 0 && chunk == full && runs > RTL_TEAM_CHUNKS) {
+      fail("a team got more than RTL_TEAM_CHUNKS widened chunks");
+      return;
+    }
+    covered += last_ub - last_lb + 1 + (runs - 1) * chunk;
+  }
+  if (covered != ub + 1)
+    fail("the teams' chunks do not cover the loop");
+  g_cases++;
+}
+
 int main(void) {
   for (int t = 0; t < 4; t++) ranges(t, static_cases, NULL);
   huge_static();
@@ -553,6 +599,18 @@ int main(void) {
             if (t == T_U32 || t == T_U64) test_dpf(t, tmax(t) - ns[i], tmax(t) - 1, th, th, teams, 1);
           }
   }
+  /* 0.9, 0.95, 0.999 and 1.0 of each type's range on up to 4 224 teams */
+  g_spmd = true;
+  static const double frac[] = {0.9, 0.95, 0.999, 1.0};
+  for (int t = 0; t < 4; t++)
+    for (uint32_t teams = 1; teams <= 4224; teams = teams * 4 + 1)
+      for (int k = 0; k < 4; k++) {
+        wide ub = (wide)((double)tmax(t) * frac[k]);
+        if (ub > tmax(t) - 1)
+          ub = tmax(t) - 1;
+        test_dist_steps_fit(t, ub, 64, teams);
+        test_dist_steps_fit(t, ub, 128, teams);
+      }
   g_spmd = false;
   long ndpf = g_cases - nstatic;
   /* dispatch */

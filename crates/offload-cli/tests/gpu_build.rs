@@ -687,6 +687,13 @@ fn openmp_kernels_keep_registers_low() {
     check(&plain, 40, "whole program, not interleaved");
     let interleaved = omp_bench_registers(&[]);
     check(&interleaved, 64, "whole program, interleaved");
+    // The interleaved sum keeps more values in flight: the flags reached
+    // the device LTO.
+    let sum_of = |regs: &[(String, u64)]| regs.iter().max_by_key(|(k, _)| line(k)).unwrap().1;
+    assert!(
+        sum_of(&interleaved) > sum_of(&plain),
+        "interleaving changed nothing: {plain:?} against {interleaved:?}"
+    );
     let relocatable = omp_bench_registers(&["--ptxas-relocatable", "--interleave", "1"]);
     let most = |regs: &[(String, u64)]| regs.iter().map(|(_, n)| *n).max().unwrap();
     assert!(

@@ -697,16 +697,28 @@ fn reads_with_a_launch_are_reused_until_the_gpu_is_written() {
     assert_eq!(out[3], 7.0);
     d.batch_end().unwrap();
 
-    // A write to the GPU in between, through another queue: read again.
-    assert!(d.batch_begin());
-    d.launch_reading_back(&saxpy, KernelArgs::Packed(&args), &config, || [(y, n * 4)])
-        .unwrap();
-    assert_eq!(reads(), before + 2);
-    common::write(d, y, &vec![5.0f32; n]);
-    let out = read_y();
-    assert_eq!(reads(), before + 3, "a write came after the launch's read");
-    assert_eq!(out[3], 5.0);
-    d.batch_end().unwrap();
+    // A write to the GPU in between, from another thread (so through
+    // another queue), or a fill: read again, and see what was written.
+    let fill = |v: f32| d.fill(y, &v.to_ne_bytes(), n * 4).unwrap();
+    let other_thread = |v: f32| {
+        std::thread::scope(|sc| {
+            sc.spawn(|| common::write(d, y, &vec![v; n]));
+        })
+    };
+    let writes: [(&str, &dyn Fn(f32)); 2] = [("another thread", &other_thread), ("a fill", &fill)];
+    for (i, (what, write)) in writes.into_iter().enumerate() {
+        assert!(d.batch_begin());
+        let before = reads();
+        d.launch_reading_back(&saxpy, KernelArgs::Packed(&args), &config, || [(y, n * 4)])
+            .unwrap();
+        assert_eq!(reads(), before + 1);
+        let v = 5.0 + i as f32;
+        write(v);
+        let out = read_y();
+        assert_eq!(reads(), before + 2, "{what} wrote after the launch's read");
+        assert_eq!(out[3], v, "{what}");
+        d.batch_end().unwrap();
+    }
     d.free(x).unwrap();
     d.free(y).unwrap();
 }
