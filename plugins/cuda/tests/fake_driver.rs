@@ -139,6 +139,23 @@ fn kernels_ptx() -> Option<Vec<u8>> {
         .clone()
 }
 
+/// `saxpy` of `image` (PTX or bitcode of `common::KERNELS_C`) loaded on
+/// `d` (the kernel keeps its program), and device buffers `x` and `y` of
+/// `n` floats for it.
+struct Saxpy {
+    kernel: Arc<offload_core::Kernel>,
+    x: DevicePtr,
+    y: DevicePtr,
+}
+
+fn saxpy_on(d: &Arc<offload_core::Device>, image: &[u8], n: usize) -> Saxpy {
+    Saxpy {
+        kernel: d.load_program(image).unwrap().kernel("saxpy").unwrap(),
+        x: d.alloc(n * 4, AllocKind::Device).unwrap(),
+        y: d.alloc(n * 4, AllocKind::Device).unwrap(),
+    }
+}
+
 #[test]
 fn devices_and_their_info_come_from_the_driver() {
     let Some((_g, _fake, rt)) = setup() else {
@@ -393,12 +410,14 @@ fn nvptx_bitcode_is_compiled_to_ptx_and_runs() {
     };
     assert_eq!(&bc[..4], b"BC\xc0\xde");
     let d = &rt.devices()[0];
-    let program = d.load_program(&bc).unwrap();
-    let saxpy = program.kernel("saxpy").unwrap();
     let n = 256usize;
+    let Saxpy {
+        kernel: saxpy,
+        x,
+        y,
+        ..
+    } = saxpy_on(d, &bc, n);
     let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
-    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
     common::write(d, x, &xs);
     common::write(d, y, &xs);
     let args = common::saxpy_args(n as i32, 3.0, x, y);
@@ -594,13 +613,15 @@ fn ptx_kernels_launch_with_the_packed_buffer_grid_and_shared_memory() {
     };
     let Some(ptx) = kernels_ptx() else { return };
     let d = &rt.devices()[1];
-    let program = d.load_program(&ptx).unwrap();
-    let saxpy = program.kernel("saxpy").unwrap();
     let n = 1000usize;
+    let Saxpy {
+        kernel: saxpy,
+        x,
+        y,
+        ..
+    } = saxpy_on(d, &ptx, n);
     let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let ys: Vec<f32> = vec![1.0; n];
-    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
-    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
     common::write(d, x, &xs);
     common::write(d, y, &ys);
     let args = common::saxpy_args(n as i32, 2.0, x, y);
@@ -665,12 +686,14 @@ fn reads_with_a_launch_are_reused_until_the_gpu_is_written() {
     };
     let Some(ptx) = kernels_ptx() else { return };
     let d = &rt.devices()[0];
-    let program = d.load_program(&ptx).unwrap();
-    let saxpy = program.kernel("saxpy").unwrap();
     let n = 256usize;
+    let Saxpy {
+        kernel: saxpy,
+        x,
+        y,
+        ..
+    } = saxpy_on(d, &ptx, n);
     let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
-    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
     common::write(d, x, &xs);
     common::write(d, y, &vec![1.0f32; n]);
     let args = common::saxpy_args(n as i32, 2.0, x, y);
@@ -932,11 +955,13 @@ fn contexts_are_set_only_when_another_is_current() {
     };
     let Some(ptx) = kernels_ptx() else { return };
     let d = &rt.devices()[0];
-    let program = d.load_program(&ptx).unwrap();
-    let saxpy = program.kernel("saxpy").unwrap();
     let n = 64usize;
-    let x = d.alloc(n * 4, AllocKind::Device).unwrap();
-    let y = d.alloc(n * 4, AllocKind::Device).unwrap();
+    let Saxpy {
+        kernel: saxpy,
+        x,
+        y,
+        ..
+    } = saxpy_on(d, &ptx, n);
     let q = Queue::new(Some(d)).unwrap();
     let run = |a: f32| {
         d.fill(y, &0f32.to_ne_bytes(), n * 4).unwrap();
